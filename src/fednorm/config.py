@@ -1,0 +1,256 @@
+"""The run configuration: one frozen object per training run, validated at the door.
+
+A :class:`RunConfig` is everything that decides a run's result (a run is a pure function of it);
+paths, devices and thread counts are not part of it. Every key, its type and its allowed values
+are declared once, in ``_RULES`` below; :func:`run_config` turns a plain dict (from YAML) into a
+RunConfig and raises :class:`ConfigError` naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DATASETS = ("cifar10", "synthetic")
+MODELS = ("fbn_cnn", "resnet20")
+NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn")
+PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
+MOMENTUM_CONVENTIONS = ("ema", "pytorch")
+FBN_INITS = ("zero_one", "first_batch")
+AUGMENTS = ("none", "crop_flip")
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed. The message names the key, the value and the rule."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run. Defaults are the FBN paper's CIFAR-10 setup (its Tables 1 and 2)."""
+
+    # data
+    dataset: str = "cifar10"
+    n_train: int | None = None  # synthetic only: training images (cifar10: the full 50,000)
+    n_test: int | None = None  # synthetic only: test images (cifar10: the full 10,000)
+    image_size: int = 32  # pixels per side; cifar10 is 32
+    synthetic_separation: float = 1.0  # synthetic only: norm of each class's mean colour
+    augment: str = "none"  # the FBN paper uses none
+    # model
+    model: str = "fbn_cnn"
+    width: int = 64  # fbn_cnn: channels of the first two convs (then 2x); resnet20: first stage
+    hidden: int = 128  # fbn_cnn: units of the hidden linear layer
+    dropout: float = 0.25
+    # normalization
+    normalizer: str = "fbn"
+    bn_momentum: float = 0.1  # weight of the new batch (PyTorch's `momentum`, the paper's beta)
+    bn_eps: float = 1e-5
+    gn_groups: int = 32
+    fbn_init: str = "zero_one"  # shared statistics start at mean 0, var 1 (Algorithm 3, line 1)
+    fixbn_freeze: float = 0.5  # FixBN's T*: fraction of the training steps before freezing
+    # federation
+    n_clients: int = 10
+    partition: str = "gamma"
+    heterogeneity: float | None = 0.0  # gamma (gamma), alpha (dirichlet), classes per client (shards)
+    batch_size: int = 50  # per client
+    local_steps: int = 1  # E: local steps between aggregations; 1 is DSGD
+    # optimization
+    steps: int = 3000  # T: total local steps of each client
+    lr: tuple[float, ...] = (0.1, 0.05, 0.033)
+    lr_milestones: tuple[int, ...] = (1000, 2000)  # steps at which lr moves to its next value
+    momentum: float = 0.99
+    momentum_convention: str = "ema"  # ema: m <- b*m + (1-b)*g (paper); pytorch: m <- b*m + g
+    weight_decay: float = 0.0
+    # evaluation
+    eval_every: int = 50
+    seed: int = 0
+
+    def identity(self) -> dict[str, Any]:
+        """The fields as plain JSON types (tuples become lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @property
+    def run_id(self) -> str:
+        """A name derived from the config alone: readable axes plus a hash of every field."""
+        digest = hashlib.sha1(
+            json.dumps(self.identity(), sort_keys=True).encode()
+        ).hexdigest()[:10]
+        het = "" if self.partition == "iid" else f"{self.heterogeneity:g}"
+        return (
+            f"{self.normalizer}-{self.partition}{het}-E{self.local_steps}-s{self.seed}-{digest}"
+        )
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of the piecewise-constant schedule at a (0-based) step."""
+        k = sum(step >= m for m in self.lr_milestones)
+        return self.lr[k]
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: one rule per key, and the rules that tie keys together.
+
+
+def _one_of(allowed: tuple[str, ...]) -> Callable[[Any], str | None]:
+    return lambda v: None if v in allowed else f"one of {list(allowed)}"
+
+
+def _int_at_least(low: int) -> Callable[[Any], str | None]:
+    return lambda v: (
+        None if isinstance(v, int) and not isinstance(v, bool) and v >= low
+        else f"an integer >= {low}"
+    )
+
+
+def _number_in(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (low < v if low_open else low <= v) and v <= high
+        bracket = "(" if low_open else "["
+        return None if ok else f"a number in {bracket}{low}, {high}]"
+
+    return check
+
+
+def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    return lambda v: None if v is None else (None if check(v) is None else f"null or {check(v)}")
+
+
+def _positive_numbers(v: Any) -> str | None:
+    ok = isinstance(v, list | tuple) and len(v) > 0
+    ok = ok and all(_number_in(0, math.inf, low_open=True)(x) is None for x in v)
+    return None if ok else "a non-empty list of positive numbers"
+
+
+def _increasing_ints(v: Any) -> str | None:
+    ok = isinstance(v, list | tuple) and all(_int_at_least(1)(x) is None for x in v)
+    ok = ok and all(a < b for a, b in zip(v, v[1:], strict=False))
+    return None if ok else "a list of increasing positive integers"
+
+
+_RULES: dict[str, Callable[[Any], str | None]] = {
+    "dataset": _one_of(DATASETS),
+    "n_train": _optional(_int_at_least(1)),
+    "n_test": _optional(_int_at_least(1)),
+    "image_size": _int_at_least(4),
+    "synthetic_separation": _number_in(0, math.inf, low_open=True),
+    "augment": _one_of(AUGMENTS),
+    "model": _one_of(MODELS),
+    "width": _int_at_least(1),
+    "hidden": _int_at_least(1),
+    "dropout": _number_in(0, 1),
+    "normalizer": _one_of(NORMALIZERS),
+    "bn_momentum": _number_in(0, 1, low_open=True),
+    "bn_eps": _number_in(0, 1, low_open=True),
+    "gn_groups": _int_at_least(1),
+    "fbn_init": _one_of(FBN_INITS),
+    "fixbn_freeze": _number_in(0, 1),
+    "n_clients": _int_at_least(1),
+    "partition": _one_of(PARTITIONS),
+    "heterogeneity": _optional(_number_in(0, math.inf)),
+    "batch_size": _int_at_least(2),
+    "local_steps": _int_at_least(1),
+    "steps": _int_at_least(1),
+    "lr": _positive_numbers,
+    "lr_milestones": _increasing_ints,
+    "momentum": _number_in(0, 1),
+    "momentum_convention": _one_of(MOMENTUM_CONVENTIONS),
+    "weight_decay": _number_in(0, math.inf),
+    "eval_every": _int_at_least(1),
+    "seed": _int_at_least(0),
+}
+FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"
+
+
+def _fail(where: str, key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{where}: key '{key}' has value {value!r}; allowed: {allowed}")
+
+
+def _cross_checks(cfg: RunConfig, where: str) -> None:
+    """Rules that tie several keys together."""
+    het = cfg.heterogeneity
+    if cfg.partition == "gamma" and (het is None or het > 1):
+        raise _fail(where, "heterogeneity", het, "gamma in [0, 1] when partition is 'gamma'")
+    if cfg.partition == "dirichlet" and (het is None or het <= 0):
+        raise _fail(where, "heterogeneity", het, "alpha > 0 when partition is 'dirichlet'")
+    if cfg.partition == "shards" and (het is None or het < 1 or het != int(het)):
+        raise _fail(where, "heterogeneity", het, "an integer >= 1 (classes per client) for shards")
+    if len(cfg.lr) != len(cfg.lr_milestones) + 1:
+        raise _fail(where, "lr", list(cfg.lr), "one more value than lr_milestones has entries")
+    if cfg.steps % cfg.local_steps:
+        raise _fail(where, "steps", cfg.steps, f"a multiple of local_steps ({cfg.local_steps})")
+    if cfg.normalizer == "central" and cfg.local_steps != 1:
+        raise _fail(where, "local_steps", cfg.local_steps,
+                    "1 with normalizer 'central' (it normalizes over all clients at every step)")
+    if cfg.dataset == "cifar10":
+        for key, need in (("image_size", 32), ("n_train", None), ("n_test", None)):
+            if getattr(cfg, key) != need:
+                raise _fail(where, key, getattr(cfg, key), f"{need!r} with dataset 'cifar10'")
+    elif cfg.n_train is None or cfg.n_test is None:
+        key = "n_train" if cfg.n_train is None else "n_test"
+        raise _fail(where, key, None, "an integer >= 1 with dataset 'synthetic'")
+    if cfg.normalizer == "gn" and _norm_widths(cfg) % cfg.gn_groups:
+        raise _fail(where, "gn_groups", cfg.gn_groups,
+                    f"a divisor of every normalized width (gcd {_norm_widths(cfg)})")
+
+
+def _norm_widths(cfg: RunConfig) -> int:
+    """Greatest common divisor of the channel counts the model normalizes."""
+    return math.gcd(cfg.width, 2 * cfg.width) if cfg.model == "fbn_cnn" else cfg.width
+
+
+def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
+    """Build and validate a RunConfig from plain values; unknown keys are errors."""
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of keys to values, got {values!r}")
+    for key, value in values.items():
+        if key not in _RULES:
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: {sorted(FIELDS)}")
+        problem = _RULES[key](value)
+        if problem is not None:
+            raise _fail(where, key, value, problem)
+    clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    if "heterogeneity" in clean and clean["heterogeneity"] is not None:
+        clean["heterogeneity"] = float(clean["heterogeneity"])
+    cfg = RunConfig(**clean)
+    _cross_checks(cfg, where)
+    return cfg
+
+
+def with_values(cfg: RunConfig, **values: Any) -> RunConfig:
+    """A validated copy of ``cfg`` with some keys replaced."""
+    return run_config({**cfg.identity(), **values})
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where outputs go; derived from the top-level ``paths`` section, never from results."""
+
+    results: str = "results"
+    figures: str = "figures"
+    data: str = "data"
+
+    def run_dir(self, run_id: str) -> str:
+        return f"{self.results}/runs/{run_id}"
+
+    def summary(self) -> str:
+        return f"{self.results}/summary.csv"
+
+    def figure(self, name: str, ext: str) -> str:
+        return f"{self.figures}/{name}.{ext}"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One output figure: which experiment's runs, which rows, what kind of picture."""
+
+    name: str
+    experiment: str
+    kind: str
+    where: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+    x: str | None = None
+    title: str = ""

@@ -1,0 +1,111 @@
+"""The client-vectorized BatchNorm layer and the context that tells it about the current step.
+
+In training, a forward pass carries the batches of g clients stacked along the batch dimension
+(g = n for a DSGD step over all clients at once; g = 1 inside ``torch.func.vmap`` over clients).
+The layer splits that dimension into (g, b), computes each client's statistics, normalizes as
+the active :class:`~fednorm.norms.rules.StatRule` says, and records what each client reports in
+the context. It never mutates its buffers: the engine aggregates the reports and writes the
+running statistics, so the same layer is a pure function under vmap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from fednorm.norms.rules import StatRule, Stats
+
+
+@dataclass
+class NormContext:
+    """What normalization layers need to know about one training forward pass."""
+
+    rule: StatRule | None
+    n_groups: int  # clients stacked in this forward pass
+    n_clients: int  # clients in the federation (the n of Kn/(Kn-1))
+    beta: float  # running-statistics momentum: weight of the new batch
+    reports: dict[str, Stats] = field(default_factory=dict)  # layer key -> (g, C) statistics
+
+
+_CONTEXT: contextvars.ContextVar[NormContext | None] = contextvars.ContextVar(
+    "fednorm_norm_context", default=None
+)
+
+
+@contextlib.contextmanager
+def norm_context(ctx: NormContext) -> Iterator[NormContext]:
+    token = _CONTEXT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _CONTEXT.reset(token)
+
+
+def _per_channel(stat: Tensor, ndim: int) -> Tensor:
+    """(C,) or (g, C) -> broadcastable against a grouped input (g, b, C, *spatial)."""
+    if stat.dim() == 1:
+        stat = stat.unsqueeze(0)
+    return stat.reshape(stat.shape[0], 1, stat.shape[1], *([1] * (ndim - 3)))
+
+
+class FedBatchNorm2d(nn.Module):
+    """BatchNorm over (N, C, H, W) whose training behaviour comes from the active rule.
+
+    Buffers ``running_mean`` (init 0) and ``running_var`` (init 1) are the shared statistics
+    the server last aggregated; eval mode normalizes with them, as nn.BatchNorm2d does.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.key = ""  # set by fednorm.norms.bn_layers: the layer's name in its model
+        self.elements_per_client = 0  # K = b*H*W of the last training forward pass
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}"
+
+    def _affine(self, xg: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+        # y = (x - mean) / sqrt(var + eps) * w + b, folded into one multiply-add over x:
+        # scale = w / sqrt(var + eps), shift = b - mean * scale (both per client and channel).
+        scale = self.weight * torch.rsqrt(var + self.eps)
+        shift = self.bias - mean * scale
+        return torch.addcmul(_per_channel(shift, xg.dim()), xg, _per_channel(scale, xg.dim()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        running = Stats(self.running_mean, self.running_var)
+        if not self.training:
+            return self._affine(x.unsqueeze(0), running.mean, running.var).squeeze(0)
+        ctx = _CONTEXT.get()
+        if ctx is None or ctx.rule is None:
+            raise RuntimeError(
+                "FedBatchNorm2d in training mode needs a NormContext with a rule: train through "
+                "fednorm.fl, or wrap the forward pass in fednorm.norms.norm_context(...)"
+            )
+        xg = x.reshape(ctx.n_groups, -1, *x.shape[1:])
+        # Shifted moments: var = E[(x-s)^2] - E[x-s]^2 with s the running mean (a constant close
+        # to the batch mean, which keeps the cancellation small); two plain mean reductions are
+        # far faster on CPU than torch.var_mean, and their gradients are exact.
+        dims = (1, *range(3, xg.dim()))
+        with torch.set_grad_enabled(torch.is_grad_enabled() and ctx.rule.batch_grad):
+            d = xg - _per_channel(self.running_mean, xg.dim())
+            d_mean = d.mean(dims)
+            var = ((d * d).mean(dims) - d_mean**2).clamp_min(0.0)
+            batch = Stats(d_mean + self.running_mean, var)
+        K = xg[0].numel() // x.shape[1]
+        self.elements_per_client = K
+        use = ctx.rule.train_stats(batch, running)
+        with torch.no_grad():
+            ctx.reports[self.key] = ctx.rule.report(
+                batch.detach(), running, K, ctx.n_clients, ctx.beta
+            )
+        return self._affine(xg, use.mean, use.var).reshape(x.shape)

@@ -1,0 +1,141 @@
+"""How BN-like normalizers answer the four questions of federated normalization.
+
+1. how a client normalizes while training      -> :meth:`StatRule.train_stats`
+2. which statistics it reports to the server   -> :meth:`StatRule.report`
+3. how the server aggregates them              -> :meth:`StatRule.aggregate`
+4. how the global model normalizes at test     -> always the aggregated running statistics
+   (see :class:`fednorm.norms.layer.FedBatchNorm2d` in eval mode).
+
+Conventions (DESIGN.md; they must not drift):
+- ``beta`` is the weight of the new batch in the running averages (PyTorch's ``momentum``; the
+  FBN paper's beta): ``run <- (1 - beta) * run + beta * batch``.
+- Batch statistics are per channel over K = b*H*W values of one client; ``var`` is the biased
+  (1/K) variance used to normalize; running variances are unbiased (K/(K-1), or Kn/(Kn-1) when
+  the statistic estimates the union of n clients' batches).
+- Shapes: per-client statistics are (g, C) (g clients in this forward pass); running statistics
+  are (C,) and broadcast over clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A mean and a variance per channel: (C,) shared, or (g, C) one row per client."""
+
+    mean: Tensor
+    var: Tensor
+
+    def detach(self) -> Stats:
+        return Stats(self.mean.detach(), self.var.detach())
+
+
+def ema(running: Stats, new_mean: Tensor, new_var: Tensor, beta: float) -> Stats:
+    """run <- (1 - beta) * run + beta * new, for both statistics."""
+    return Stats(
+        (1 - beta) * running.mean + beta * new_mean,
+        (1 - beta) * running.var + beta * new_var,
+    )
+
+
+def union(batch: Stats) -> Stats:
+    """Mean and biased variance of the union of the clients' batches (equal sizes K).
+
+    Law of total variance: Var(union) = mean_i var_i + mean_i (mean_i - mean)^2.
+    Differentiable, so normalizing with it is BatchNorm on the union batch.
+    """
+    mean = batch.mean.mean(0)
+    var = batch.var.mean(0) + ((batch.mean - mean) ** 2).mean(0)
+    return Stats(mean, var)
+
+
+def mean_over_clients(reports: Stats) -> Stats:
+    return Stats(reports.mean.mean(0), reports.var.mean(0))
+
+
+class StatRule:
+    """Base: a client normalizes with its batch; the server averages what clients report."""
+
+    name = "batch"
+    batch_grad = True  # does the normalization differentiate through the batch statistics?
+
+    def train_stats(self, batch: Stats, running: Stats) -> Stats:
+        return batch
+
+    def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
+        # Algorithm 1, lines 4-5: unbiased local variance K/(K-1).
+        return ema(running, batch.mean, batch.var * (K / (K - 1)), beta)
+
+    def aggregate(self, reports: Stats, K: int, n: int, beta: float) -> Stats:
+        return mean_over_clients(reports)
+
+
+class BatchStats(StatRule):
+    """Naive BatchNorm (FBN paper §3): local batch statistics; the server averages the running
+    means and running variances, which underestimates the variance of the union by the spread
+    of the client means (law of total variance)."""
+
+    name = "bn"
+
+
+class UnionStats(StatRule):
+    """Centralized BatchNorm: statistics of the union of all clients' batches (the reference).
+
+    Every client normalizes with, and reports, the same union statistics, so the server's
+    average is exactly the running statistics of nn.BatchNorm2d on the union batch.
+    """
+
+    name = "central"
+
+    def train_stats(self, batch: Stats, running: Stats) -> Stats:
+        return union(batch)
+
+    def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
+        g = batch.mean.shape[0]
+        u = union(batch)
+        new = ema(running, u.mean, u.var * (K * g / (K * g - 1)), beta)
+        return Stats(new.mean.expand_as(batch.mean), new.var.expand_as(batch.var))
+
+
+class FederatedStats(StatRule):
+    """FBN, the FBN paper's Algorithm 2.
+
+    Line 3: normalize with the previous *shared* running statistics (constants, no gradient).
+    Lines 5-6: each client moves the shared statistics towards its batch, with the variance
+    unbiased as for the union batch: Kn/(Kn-1).
+    Lines 9-10: the server averages and adds the spread of the client running means,
+        var = mean_i var_i + Kn/((Kn-1) beta) * mean_i (mean_i - mean)^2,
+    which makes the shared statistics equal to BatchNorm's on the union batch (Appendix A).
+    """
+
+    name = "fbn"
+    batch_grad = False
+
+    def train_stats(self, batch: Stats, running: Stats) -> Stats:
+        return running.detach()
+
+    def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
+        return ema(running, batch.mean, batch.var * (K * n / (K * n - 1)), beta)
+
+    def aggregate(self, reports: Stats, K: int, n: int, beta: float) -> Stats:
+        avg = mean_over_clients(reports)
+        spread = ((reports.mean - avg.mean) ** 2).mean(0)
+        return Stats(avg.mean, avg.var + K * n / ((K * n - 1) * beta) * spread)
+
+
+class FrozenStats(StatRule):
+    """FixBN's calibration stage: normalize with the frozen aggregated statistics, in training
+    and at test; nothing is updated any more."""
+
+    name = "frozen"
+    batch_grad = False
+
+    def train_stats(self, batch: Stats, running: Stats) -> Stats:
+        return running.detach()
+
+    def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
+        return Stats(running.mean.expand_as(batch.mean), running.var.expand_as(batch.var))

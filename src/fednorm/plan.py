@@ -1,0 +1,140 @@
+"""From the YAML configuration to the plan: the runs to train and the figures to draw.
+
+The configuration has four top-level sections (see ``config/config.yaml``):
+
+``paths``        where results, figures and downloaded data go;
+``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
+``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
+                 axes over the defaults updated by ``set``;
+``figures``      name -> ``{experiment, kind, where, x, title}``.
+
+A run that two experiments need is planned (and trained) once: runs are keyed by their run_id,
+which derives from the run's config alone. Every error is raised here, before any job starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fednorm.config import FIELDS, ConfigError, Figure, Paths, RunConfig, run_config
+
+FIGURE_KINDS = ("curves", "final_vs")
+FIGURE_EXTENSIONS = ("pdf", "png", "csv")
+_TOP = ("paths", "run", "experiments", "figures")
+
+
+@dataclass(frozen=True)
+class Plan:
+    paths: Paths
+    runs: dict[str, RunConfig]  # run_id -> config, each run once
+    experiments: dict[str, tuple[str, ...]]  # experiment -> its run_ids, in grid order
+    figures: dict[str, Figure]
+
+    def groups(self, run_id: str) -> str:
+        """The experiments a run belongs to, joined by '|' (the summary's figure_group)."""
+        return "|".join(name for name, ids in self.experiments.items() if run_id in ids)
+
+    def figure_files(self) -> list[str]:
+        return [self.paths.figure(n, e) for n in self.figures for e in FIGURE_EXTENSIONS]
+
+    def metrics_files(self) -> list[str]:
+        return [f"{self.paths.run_dir(r)}/metrics.csv" for r in self.runs]
+
+    def needs_cifar10(self) -> bool:
+        return any(cfg.dataset == "cifar10" for cfg in self.runs.values())
+
+
+def _keys(section: Any, where: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {section!r}")
+    for key in section:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: {list(allowed)}")
+    return section
+
+
+def _expand(name: str, spec: Any, defaults: Mapping[str, Any]) -> list[RunConfig]:
+    where = f"experiments.{name}"
+    spec = _keys(spec, where, ("set", "grid"))
+    fixed = dict(_keys(spec.get("set"), f"{where}.set", FIELDS))
+    grid = _keys(spec.get("grid"), f"{where}.grid", FIELDS)
+    for axis, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(
+                f"{where}.grid: key '{axis}' has value {values!r}; allowed: a non-empty list"
+            )
+    runs = []
+    for combo in itertools.product(*grid.values()):
+        values = {**defaults, **fixed, **dict(zip(grid, combo, strict=True))}
+        label = ", ".join(f"{k}={v!r}" for k, v in zip(grid, combo, strict=True))
+        runs.append(run_config(values, where=f"{where} ({label})" if label else where))
+    return runs
+
+
+def _resolve_where(fig: str, spec: Mapping[str, Any], runs: list[RunConfig]) -> tuple:
+    """Check each filter against the experiment's values; 'min'/'max' pick from them."""
+    where = []
+    for key, value in _keys(spec, f"figures.{fig}.where", FIELDS).items():
+        present = sorted({getattr(r, key) for r in runs}, key=lambda v: (v is None, v))
+        if value in ("min", "max") and key not in ("normalizer", "partition", "dataset"):
+            value = present[0] if value == "min" else present[-1]
+        if value not in present:
+            raise ConfigError(
+                f"figures.{fig}.where: key '{key}' has value {value!r}; allowed: a value the "
+                f"experiment has ({present}), or 'min'/'max'"
+            )
+        where.append((key, value))
+    return tuple(where)
+
+
+def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Figure:
+    where = f"figures.{name}"
+    spec = _keys(spec, where, ("experiment", "kind", "where", "x", "title"))
+    experiment = spec.get("experiment")
+    if experiment not in experiments:
+        raise ConfigError(
+            f"{where}: key 'experiment' has value {experiment!r}; allowed: {list(experiments)}"
+        )
+    kind = spec.get("kind")
+    if kind not in FIGURE_KINDS:
+        raise ConfigError(f"{where}: key 'kind' has value {kind!r}; allowed: {FIGURE_KINDS}")
+    x = spec.get("x")
+    if x is not None and x not in FIELDS:
+        raise ConfigError(f"{where}: key 'x' has value {x!r}; allowed: a run key {FIELDS}")
+    return Figure(
+        name=name,
+        experiment=experiment,
+        kind=kind,
+        where=_resolve_where(name, spec.get("where"), experiments[experiment]),
+        x=x,
+        title=str(spec.get("title", "")),
+    )
+
+
+def load_plan(config: Mapping[str, Any]) -> Plan:
+    """Validate the whole configuration and expand it into runs and figures."""
+    config = _keys(config, "config", _TOP)
+    paths = Paths(**_keys(config.get("paths"), "paths", ("results", "figures", "data")))
+    defaults = dict(_keys(config.get("run"), "run", FIELDS))
+    experiments_spec = _keys(config.get("experiments"), "experiments", tuple(config.get(
+        "experiments") or ()))
+    if not experiments_spec:
+        raise ConfigError("experiments: key 'experiments' is empty; allowed: at least one")
+    expanded = {name: _expand(name, spec, defaults) for name, spec in experiments_spec.items()}
+    runs: dict[str, RunConfig] = {}
+    for cfgs in expanded.values():
+        runs.update((c.run_id, c) for c in cfgs)
+    figures_spec = config.get("figures") or {}
+    figures = {name: _figure(name, spec, expanded) for name, spec in figures_spec.items()}
+    return Plan(
+        paths=paths,
+        runs=runs,
+        experiments={n: tuple(dict.fromkeys(c.run_id for c in cfgs)) for n, cfgs in
+                     expanded.items()},
+        figures=figures,
+    )

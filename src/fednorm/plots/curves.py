@@ -1,0 +1,140 @@
+"""A metric against training step: mean over seeds, min–max band, and where runs diverged.
+
+Also holds the pieces shared with :mod:`fednorm.plots.final`: statistics over seeds, drawing one
+hue's line and band, divergence marks and the legend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
+
+from fednorm.plots import style
+
+DIVERGED_COLOUR = "#555555"
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str]) -> None:
+    """Raise ValueError naming the columns of ``columns`` missing from ``df``."""
+    missing = [c for c in dict.fromkeys(columns) if c not in df.columns]
+    if missing:
+        raise ValueError(f"missing columns {missing}; have {list(df.columns)}")
+
+
+def summarise_over_seeds(frame: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    """Per group of ``keys``: mean, std (ddof=1), min, max and count (n_seeds) of ``value``.
+
+    NaN values are ignored, so ``n_seeds`` counts only the runs that contribute a number.
+    """
+    grouped = frame.groupby(keys, sort=True)[value]
+    stats = grouped.agg(mean="mean", std="std", min="min", max="max", n_seeds="count")
+    return stats.reset_index()
+
+
+def run_ends(df: pd.DataFrame, *, x: str, hue: str) -> pd.DataFrame:
+    """One row per run: ``run_id``, its hue, its last ``x`` and whether it diverged."""
+    last = df.sort_values(x, kind="stable").groupby("run_id", sort=True).tail(1)
+    ends = last[["run_id", hue, x]].copy()
+    ends["diverged"] = last["status"].eq("diverged").to_numpy()
+    return ends.reset_index(drop=True)
+
+
+def curve_data(
+    df: pd.DataFrame, *, x: str = "step", y: str = "test_accuracy", hue: str = "normalizer"
+) -> pd.DataFrame:
+    """The numbers a curve plot shows: one row per (hue, x), statistics of ``y`` over seeds.
+
+    Columns: ``hue``, ``x``, ``mean``, ``std``, ``min``, ``max``, ``n_seeds`` (runs with a
+    non-NaN value at this point), ``n_runs`` (runs of this hue), ``n_diverged`` (diverged runs
+    of this hue) and ``diverged_here`` (runs of this hue whose last row, where they diverged, is
+    at this x). A diverged run contributes its values up to where it stopped.
+    """
+    require_columns(df, ["run_id", "status", x, y, hue])
+    stats = summarise_over_seeds(df, [hue, x], y)
+    ends = run_ends(df, x=x, hue=hue)
+    per_hue = ends.groupby(hue).agg(n_runs=("run_id", "size"), n_diverged=("diverged", "sum"))
+    here = ends[ends["diverged"]].groupby([hue, x]).size().rename("diverged_here")
+    stats = stats.merge(per_hue.reset_index(), on=hue, how="left")
+    stats = stats.merge(here.reset_index(), on=[hue, x], how="left")
+    stats["diverged_here"] = stats["diverged_here"].fillna(0).astype(int)
+    stats["n_diverged"] = stats["n_diverged"].astype(int)
+    return stats
+
+
+def draw_hue(
+    ax: Axes,
+    xs: pd.Series,
+    part: pd.DataFrame,
+    name: object,
+    among: list[object],
+    text: str,
+    *,
+    with_marker: bool,
+) -> None:
+    """Draw one hue: its mean line (labelled ``text``) and its min–max band, in its colour."""
+    colour = style.colour(name, among)
+    shape = style.marker(name, among) if with_marker else None
+    ax.plot(xs, part["mean"], color=colour, marker=shape, markersize=5, label=text)
+    ax.fill_between(xs, part["min"], part["max"], color=colour, alpha=0.2, linewidth=0)
+
+
+def mark_divergence(ax: Axes, xs: pd.Series, colour: str) -> None:
+    """An "x" at the bottom edge of ``ax`` at each of ``xs`` (wherever the y-limits end up).
+
+    Nothing is drawn for no ``xs``: an empty unclipped line would still claim layout space.
+    """
+    if xs.empty:
+        return
+    ax.plot(
+        xs,
+        [0.0] * len(xs),
+        linestyle="none",
+        marker="x",
+        markersize=8,
+        markeredgewidth=2,
+        color=colour,
+        transform=ax.get_xaxis_transform(),
+        clip_on=False,
+        zorder=5,
+    )
+
+
+def add_legend(ax: Axes, *, any_diverged: bool) -> None:
+    """Legend of the drawn hues, plus an entry explaining the "x" when some run diverged."""
+    handles, texts = ax.get_legend_handles_labels()
+    if any_diverged:
+        handles.append(
+            Line2D([], [], linestyle="none", marker="x", markeredgewidth=2, color=DIVERGED_COLOUR)
+        )
+        texts.append("diverged run")
+    ax.legend(handles, texts, fontsize="small", framealpha=0.85)
+
+
+def plot_curves(
+    ax: Axes,
+    df: pd.DataFrame,
+    *,
+    x: str = "step",
+    y: str = "test_accuracy",
+    hue: str = "normalizer",
+) -> pd.DataFrame:
+    """One line per hue (mean over seeds) with a min–max band; "x" where a run diverged.
+
+    Legend labels of hues with diverged runs end in " (k/N diverged)". Returns
+    :func:`curve_data`'s frame, i.e. exactly the numbers drawn.
+    """
+    data = curve_data(df, x=x, y=y, hue=hue)
+    among = style.order(data[hue])
+    for name in among:
+        part = data[data[hue] == name]
+        n_diverged, n_runs = int(part["n_diverged"].iloc[0]), int(part["n_runs"].iloc[0])
+        text = style.label(name)
+        if n_diverged:
+            text += f" ({n_diverged}/{n_runs} diverged)"
+        draw_hue(ax, part[x], part, name, among, text, with_marker=False)
+        mark_divergence(ax, part.loc[part["diverged_here"] > 0, x], style.colour(name, among))
+    add_legend(ax, any_diverged=bool(data["n_diverged"].any()))
+    return data

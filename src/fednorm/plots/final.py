@@ -1,0 +1,124 @@
+"""Final value of a metric against a per-run setting (e.g. heterogeneity γ), one line per hue."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+
+from fednorm.plots import style
+from fednorm.plots.curves import (
+    add_legend,
+    draw_hue,
+    mark_divergence,
+    require_columns,
+    summarise_over_seeds,
+)
+
+Scale = Literal["auto", "categorical", "log", "linear"]
+SPAN_RATIO = 20.0
+
+
+def run_finals(df: pd.DataFrame, *, x: str, y: str, hue: str, last: int) -> pd.DataFrame:
+    """One row per run: ``run_id``, hue, ``x``, ``diverged`` and ``final``.
+
+    ``final`` is the mean of the run's last ``last`` non-NaN values of ``y`` (by step); NaN for a
+    diverged run. Raises ValueError when ``last`` < 1 or a run has several hue or ``x`` values.
+    """
+    if last < 1:
+        raise ValueError(f"last must be >= 1, got {last}")
+    require_columns(df, ["run_id", "status", "step", x, y, hue])
+    per_run = df.groupby("run_id", sort=True)
+    varying = per_run[[hue, x]].nunique(dropna=False).max()
+    if (varying > 1).any():
+        raise ValueError(f"{list(varying[varying > 1].index)} vary within a run")
+    runs = per_run[[hue, x]].first()
+    runs["diverged"] = per_run["status"].agg(lambda s: s.eq("diverged").any())
+    measured = df.dropna(subset=[y]).sort_values("step", kind="stable")
+    runs["final"] = measured.groupby("run_id")[y].agg(lambda s: s.tail(last).mean())
+    runs.loc[runs["diverged"], "final"] = np.nan
+    return runs.reset_index()
+
+
+def final_data(
+    df: pd.DataFrame,
+    *,
+    x: str = "heterogeneity",
+    y: str = "test_accuracy",
+    hue: str = "normalizer",
+    last: int = 1,
+) -> pd.DataFrame:
+    """Per (hue, x): ``mean``, ``std``, ``min``, ``max`` over seeds of the runs' final values.
+
+    See :func:`run_finals` for the final value. ``n_seeds`` counts runs with a final value,
+    ``n_diverged`` the diverged runs (which have none) at that (hue, x).
+    """
+    runs = run_finals(df, x=x, y=y, hue=hue, last=last)
+    stats = summarise_over_seeds(runs, [hue, x], "final")
+    diverged = runs.groupby([hue, x])["diverged"].sum().rename("n_diverged").astype(int)
+    return stats.merge(diverged.reset_index(), on=[hue, x], how="left")
+
+
+def x_scale(values: pd.Series) -> Literal["categorical", "log", "linear"]:
+    """How to lay out ``values`` on the x axis when they span more than SPAN_RATIO.
+
+    "categorical" (evenly spaced) if some value is <= 0, "log" if all are positive, "linear"
+    when the positive values span at most SPAN_RATIO (max / min).
+    """
+    positive = values[values > 0]
+    if positive.empty or positive.max() / positive.min() <= SPAN_RATIO:
+        return "linear"
+    return "categorical" if (values <= 0).any() else "log"
+
+
+def place_x(ax: Axes, values: pd.Series, scale: Scale) -> pd.Series:
+    """Set up the x axis for ``values`` and return the position of each value on it."""
+    if scale == "auto":
+        scale = x_scale(values)
+    if scale not in ("categorical", "log", "linear"):
+        raise ValueError(f"logx must be 'auto', 'categorical', 'log' or 'linear', got {scale!r}")
+    ticks = np.sort(values.unique())
+    if scale == "linear":
+        return values
+    texts = [f"{v:g}" for v in ticks]
+    if scale == "log":
+        ax.set_xscale("log")
+        ax.set_xticks(ticks, texts)
+        ax.minorticks_off()
+        return values
+    ax.set_xticks(np.arange(len(ticks)), texts)
+    return values.map({v: float(i) for i, v in enumerate(ticks)})
+
+
+def plot_final_vs(
+    ax: Axes,
+    df: pd.DataFrame,
+    *,
+    x: str = "heterogeneity",
+    y: str = "test_accuracy",
+    hue: str = "normalizer",
+    last: int = 1,
+    logx: Scale = "auto",
+) -> pd.DataFrame:
+    """One line with markers per hue: final ``y`` (mean over seeds) against ``x``, min–max band.
+
+    ``logx`` picks the x layout: "auto" (see :func:`x_scale`), "categorical" (evenly spaced,
+    values as tick labels), "log" or "linear". Each x where seeds diverged gets an "x" at the
+    bottom of the axis, and the hue's legend label ends in " (k diverged)". Returns
+    :func:`final_data`'s frame, i.e. exactly the numbers drawn.
+    """
+    data = final_data(df, x=x, y=y, hue=hue, last=last)
+    positions = place_x(ax, data[x], logx)
+    among = style.order(data[hue])
+    for name in among:
+        rows = data[hue] == name
+        part = data[rows]
+        text = style.label(name)
+        if n_diverged := int(part["n_diverged"].sum()):
+            text += f" ({n_diverged} diverged)"
+        draw_hue(ax, positions[rows], part, name, among, text, with_marker=True)
+        mark_divergence(ax, positions[rows & (data["n_diverged"] > 0)], style.colour(name, among))
+    add_legend(ax, any_diverged=bool(data["n_diverged"].any()))
+    return data
