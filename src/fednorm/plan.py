@@ -3,6 +3,7 @@
 The configuration has four top-level sections (see ``config/config.yaml``):
 
 ``paths``        where results, figures and downloaded data go;
+``execution``    how jobs run: ``device`` (auto, cpu, cuda) and ``threads`` per training job;
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``;
@@ -23,7 +24,7 @@ from fednorm.config import FIELDS, ConfigError, Figure, Paths, RunConfig, run_co
 
 FIGURE_KINDS = ("curves", "final_vs")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
-_TOP = ("paths", "run", "experiments", "figures")
+_TOP = ("paths", "execution", "run", "experiments", "figures")
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,18 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
         x=x,
         title=str(spec.get("title", "")),
     )
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive update, as Snakemake applies ``--configfile`` over the Snakefile's config:
+    mappings merge key by key, anything else (lists included) is replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def load_plan(config: Mapping[str, Any]) -> Plan:

@@ -26,8 +26,8 @@ from fednorm.fl.batches import ClientBatches
 from fednorm.fl.optim import momentum_step
 from fednorm.norms import (
     FedBatchNorm2d,
-    NormContext,
     Normalizer,
+    NormContext,
     StatRule,
     Stats,
     UnionStats,

@@ -1,0 +1,32 @@
+"""Draw one configured figure from the summary table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from fednorm.config import Figure
+from fednorm.plots import make_figure
+
+_X_LABELS = {"gamma": "heterogeneity γ (1 = iid)", "dirichlet": "Dirichlet α (small = non-iid)"}
+
+
+def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary rows of the figure's experiment that match its ``where`` filters."""
+    groups = summary["figure_group"].astype(str).str.split("|")
+    rows = summary[groups.apply(lambda g: fig.experiment in g)]
+    for key, value in fig.where:
+        rows = rows[rows[key] == value]
+    return rows
+
+
+def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
+    rows = figure_rows(fig, summary)
+    title = fig.title or fig.name
+    if fig.kind == "final_vs":
+        x = fig.x or "heterogeneity"
+        partitions = rows["partition"].unique() if x == "heterogeneity" else []
+        xlabel = _X_LABELS.get(partitions[0], x) if len(partitions) == 1 else x
+        return make_figure("final_vs", rows, stem, title=title, x=x, xlabel=xlabel)
+    return make_figure("curves", rows, stem, title=title, x=fig.x or "step")

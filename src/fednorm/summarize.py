@@ -1,0 +1,42 @@
+"""``results/summary.csv``: one tidy row per run x evaluation point.
+
+Columns: ``run_id``, ``figure_group`` (the experiments the run belongs to, joined by '|'), every
+run-config key (lists written as text), the metrics (``step``, ``test_accuracy`` as a fraction,
+``test_loss``, ``train_loss``), and the run's ``status`` and ``wall_time_s``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from fednorm.config import FIELDS
+from fednorm.io import write_csv
+from fednorm.plan import Plan
+
+FIRST_COLUMNS = ("run_id", "figure_group", "model", "normalizer", "partition", "heterogeneity",
+                 "local_steps", "seed")
+METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "status", "wall_time_s")
+
+
+def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:
+    run_dir = Path(plan.paths.run_dir(run_id))
+    rows = pd.read_csv(run_dir / "metrics.csv")
+    meta = json.loads((run_dir / "run.json").read_text())
+    for key, value in plan.runs[run_id].identity().items():
+        rows[key] = str(value) if isinstance(value, list) else value
+    rows["run_id"] = run_id
+    rows["figure_group"] = plan.groups(run_id)
+    rows["status"] = meta["status"]
+    rows["wall_time_s"] = meta["wall_time_s"]
+    return rows
+
+
+def summarize(plan: Plan, out: str | Path | None = None) -> pd.DataFrame:
+    frame = pd.concat([run_rows(plan, r) for r in plan.runs], ignore_index=True)
+    rest = [c for c in FIELDS if c not in FIRST_COLUMNS]
+    frame = frame[[*FIRST_COLUMNS, *rest, *METRICS]]
+    write_csv(out or plan.paths.summary(), frame)
+    return frame

@@ -1,0 +1,282 @@
+"""FedBatchNorm2d under each statistics rule, checked against nn.BatchNorm2d and hand formulas.
+
+All checks run in float64 (the layer is a plain nn.Module, so ``.double()`` applies) on a
+γ = 0-like batch: client i's values have mean ~i and scale 1 + i/5, so the client means are
+spread far apart and every rule's treatment of that spread is visible.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fednorm.fl.engine import commit_stats
+from fednorm.norms import (
+    BatchStats,
+    FedBatchNorm2d,
+    FederatedStats,
+    FrozenStats,
+    NormContext,
+    UnionStats,
+    bn_layers,
+    norm_context,
+)
+
+N_CLIENTS, B, C, H, W = 10, 4, 3, 5, 5
+K = B * H * W  # values per channel in one client's batch
+EPS = 1e-5
+BETA = 0.1
+
+
+def client_batches(seed: int = 0, n: int = N_CLIENTS, b: int = B, h: int = H) -> torch.Tensor:
+    """(n*b, C, h, h) float64, client-major; client i ~ i + (1 + i/5) * N(0, 1) (+ a channel
+    offset so the channels differ too)."""
+    gen = torch.Generator().manual_seed(seed)
+    i = torch.arange(n, dtype=torch.float64).reshape(n, 1, 1, 1, 1)
+    channel = torch.tensor([0.0, -2.0, 0.5], dtype=torch.float64).reshape(1, 1, C, 1, 1)
+    noise = torch.randn(n, b, C, h, h, generator=gen, dtype=torch.float64)
+    return (i + channel + (1 + i / 5) * noise).reshape(n * b, C, h, h)
+
+
+def make_pair(running: tuple[torch.Tensor, torch.Tensor] | None, seed: int = 1):
+    """A FedBatchNorm2d and an nn.BatchNorm2d (momentum BETA) with identical float64 weights,
+    biases and running statistics; ``running=None`` keeps the (0, 1) initialization."""
+    gen = torch.Generator().manual_seed(seed)
+    fed = FedBatchNorm2d(C, eps=EPS).double()
+    ref = nn.BatchNorm2d(C, eps=EPS, momentum=BETA).double()
+    with torch.no_grad():
+        w = 0.5 + torch.rand(C, generator=gen, dtype=torch.float64)
+        bias = torch.randn(C, generator=gen, dtype=torch.float64)
+        for m in (fed, ref):
+            m.weight.copy_(w)
+            m.bias.copy_(bias)
+            if running is not None:
+                m.running_mean.copy_(running[0])
+                m.running_var.copy_(running[1])
+    return fed, ref
+
+
+NONTRIVIAL = (
+    torch.tensor([3.0, -1.5, 0.7], dtype=torch.float64),
+    torch.tensor([9.0, 0.4, 2.5], dtype=torch.float64),
+)
+
+
+def fed_forward(layer: FedBatchNorm2d, x: torch.Tensor, rule, n_groups: int = N_CLIENTS):
+    ctx = NormContext(rule, n_groups, N_CLIENTS, BETA)
+    with norm_context(ctx):
+        out = layer(x)
+    return out, ctx
+
+
+def per_client(x: torch.Tensor, n: int = N_CLIENTS) -> torch.Tensor:
+    """(n*b, C, H, W) -> (n, C, b*H*W): each client's values per channel."""
+    return x.reshape(n, -1, C, *x.shape[2:]).transpose(1, 2).reshape(n, C, -1)
+
+
+def per_channel(x: torch.Tensor) -> torch.Tensor:
+    """(N, C, H, W) -> (C, N*H*W)."""
+    return x.transpose(0, 1).reshape(C, -1)
+
+
+# --- 1. FBN (Algorithm 2) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("running", [None, NONTRIVIAL], ids=["zero_one", "nontrivial"])
+def test_fbn_aggregated_running_stats_equal_batchnorm_on_union(running):
+    """Appendix A: after one FBN step and the server's correction (line 10), the shared running
+    statistics equal nn.BatchNorm2d's after one training forward on the union batch."""
+    x = client_batches()
+    fed, ref = make_pair(running)
+    layers = bn_layers(fed)
+    _, ctx = fed_forward(fed, x, FederatedStats())
+    commit_stats(layers, ctx.reports, FederatedStats(), N_CLIENTS, BETA)
+    ref.train()
+    ref(x)
+    # The heterogeneity is large (client means 0..9): the naive average would be far off.
+    torch.testing.assert_close(fed.running_mean, ref.running_mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fed.running_var, ref.running_var, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("running", [None, NONTRIVIAL], ids=["zero_one", "nontrivial"])
+def test_fbn_training_output_uses_previous_running_stats_without_gradient(running):
+    """Algorithm 2 line 3: y = (x - run_mean) / sqrt(run_var + eps) * w + b with the *previous*
+    shared statistics, which are constants: d/dx sum(y * r) = w / sqrt(run_var + eps) * r."""
+    x = client_batches().requires_grad_(True)
+    fed, _ = make_pair(running)
+    bn_layers(fed)
+    rm, rv = fed.running_mean.clone(), fed.running_var.clone()
+    out, _ = fed_forward(fed, x, FederatedStats())
+    shape = (1, C, 1, 1)
+    expected = (x - rm.view(shape)) / torch.sqrt(rv.view(shape) + EPS) * fed.weight.view(
+        shape
+    ) + fed.bias.view(shape)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    # The forward pass itself never touches the buffers.
+    assert torch.equal(fed.running_mean, rm) and torch.equal(fed.running_var, rv)
+
+    r = torch.randn(x.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    (gx,) = torch.autograd.grad((out * r).sum(), x)
+    scale = (fed.weight / torch.sqrt(rv + EPS)).detach().view(shape)
+    torch.testing.assert_close(gx, scale * r, rtol=1e-12, atol=1e-12)
+
+
+def test_fbn_client_reports_follow_algorithm_2_lines_5_6():
+    """Each client's report: (1-β) run + β batch mean, and (1-β) run_var + β Kn/(Kn-1) var_i."""
+    x = client_batches(seed=3)
+    fed, _ = make_pair(NONTRIVIAL)
+    bn_layers(fed)
+    _, ctx = fed_forward(fed, x, FederatedStats())
+    vals = per_client(x)
+    mean_i = vals.mean(-1)
+    var_i = vals.var(-1, unbiased=False)
+    kn = K * N_CLIENTS
+    rep = ctx.reports[fed.key]
+    assert rep.mean.shape == (N_CLIENTS, C) and rep.var.shape == (N_CLIENTS, C)
+    torch.testing.assert_close(rep.mean, (1 - BETA) * NONTRIVIAL[0] + BETA * mean_i,
+                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rep.var, (1 - BETA) * NONTRIVIAL[1] + BETA * kn / (kn - 1) * var_i,
+                               rtol=1e-12, atol=1e-12)
+
+
+# --- 2. Naive BN: the law-of-total-variance bias ------------------------------------------------
+
+
+def test_naive_bn_running_variance_is_biased_by_the_between_client_variance():
+    """BatchStats averages per-client running variances: from (0, 1) the aggregate is
+    (1-β) + β mean_i s_i^2 (s_i^2 = unbiased variance of client i), and it falls short of
+    BatchNorm-on-the-union by β (Var_u(union) - mean_i s_i^2), which by the law of total variance
+    is β ((Kn/(Kn-1) - K/(K-1)) mean_i var_i + Kn/(Kn-1) spread(means)) ≈ β spread for large K."""
+    n, b, h = N_CLIENTS, 4, 5  # K = 100
+    x = client_batches(seed=11, n=n, b=b, h=h)
+    fed, ref = make_pair(None)
+    layers = bn_layers(fed)
+    _, ctx = fed_forward(fed, x, BatchStats())
+    commit_stats(layers, ctx.reports, BatchStats(), n, BETA)
+    ref.train()
+    ref(x)
+
+    vals = per_client(x, n)  # (n, C, K)
+    k = vals.shape[-1]
+    s2 = torch.var(vals, dim=-1, unbiased=True)  # per client, K/(K-1)
+    torch.testing.assert_close(fed.running_mean, BETA * vals.mean(-1).mean(0),
+                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fed.running_var, (1 - BETA) + BETA * s2.mean(0),
+                               rtol=1e-12, atol=1e-12)
+
+    union_var = torch.var(per_channel(x), dim=-1, unbiased=True)  # Kn/(Kn-1)
+    diff = ref.running_var - fed.running_var
+    torch.testing.assert_close(diff, BETA * (union_var - s2.mean(0)), rtol=1e-10, atol=1e-12)
+
+    # The same difference from the decomposition: within-client part + spread of the means.
+    kn = k * n
+    var_i = torch.var(vals, dim=-1, unbiased=False)
+    spread = torch.var(vals.mean(-1), dim=0, unbiased=False)  # between-client variance
+    decomposed = BETA * ((kn / (kn - 1) - k / (k - 1)) * var_i.mean(0) + kn / (kn - 1) * spread)
+    torch.testing.assert_close(diff, decomposed, rtol=1e-10, atol=1e-12)
+    # Large K: the bias is essentially β times the between-client variance (~8.25 here).
+    assert torch.all(spread > 5)
+    torch.testing.assert_close(diff, BETA * spread, rtol=0.02, atol=0.0)
+
+
+# --- 3. central: nn.BatchNorm2d on the union batch --------------------------------------------
+
+
+@pytest.mark.parametrize("running", [None, NONTRIVIAL], ids=["zero_one", "nontrivial"])
+def test_central_equals_batchnorm_on_union_outputs_gradients_and_running_stats(running):
+    x = client_batches(seed=2)
+    fed, ref = make_pair(running)
+    layers = bn_layers(fed)
+    x1 = x.clone().requires_grad_(True)
+    x2 = x.clone().requires_grad_(True)
+    out1, ctx = fed_forward(fed, x1, UnionStats())
+    ref.train()
+    out2 = ref(x2)
+    torch.testing.assert_close(out1, out2, rtol=1e-10, atol=1e-10)
+
+    r = torch.randn(x.shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    g1 = torch.autograd.grad((out1 * r).sum(), (x1, fed.weight, fed.bias))
+    g2 = torch.autograd.grad((out2 * r).sum(), (x2, ref.weight, ref.bias))
+    for a, e in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-10)
+
+    commit_stats(layers, ctx.reports, UnionStats(), N_CLIENTS, BETA)
+    torch.testing.assert_close(fed.running_mean, ref.running_mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fed.running_var, ref.running_var, rtol=1e-12, atol=1e-12)
+
+
+# --- 4. Naive BN in training: each client normalizes with its own batch ----------------------
+
+
+def test_batchstats_output_per_client_equals_batchnorm_on_that_client_alone():
+    x = client_batches(seed=4)
+    fed, ref = make_pair(NONTRIVIAL)
+    bn_layers(fed)
+    x1 = x.clone().requires_grad_(True)
+    out, _ = fed_forward(fed, x1, BatchStats())
+    r = torch.randn(x.shape, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    gx, gw = torch.autograd.grad((out * r).sum(), (x1, fed.weight))
+
+    gw_ref = torch.zeros_like(gw)
+    for i in range(N_CLIENTS):
+        rows = slice(i * B, (i + 1) * B)
+        ref_i = nn.BatchNorm2d(C, eps=EPS, momentum=BETA).double().train()
+        ref_i.load_state_dict(ref.state_dict())
+        xi = x[rows].clone().requires_grad_(True)
+        yi = ref_i(xi)
+        torch.testing.assert_close(out[rows], yi, rtol=1e-10, atol=1e-10)
+        gxi, gwi = torch.autograd.grad((yi * r[rows]).sum(), (xi, ref_i.weight))
+        torch.testing.assert_close(gx[rows], gxi, rtol=1e-9, atol=1e-10)
+        gw_ref += gwi
+    torch.testing.assert_close(gw, gw_ref, rtol=1e-9, atol=1e-10)
+
+
+def test_batchstats_reports_are_each_clients_own_batchnorm_running_stats():
+    """Client i's report equals the running statistics nn.BatchNorm2d would hold after one
+    training forward on client i's batch alone (K/(K-1) unbiased variance)."""
+    x = client_batches(seed=6)
+    fed, ref = make_pair(NONTRIVIAL)
+    bn_layers(fed)
+    _, ctx = fed_forward(fed, x, BatchStats())
+    rep = ctx.reports[fed.key]
+    for i in range(N_CLIENTS):
+        ref_i = nn.BatchNorm2d(C, eps=EPS, momentum=BETA).double().train()
+        ref_i.load_state_dict(ref.state_dict())
+        ref_i(x[i * B : (i + 1) * B])
+        torch.testing.assert_close(rep.mean[i], ref_i.running_mean, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(rep.var[i], ref_i.running_var, rtol=1e-12, atol=1e-12)
+
+
+# --- 5. Eval mode ------------------------------------------------------------------------------
+
+
+def test_eval_mode_normalizes_with_running_stats_like_batchnorm_eval():
+    x = client_batches(seed=7)
+    fed, ref = make_pair(NONTRIVIAL)
+    fed.eval()
+    ref.eval()
+    out = fed(x)  # no NormContext needed in eval mode
+    torch.testing.assert_close(out, ref(x), rtol=1e-12, atol=1e-12)
+    # Not the batch statistics: the same input in a different batch gives the same output.
+    torch.testing.assert_close(fed(x[:B]), out[:B], rtol=0, atol=0)
+
+
+def test_training_forward_without_context_is_an_error():
+    fed, _ = make_pair(None)
+    with pytest.raises(RuntimeError, match="NormContext"):
+        fed(client_batches())
+
+
+def test_frozen_stats_normalize_with_running_and_report_them_unchanged():
+    """FixBN's calibration rule: y uses the running statistics (no batch statistics), and
+    committing the reports leaves the running statistics exactly where they were."""
+    x = client_batches(seed=12).requires_grad_(True)
+    fed, ref = make_pair(NONTRIVIAL)
+    layers = bn_layers(fed)
+    out, ctx = fed_forward(fed, x, FrozenStats())
+    ref.eval()
+    torch.testing.assert_close(out, ref(x), rtol=1e-12, atol=1e-12)
+    commit_stats(layers, ctx.reports, FrozenStats(), N_CLIENTS, BETA)
+    assert torch.equal(fed.running_mean, NONTRIVIAL[0])
+    assert torch.equal(fed.running_var, NONTRIVIAL[1])

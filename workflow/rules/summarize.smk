@@ -1,0 +1,10 @@
+rule summarize:
+    """results/summary.csv: one tidy row per run x evaluation point."""
+    input:
+        PLAN.metrics_files(),
+    output:
+        PLAN.paths.summary(),
+    log:
+        f"{RESULTS}/logs/summarize.log",
+    script:
+        "../scripts/summarize.py"

@@ -1,0 +1,9 @@
+"""Snakemake script: results/summary.csv (logic in fednorm.summarize)."""
+import logging
+
+from fednorm.plan import load_plan
+from fednorm.summarize import summarize
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
+frame = summarize(load_plan(snakemake.config), snakemake.output[0])  # noqa: F821
+logging.info("%d rows, %d runs", len(frame), frame["run_id"].nunique())
