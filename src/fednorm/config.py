@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -55,7 +56,7 @@ class RunConfig:
     # federation
     n_clients: int = 10
     partition: str = "gamma"
-    heterogeneity: float | None = 0.0  # gamma (gamma), alpha (dirichlet), classes per client (shards)
+    heterogeneity: float | None = 0.0  # gamma | alpha (dirichlet) | classes per client (shards)
     batch_size: int = 50  # per client
     local_steps: int = 1  # E: local steps between aggregations; 1 is DSGD
     # optimization
@@ -127,7 +128,7 @@ def _positive_numbers(v: Any) -> str | None:
 
 def _increasing_ints(v: Any) -> str | None:
     ok = isinstance(v, list | tuple) and all(_int_at_least(1)(x) is None for x in v)
-    ok = ok and all(a < b for a, b in zip(v, v[1:], strict=False))
+    ok = ok and all(a < b for a, b in itertools.pairwise(v))
     return None if ok else "a list of increasing positive integers"
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fednorm.norms.rules import StatRule, Stats
@@ -82,9 +83,8 @@ class FedBatchNorm2d(nn.Module):
         return torch.addcmul(_per_channel(shift, xg.dim()), xg, _per_channel(scale, xg.dim()))
 
     def forward(self, x: Tensor) -> Tensor:
-        running = Stats(self.running_mean, self.running_var)
         if not self.training:
-            return self._affine(x.unsqueeze(0), running.mean, running.var).squeeze(0)
+            return self._affine(x.unsqueeze(0), self.running_mean, self.running_var).squeeze(0)
         ctx = _CONTEXT.get()
         if ctx is None or ctx.rule is None:
             raise RuntimeError(
@@ -92,20 +92,38 @@ class FedBatchNorm2d(nn.Module):
                 "fednorm.fl, or wrap the forward pass in fednorm.norms.norm_context(...)"
             )
         xg = x.reshape(ctx.n_groups, -1, *x.shape[1:])
-        # Shifted moments: var = E[(x-s)^2] - E[x-s]^2 with s the running mean (a constant close
-        # to the batch mean, which keeps the cancellation small); two plain mean reductions are
-        # far faster on CPU than torch.var_mean, and their gradients are exact.
-        dims = (1, *range(3, xg.dim()))
-        with torch.set_grad_enabled(torch.is_grad_enabled() and ctx.rule.batch_grad):
-            d = xg - _per_channel(self.running_mean, xg.dim())
-            d_mean = d.mean(dims)
-            var = ((d * d).mean(dims) - d_mean**2).clamp_min(0.0)
-            batch = Stats(d_mean + self.running_mean, var)
+        running = Stats(self.running_mean, self.running_var)
+        batch = self._client_stats(xg)
         K = xg[0].numel() // x.shape[1]
         self.elements_per_client = K
-        use = ctx.rule.train_stats(batch, running)
-        with torch.no_grad():
-            ctx.reports[self.key] = ctx.rule.report(
-                batch.detach(), running, K, ctx.n_clients, ctx.beta
-            )
-        return self._affine(xg, use.mean, use.var).reshape(x.shape)
+        ctx.reports[self.key] = ctx.rule.report(batch, running, K, ctx.n_clients, ctx.beta)
+        mode = ctx.rule.normalize_with
+        if mode == "running":  # constants: no gradient through the statistics
+            return self._affine(xg, running.mean, running.var).reshape(x.shape)
+        if mode == "union" or ctx.n_groups == 1:  # BatchNorm on everything in this pass
+            return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
+        return self._per_client_batch_norm(xg).reshape(x.shape)
+
+    @torch.no_grad()
+    def _client_stats(self, xg: Tensor) -> Stats:
+        """Each client's mean and biased variance per channel, (g, C), for its report.
+
+        Shifted moments, var = E[(x-s)^2] - E[x-s]^2 with s the running mean (a constant close
+        to the batch mean, which keeps the cancellation small): two plain mean reductions are
+        far faster on CPU than torch.var_mean.
+        """
+        dims = (1, *range(3, xg.dim()))
+        d = xg - _per_channel(self.running_mean, xg.dim())
+        d_mean = d.mean(dims)
+        var = ((d * d).mean(dims) - d_mean**2).clamp_min(0.0)
+        return Stats(d_mean + self.running_mean, var)
+
+    def _per_client_batch_norm(self, xg: Tensor) -> Tensor:
+        """BatchNorm of each client's batch alone, in one fused call: clients are folded into
+        the channel dimension, (g, b, C, ...) -> (b, g*C, ...), so that batch_norm's
+        per-channel statistics are per client and channel."""
+        g, b, c = xg.shape[:3]
+        folded = xg.transpose(0, 1).reshape(b, g * c, *xg.shape[3:])
+        out = F.batch_norm(folded, None, None, self.weight.repeat(g), self.bias.repeat(g),
+                           True, 0.0, self.eps)
+        return out.reshape(b, g, c, *xg.shape[3:]).transpose(0, 1)

@@ -1,6 +1,8 @@
 """How BN-like normalizers answer the four questions of federated normalization.
 
-1. how a client normalizes while training      -> :meth:`StatRule.train_stats`
+1. how a client normalizes while training      -> :attr:`StatRule.normalize_with`: its own
+                                                   batch, the union of all clients' batches,
+                                                   or the shared running statistics
 2. which statistics it reports to the server   -> :meth:`StatRule.report`
 3. how the server aggregates them              -> :meth:`StatRule.aggregate`
 4. how the global model normalizes at test     -> always the aggregated running statistics
@@ -46,7 +48,7 @@ def union(batch: Stats) -> Stats:
     """Mean and biased variance of the union of the clients' batches (equal sizes K).
 
     Law of total variance: Var(union) = mean_i var_i + mean_i (mean_i - mean)^2.
-    Differentiable, so normalizing with it is BatchNorm on the union batch.
+    (What `central` reports; it normalizes with F.batch_norm on the union batch itself.)
     """
     mean = batch.mean.mean(0)
     var = batch.var.mean(0) + ((batch.mean - mean) ** 2).mean(0)
@@ -61,10 +63,7 @@ class StatRule:
     """Base: a client normalizes with its batch; the server averages what clients report."""
 
     name = "batch"
-    batch_grad = True  # does the normalization differentiate through the batch statistics?
-
-    def train_stats(self, batch: Stats, running: Stats) -> Stats:
-        return batch
+    normalize_with = "batch"  # "batch" | "union" | "running"
 
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         # Algorithm 1, lines 4-5: unbiased local variance K/(K-1).
@@ -90,9 +89,7 @@ class UnionStats(StatRule):
     """
 
     name = "central"
-
-    def train_stats(self, batch: Stats, running: Stats) -> Stats:
-        return union(batch)
+    normalize_with = "union"
 
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         g = batch.mean.shape[0]
@@ -113,10 +110,7 @@ class FederatedStats(StatRule):
     """
 
     name = "fbn"
-    batch_grad = False
-
-    def train_stats(self, batch: Stats, running: Stats) -> Stats:
-        return running.detach()
+    normalize_with = "running"
 
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         return ema(running, batch.mean, batch.var * (K * n / (K * n - 1)), beta)
@@ -132,10 +126,7 @@ class FrozenStats(StatRule):
     and at test; nothing is updated any more."""
 
     name = "frozen"
-    batch_grad = False
-
-    def train_stats(self, batch: Stats, running: Stats) -> Stats:
-        return running.detach()
+    normalize_with = "running"
 
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         return Stats(running.mean.expand_as(batch.mean), running.var.expand_as(batch.var))

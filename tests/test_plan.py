@@ -1,0 +1,68 @@
+"""The plan: grids expand to runs (each trained once), figures are checked against them."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fednorm.config import ConfigError
+from fednorm.plan import load_plan, merge
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _config(*names):
+    out = {}
+    for name in names:
+        out = merge(out, yaml.safe_load((ROOT / name).read_text()))
+    return out
+
+
+def test_paper_config_counts_the_issue_grids():
+    plan = load_plan(_config("config/config.yaml"))
+    assert len(plan.experiments["fbn_gamma"]) == 4 * 7 * 3
+    assert len(plan.experiments["fbn_dirichlet"]) == 4 * 5 * 3
+    assert len(plan.runs) == 144
+    assert plan.needs_cifar10()
+    names = {"fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c"}
+    assert {n.split("/")[1] for n in plan.figures} == names
+    assert dict(plan.figures["fbn/fig5c"].where) == {"heterogeneity": 0.05}  # 'min' resolved
+
+
+def test_quick_profile_is_offline_and_keeps_every_figure():
+    paper, quick = load_plan(_config("config/config.yaml")), load_plan(
+        _config("config/config.yaml", "config/quick.yaml"))
+    assert not quick.needs_cifar10()
+    assert set(quick.figures) == set(paper.figures)
+    assert quick.paths.figures != paper.paths.figures  # never overwrites paper-scale figures
+
+
+def test_a_run_needed_twice_is_planned_once():
+    config = {"run": {"steps": 10, "eval_every": 5}, "experiments": {
+        "a": {"grid": {"normalizer": ["bn", "fbn"], "seed": [0]}},
+        "b": {"grid": {"normalizer": ["fbn"], "seed": [0, 1]}}}}
+    plan = load_plan(config)
+    assert len(plan.runs) == 3
+    shared = plan.experiments["a"][1]
+    assert shared in plan.experiments["b"] and plan.groups(shared) == "a|b"
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ({"run": {"batch_size": 0}}, r"experiments.e.*key 'batch_size' has value 0"),
+        ({"experiments": {"e": {"grid": {"normalizer": ["bn", "nope"]}}}},
+         r"normalizer='nope'.*key 'normalizer' has value 'nope'"),
+        ({"experiments": {"e": {"grid": {"seed": 3}}}}, r"key 'seed' has value 3.*non-empty list"),
+        ({"experiments": {"e": {"gird": {}}}}, r"unknown key 'gird'"),
+        ({"figures": {"f": {"experiment": "zz", "kind": "curves"}}}, r"'experiment'.*'zz'"),
+        ({"figures": {"f": {"experiment": "e", "kind": "pie"}}}, r"'kind' has value 'pie'"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves",
+                            "where": {"heterogeneity": 0.5}}}}, r"value 0.5.*experiment has"),
+        ({"colour": "red"}, r"unknown key 'colour'"),
+    ],
+)
+def test_config_errors_are_raised_before_any_job(patch, expected):
+    base = {"experiments": {"e": {"grid": {"normalizer": ["bn"], "heterogeneity": [0.0]}}}}
+    with pytest.raises(ConfigError, match=expected):
+        load_plan(merge(base, patch))
