@@ -3,6 +3,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 CORES ?= 2
+SNAKEMAKE := $(PYTHON) -m snakemake
 
 .PHONY: install lint test quick figures dry-run bench clean-quick
 
@@ -16,13 +17,13 @@ test: install lint
 	$(PYTHON) -m pytest
 
 quick: install
-	snakemake --cores $(CORES) --profile workflow/profiles/quick
+	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/quick
 
 figures: install
-	snakemake --cores $(CORES) --profile workflow/profiles/default
+	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/default
 
 dry-run:
-	snakemake --dry-run --quiet rules
+	$(SNAKEMAKE) --dry-run --quiet rules
 
 bench: install
 	$(PYTHON) benchmarks/bench_engine.py
