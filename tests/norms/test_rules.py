@@ -280,3 +280,27 @@ def test_frozen_stats_normalize_with_running_and_report_them_unchanged():
     commit_stats(layers, ctx.reports, FrozenStats(), N_CLIENTS, BETA)
     assert torch.equal(fed.running_mean, NONTRIVIAL[0])
     assert torch.equal(fed.running_var, NONTRIVIAL[1])
+
+
+def test_frozen_commit_leaves_float32_running_stats_bit_identical():
+    """FixBN after T*: "nothing is updated any more". With the paper's 10 clients and float32
+    statistics of a realistic width (64 channels), one commit of FrozenStats reports must give
+    back exactly the running statistics (the reports are n copies of them)."""
+    n, c = 10, 64
+    gen = torch.Generator().manual_seed(0)
+    layer = FedBatchNorm2d(c)
+    with torch.no_grad():
+        layer.running_mean.copy_(3 * torch.randn(c, generator=gen))
+        layer.running_var.copy_(0.1 + 10 * torch.rand(c, generator=gen))
+    rm, rv = layer.running_mean.clone(), layer.running_var.clone()
+    layers = bn_layers(layer)
+    x = torch.randn(n * 2, c, 3, 3, generator=gen)
+    ctx = NormContext(FrozenStats(), n, n, BETA)
+    with norm_context(ctx):
+        layer(x)
+    commit_stats(layers, ctx.reports, FrozenStats(), n, BETA)
+    for name, now, before in (("running_mean", layer.running_mean, rm),
+                              ("running_var", layer.running_var, rv)):
+        changed = int((now != before).sum())
+        drift = float((now - before).abs().max())
+        assert changed == 0, f"{name}: {changed}/{c} channels moved (max |change| {drift:.3g})"

@@ -103,7 +103,7 @@ class FedAvg(_Trainer):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.momenta = [torch.zeros(self.n, *p.shape, device=p.device) for p in self.params]
+        self.momenta = [p.new_zeros((self.n, *p.shape)) for p in self.params]
         self.stat_names = [f"{layer.key}.{s}" for layer in self.layers
                            for s in ("running_mean", "running_var")]
 

@@ -81,6 +81,8 @@ def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
         acc, test_loss = (math.nan, math.nan)
         if math.isfinite(train_loss):
             acc, test_loss = evaluate(model, data.test_x, data.test_y)
+        if not math.isfinite(test_loss):
+            acc = math.nan  # argmax over NaN outputs is not an accuracy
         result.rows.append(dict(step=step, test_accuracy=acc, test_loss=test_loss,
                                 train_loss=train_loss))
         if not (math.isfinite(train_loss) and math.isfinite(test_loss)):

@@ -69,7 +69,9 @@ class FedBatchNorm2d(nn.Module):
         self.bias = nn.Parameter(torch.zeros(num_features))
         self.register_buffer("running_mean", torch.zeros(num_features))
         self.register_buffer("running_var", torch.ones(num_features))
-        self.key = ""  # set by fednorm.norms.bn_layers: the layer's name in its model
+        # Where this layer's reports go in the NormContext: unique from the start, renamed to the
+        # layer's name in its model by fednorm.norms.bn_layers.
+        self.key = f"FedBatchNorm2d@{id(self):x}"
         self.elements_per_client = 0  # K = b*H*W of the last training forward pass
 
     def extra_repr(self) -> str:

@@ -1,0 +1,337 @@
+"""The federated engine against straightforward references: plain PyTorch SGD on the union
+batch, a per-client Python loop for FedAvg, hand-written momentum formulas, and FixBN's
+freezing."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fednorm.config import run_config
+from fednorm.fl.batches import ClientBatches
+from fednorm.fl.engine import DSGD, FedAvg, make_trainer
+from fednorm.fl.optim import momentum_step
+from fednorm.models import build_model
+from fednorm.norms import (
+    BatchStats,
+    FrozenStats,
+    NormContext,
+    bn_layers,
+    norm_context,
+    normalizer_for,
+)
+
+N_CLIENTS, B, SIZE = 3, 4, 8
+
+
+def tiny_config(**overrides):
+    values = dict(
+        dataset="synthetic", n_train=60, n_test=20, image_size=SIZE, model="fbn_cnn", width=4,
+        hidden=8, dropout=0.0, normalizer="gn", gn_groups=2, n_clients=N_CLIENTS,
+        batch_size=B, steps=10, lr=[0.05], lr_milestones=[], momentum=0.9,
+        momentum_convention="ema", eval_every=5, seed=0,
+    )
+    values.update(overrides)
+    return run_config(values)
+
+
+def client_data(seed: int = 0, per_client: int = 6, n_clients: int = N_CLIENTS):
+    """Small tensor dataset split into n_clients contiguous, equal index sets; each client's
+    images are shifted by a different constant (heterogeneous BN statistics)."""
+    gen = torch.Generator().manual_seed(seed)
+    n = n_clients * per_client
+    owner = torch.arange(n) // per_client
+    x = torch.randn(n, 3, SIZE, SIZE, generator=gen) + owner.float().view(-1, 1, 1, 1) / 2
+    y = torch.randint(0, 10, (n,), generator=gen)
+    parts = [torch.arange(i * per_client, (i + 1) * per_client) for i in range(n_clients)]
+    return x, y, parts
+
+
+def batches_for(x, y, parts, seed: int) -> ClientBatches:
+    return ClientBatches(x, y, parts, B, torch.Generator().manual_seed(seed))
+
+
+def twin_models(cfg):
+    torch.manual_seed(cfg.seed)
+    a = build_model(cfg)
+    b = build_model(cfg)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def assert_models_close(a, b, rtol=1e-5, atol=1e-5):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        torch.testing.assert_close(sa[k], sb[k], rtol=rtol, atol=atol,
+                                   msg=lambda m, k=k: f"{k}: {m}")
+
+
+# --- 6. DSGD with GroupNorm is SGD on the union batch -----------------------------------------
+
+
+def test_dsgd_gn_two_steps_equal_sgd_on_the_union_batch():
+    cfg = tiny_config(normalizer="gn")
+    model, ref = twin_models(cfg)
+    x, y, parts = client_data()
+    trainer = DSGD(cfg, model, normalizer_for(cfg), batches_for(x, y, parts, seed=5))
+    replay = batches_for(x, y, parts, seed=5)
+    momenta = [torch.zeros_like(p) for p in ref.parameters()]
+    for step in range(2):
+        loss = trainer.round(step)
+        xb, yb = replay.sample()
+        ref_loss = F.nll_loss(ref(xb), yb)
+        grads = torch.autograd.grad(ref_loss, list(ref.parameters()))
+        # DSGD's gradient is the mean of the clients' gradients on their own batches.
+        client_grads = []
+        for i in range(N_CLIENTS):
+            rows = slice(i * B, (i + 1) * B)
+            client_grads.append(torch.autograd.grad(F.nll_loss(ref(xb[rows]), yb[rows]),
+                                                    list(ref.parameters())))
+        for g, *gi in zip(grads, *client_grads, strict=True):
+            torch.testing.assert_close(g, torch.stack(gi).mean(0), rtol=1e-5, atol=1e-6)
+        with torch.no_grad():
+            for p, m, g in zip(ref.parameters(), momenta, grads, strict=True):
+                m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)  # ema convention
+                p.sub_(cfg.lr[0] * m)
+        torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-6, atol=1e-6)
+        assert_models_close(model, ref, rtol=1e-5, atol=1e-6)
+    # The step was not a no-op.
+    assert not torch.equal(model.classifier[1].weight, twin_models(cfg)[0].classifier[1].weight)
+
+
+# --- 7. FedAvg with E = 1 is DSGD ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("normalizer", ["fbn", "bn", "fixbn", "gn"])
+def test_fedavg_with_one_local_step_equals_dsgd(normalizer):
+    cfg = tiny_config(normalizer=normalizer, momentum=0.9, steps=4, fixbn_freeze=0.5)
+    m_dsgd, m_avg = twin_models(cfg)
+    x, y, parts = client_data()
+    dsgd = make_trainer(cfg, m_dsgd, normalizer_for(cfg), batches_for(x, y, parts, seed=3))
+    avg = make_trainer(cfg, m_avg, normalizer_for(cfg), batches_for(x, y, parts, seed=3),
+                       force_fedavg=True)
+    assert isinstance(dsgd, DSGD) and isinstance(avg, FedAvg)
+    for step in range(cfg.steps):  # fixbn: 2 steps of BatchStats, then 2 frozen
+        la, lb = dsgd.round(step), avg.round(step)
+        torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-6)
+    assert_models_close(m_dsgd, m_avg)
+    if normalizer != "gn":  # the running statistics moved away from (0, 1)
+        layer = bn_layers(m_avg)[0]
+        assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
+
+
+def test_fedavg_with_one_local_step_equals_dsgd_in_float64():
+    """The E = 1 identity is exact arithmetic, so in float64 the two trainers agree to ~1e-12;
+    this holds only if FedAvg keeps its per-client state (momenta) in the model's dtype."""
+    cfg = tiny_config(normalizer="bn", momentum=0.9, steps=4)
+    m_dsgd, m_avg = twin_models(cfg)
+    m_dsgd.double()
+    m_avg.double()
+    x, y, parts = client_data()
+    x = x.double()
+    dsgd = make_trainer(cfg, m_dsgd, normalizer_for(cfg), batches_for(x, y, parts, seed=3))
+    avg = make_trainer(cfg, m_avg, normalizer_for(cfg), batches_for(x, y, parts, seed=3),
+                       force_fedavg=True)
+    for step in range(cfg.steps):
+        dsgd.round(step)
+        avg.round(step)
+    assert_models_close(m_dsgd, m_avg, rtol=1e-10, atol=1e-12)
+
+
+# --- 8. FedAvg with E > 1 against a per-client loop ---------------------------------------------
+
+
+def fedavg_reference(cfg, model, x_batches, y_batches, rounds):
+    """FedAvg written the plain way: one deep copy per client, E local momentum-SGD steps each
+    (client momenta kept across rounds), then the server averages parameters and (naive BN)
+    running statistics."""
+    n, E = cfg.n_clients, cfg.local_steps
+    rule = BatchStats() if cfg.normalizer == "bn" else None
+    momenta = [[torch.zeros_like(p) for p in model.parameters()] for _ in range(n)]
+    it = iter(zip(x_batches, y_batches, strict=True))
+    for _ in range(rounds):
+        clients = [copy.deepcopy(model) for _ in range(n)]
+        client_layers = [bn_layers(c) for c in clients]  # names each layer's report key
+        for _ in range(E):
+            xb, yb = next(it)
+            for i, client in enumerate(clients):
+                rows = slice(i * B, (i + 1) * B)
+                ctx = NormContext(rule, 1, n, cfg.bn_momentum)
+                with norm_context(ctx):
+                    loss = F.nll_loss(client(xb[rows]), yb[rows])
+                grads = torch.autograd.grad(loss, list(client.parameters()))
+                with torch.no_grad():
+                    for p, m, g in zip(client.parameters(), momenta[i], grads, strict=True):
+                        m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)
+                        p.sub_(cfg.lr[0] * m)
+                    for layer in client_layers[i]:  # the client keeps its own statistics
+                        rep = ctx.reports[layer.key]
+                        layer.running_mean.copy_(rep.mean[0])
+                        layer.running_var.copy_(rep.var[0])
+        with torch.no_grad():
+            states = [c.state_dict() for c in clients]
+            model.load_state_dict({k: torch.stack([s[k] for s in states]).mean(0)
+                                   for k in states[0]})
+    return model
+
+
+@pytest.mark.parametrize("normalizer", ["gn", "bn"])
+def test_fedavg_two_local_steps_equal_per_client_loop(normalizer):
+    cfg = tiny_config(normalizer=normalizer, local_steps=2, steps=4, momentum=0.5)
+    m_avg, m_ref = twin_models(cfg)
+    x, y, parts = client_data()
+    trainer = make_trainer(cfg, m_avg, normalizer_for(cfg), batches_for(x, y, parts, seed=4))
+    assert isinstance(trainer, FedAvg)
+    replay = batches_for(x, y, parts, seed=4)
+    drawn = [replay.sample() for _ in range(4)]
+    start = copy.deepcopy(m_ref.state_dict())
+    for first in range(0, cfg.steps, cfg.local_steps):
+        trainer.round(first)
+    fedavg_reference(cfg, m_ref, [d[0] for d in drawn], [d[1] for d in drawn], rounds=2)
+    assert_models_close(m_avg, m_ref)
+    # The round moved the weights (the comparison is not between two untouched models).
+    assert not torch.allclose(m_avg.classifier[3].bias, start["classifier.3.bias"])
+
+
+
+# --- 9. FixBN freezes its statistics at T* --------------------------------------------------
+
+
+def test_fixbn_freezes_running_stats_after_t_star_and_normalizes_with_them():
+    """The paper's federation size (10 clients): from T* = 5 on, the running statistics are
+    bit-identical to those FixBN froze, while the parameters keep training."""
+    n = 10
+    cfg = tiny_config(normalizer="fixbn", steps=10, fixbn_freeze=0.5, n_clients=n)
+    normalizer = normalizer_for(cfg)
+    assert isinstance(normalizer.rule_at(4), BatchStats)
+    assert isinstance(normalizer.rule_at(5), FrozenStats)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    x, y, parts = client_data(n_clients=n)
+    trainer = make_trainer(cfg, model, normalizer, batches_for(x, y, parts, seed=6))
+    layers = bn_layers(model)
+    assert len(layers) == 4
+
+    def snapshot():
+        return [(la.running_mean.clone(), la.running_var.clone()) for la in layers]
+
+    previous = snapshot()
+    for step in range(5):
+        trainer.round(step)
+        now = snapshot()
+        for (m0, v0), (m1, v1) in zip(previous, now, strict=True):
+            assert not torch.equal(m0, m1) and not torch.equal(v0, v1)
+        previous = now
+    frozen = snapshot()
+    weight_before = model.classifier[1].weight.clone()
+    for step in range(5, 10):
+        trainer.round(step)
+        for (m0, v0), (m1, v1) in zip(frozen, snapshot(), strict=True):
+            assert torch.equal(m0, m1) and torch.equal(v0, v1)
+    assert not torch.equal(model.classifier[1].weight, weight_before)  # still training
+
+    # A training forward at step >= T* normalizes with the frozen statistics.
+    captured = {}
+    layer = layers[1]
+    handle = layer.register_forward_hook(
+        lambda mod, inp, out: captured.update(inp=inp[0].detach(), out=out.detach()))
+    xb, _ = batches_for(x, y, parts, seed=99).sample()
+    with norm_context(NormContext(normalizer.rule_at(7), n, n, 0.1)):
+        model(xb)
+    handle.remove()
+    mean, var = frozen[1]
+    shape = (1, -1, 1, 1)
+    expected = ((captured["inp"] - mean.view(shape)) / torch.sqrt(var.view(shape) + cfg.bn_eps)
+                * layer.weight.detach().view(shape) + layer.bias.detach().view(shape))
+    torch.testing.assert_close(captured["out"], expected, rtol=1e-5, atol=1e-5)
+
+
+# --- 10. Momentum conventions -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("convention", ["ema", "pytorch"])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_momentum_step_matches_hand_formulas(convention, weight_decay):
+    lr, beta = 0.3, 0.8
+    p0 = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    gs = [torch.tensor(v, dtype=torch.float64)
+          for v in ([0.5, 1.0, -1.0], [2.0, -0.5, 0.25], [-1.0, 0.0, 3.0])]
+    p, m = p0.clone(), torch.zeros(3, dtype=torch.float64)
+    hp, hm = [float(v) for v in p0], [0.0, 0.0, 0.0]
+    for g in gs:
+        momentum_step([p], [g], [m], lr=lr, beta=beta, convention=convention,
+                      weight_decay=weight_decay)
+        for j in range(3):
+            gj = float(g[j]) + weight_decay * hp[j]
+            hm[j] = beta * hm[j] + ((1 - beta) * gj if convention == "ema" else gj)
+            hp[j] -= lr * hm[j]
+        torch.testing.assert_close(p, torch.tensor(hp, dtype=torch.float64), rtol=1e-12, atol=0)
+        torch.testing.assert_close(m, torch.tensor(hm, dtype=torch.float64), rtol=1e-12, atol=0)
+
+
+def test_momentum_step_ema_is_pytorch_scaled_by_one_minus_beta():
+    """Same gradients: ema's momentum (hence each step) is (1 - beta) times pytorch's."""
+    beta = 0.9
+    gs = [torch.randn(4, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    pe, me = torch.zeros(4), torch.zeros(4)
+    pp, mp = torch.zeros(4), torch.zeros(4)
+    for g in gs:
+        momentum_step([pe], [g], [me], lr=1.0, beta=beta, convention="ema")
+        momentum_step([pp], [g], [mp], lr=1.0, beta=beta, convention="pytorch")
+    torch.testing.assert_close(me, (1 - beta) * mp, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(pe, (1 - beta) * pp, rtol=1e-6, atol=1e-7)
+
+
+def test_momentum_step_unknown_convention_raises():
+    p, g, m = torch.zeros(2), torch.ones(2), torch.zeros(2)
+    with pytest.raises(ValueError, match="nesterov"):
+        momentum_step([p], [g], [m], lr=0.1, beta=0.9, convention="nesterov")
+    assert torch.equal(p, torch.zeros(2)) and torch.equal(m, torch.zeros(2))
+
+
+# --- 11. ClientBatches --------------------------------------------------------------------------
+
+
+def test_client_batches_rows_come_from_each_clients_own_indices():
+    n_total = 50
+    x = torch.arange(n_total, dtype=torch.float32).view(-1, 1, 1, 1)  # x encodes its index
+    y = torch.arange(n_total)
+    parts = [torch.tensor([3, 7, 11]), torch.arange(20, 40), torch.tensor([45]),
+             torch.tensor([0, 49])]  # unequal sizes, one client with a single example
+    b = 8
+    batches = ClientBatches(x, y, parts, b, torch.Generator().manual_seed(0))
+    seen = [set() for _ in parts]
+    for _ in range(20):
+        xb, yb = batches.sample()
+        assert xb.shape == (len(parts) * b, 1, 1, 1) and yb.shape == (len(parts) * b,)
+        assert torch.equal(xb.view(-1).long(), yb)  # images and labels stay paired
+        for i, part in enumerate(parts):
+            rows = yb[i * b : (i + 1) * b]
+            assert set(rows.tolist()) <= set(part.tolist())
+            seen[i] |= set(rows.tolist())
+    assert seen[0] == {3, 7, 11} and seen[2] == {45} and seen[3] == {0, 49}
+    assert len(seen[1]) > 10  # draws spread over the client's data
+
+
+def test_client_batches_same_seed_same_batches():
+    x, y, parts = client_data()
+    a = batches_for(x, y, parts, seed=1)
+    b = batches_for(x, y, parts, seed=1)
+    c = batches_for(x, y, parts, seed=2)
+    draws_a = [a.sample() for _ in range(3)]
+    draws_b = [b.sample() for _ in range(3)]
+    draws_c = [c.sample() for _ in range(3)]
+    for (xa, ya), (xb, yb) in zip(draws_a, draws_b, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert not all(torch.equal(ya, yc) for (_, ya), (_, yc) in zip(draws_a, draws_c, strict=True))
+
+
+def test_client_batches_rejects_an_empty_client():
+    x, y, _ = client_data()
+    with pytest.raises(ValueError, match="at least one"):
+        ClientBatches(x, y, [torch.arange(3), torch.tensor([], dtype=torch.long)], B,
+                      torch.Generator().manual_seed(0))

@@ -1,0 +1,129 @@
+"""The FBN paper's CNN and ResNet-20: parameter counts, layer order, outputs, shortcuts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fednorm.config import RunConfig
+from fednorm.models import FBNCNN, ResNet20, build_model
+from fednorm.models.resnet import BasicBlock
+from fednorm.norms import FedBatchNorm2d
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def conv3(c_in: int, c_out: int, bias: bool = True) -> int:
+    return c_in * c_out * 9 + (c_out if bias else 0)
+
+
+def linear(d_in: int, d_out: int) -> int:
+    return d_in * d_out + d_out
+
+
+NORM = 2  # affine weight and bias per channel (BatchNorm and GroupNorm alike)
+
+# The FBN paper's CNN (Table 1) on 32x32x3 inputs: four 3x3 convolutions (64, 64, 128, 128
+# channels, each followed by a normalization), two 2x2 max-pools (32 -> 8), then 8*8*128 -> 128
+# -> 10 fully connected.
+CNN_PARAMS = (
+    conv3(3, 64) + NORM * 64
+    + conv3(64, 64) + NORM * 64
+    + conv3(64, 128) + NORM * 128
+    + conv3(128, 128) + NORM * 128
+    + linear(8 * 8 * 128, 128)
+    + linear(128, 10)
+)
+
+
+def _stage(c_in: int, c_out: int) -> int:
+    """Three basic blocks, bias-free convolutions, parameter-free shortcuts."""
+    first = conv3(c_in, c_out, bias=False) + conv3(c_out, c_out, bias=False) + 2 * NORM * c_out
+    other = 2 * conv3(c_out, c_out, bias=False) + 2 * NORM * c_out
+    return first + 2 * other
+
+
+# ResNet-20 (He et al. 2016, §4.2): stem conv 3 -> 16, stages of widths 16, 32, 64, linear head.
+RESNET_PARAMS = (
+    conv3(3, 16, bias=False) + NORM * 16
+    + _stage(16, 16) + _stage(16, 32) + _stage(32, 64)
+    + linear(64, 10)
+)
+
+
+def test_arithmetic_matches_the_published_counts():
+    assert CNN_PARAMS == 1_310_922
+    assert RESNET_PARAMS == 269_722
+
+
+@pytest.mark.parametrize("normalizer", ["fbn", "gn"])
+def test_paper_cnn_parameter_count(normalizer):
+    model = build_model(RunConfig(model="fbn_cnn", normalizer=normalizer, width=64, hidden=128))
+    assert n_params(model) == CNN_PARAMS == 1_310_922
+    norm_type = FedBatchNorm2d if normalizer == "fbn" else nn.GroupNorm
+    assert sum(isinstance(m, norm_type) for m in model.modules()) == 4
+
+
+@pytest.mark.parametrize("normalizer", ["fbn", "gn"])
+def test_resnet20_parameter_count(normalizer):
+    model = build_model(RunConfig(model="resnet20", normalizer=normalizer, width=16,
+                                  gn_groups=16))
+    assert n_params(model) == RESNET_PARAMS == 269_722
+    norm_type = FedBatchNorm2d if normalizer == "fbn" else nn.GroupNorm
+    assert sum(isinstance(m, norm_type) for m in model.modules()) == 19  # stem + 9 blocks x 2
+
+
+def test_cnn_module_order_is_conv_relu_norm():
+    model = FBNCNN(FedBatchNorm2d, width=4, hidden=8, dropout=0.25, image_size=8)
+    types = [type(m) for m in model.features]
+    block = [nn.Conv2d, nn.ReLU, FedBatchNorm2d]
+    assert types == [*block, *block, nn.MaxPool2d, nn.Dropout,
+                     *block, *block, nn.MaxPool2d, nn.Dropout]
+    assert [type(m) for m in model.classifier] == [nn.Flatten, nn.Linear, nn.ReLU, nn.Linear]
+    # The normalization acts on the ReLU's (non-negative) output: its input is the ReLU output.
+    seen = {}
+    model.features[2].register_forward_hook(lambda m, inp, out: seen.update(x=inp[0]))
+    model.eval()
+    model(torch.randn(2, 3, 8, 8))
+    assert seen["x"].min() >= 0
+
+
+@pytest.mark.parametrize("model_name", ["fbn_cnn", "resnet20"])
+def test_output_is_log_probabilities(model_name):
+    cfg = RunConfig(model=model_name, normalizer="gn", gn_groups=2, width=4, hidden=8,
+                    image_size=8, dropout=0.0)
+    torch.manual_seed(0)
+    model = build_model(cfg, n_classes=7)
+    out = model(3 * torch.randn(5, 3, 8, 8))
+    assert out.shape == (5, 7)
+    assert torch.all(out <= 0)
+    torch.testing.assert_close(out.exp().sum(1), torch.ones(5), rtol=1e-5, atol=1e-5)
+    # Not a constant: different inputs give different distributions.
+    assert not torch.allclose(out[0], out[1])
+
+
+def test_resnet_stride2_blocks_have_parameter_free_option_a_shortcuts():
+    model = ResNet20(FedBatchNorm2d, width=4)
+    blocks = [m for m in model.modules() if isinstance(m, BasicBlock)]
+    assert len(blocks) == 9
+    downsampling = [b for b in blocks if b.stride == 2]
+    assert len(downsampling) == 2
+    for block in downsampling:
+        names = {name for name, _ in block.named_parameters()}
+        assert names == {"conv1.weight", "norm1.weight", "norm1.bias",
+                         "conv2.weight", "norm2.weight", "norm2.bias"}
+        assert sum(isinstance(m, nn.Conv2d) for m in block.modules()) == 2
+        # Option A: subsample by 2, pad the new channels with zeros.
+        c_in = block.conv1.in_channels
+        x = torch.randn(2, c_in, 8, 8)
+        s = block.shortcut(x)
+        assert s.shape == (2, 2 * c_in, 4, 4)
+        lo = block.pad // 2
+        torch.testing.assert_close(s[:, lo : lo + c_in], x[:, :, ::2, ::2], rtol=0, atol=0)
+        assert torch.count_nonzero(s[:, :lo]) == 0 and torch.count_nonzero(s[:, lo + c_in :]) == 0
+    identity = [b for b in blocks if b.stride == 1]
+    x = torch.randn(2, identity[0].conv1.in_channels, 8, 8)
+    assert identity[0].shortcut(x) is x
