@@ -14,8 +14,13 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/summarize.smk"
 include: "workflow/rules/plots.smk"
 
+if PLAN.toy:
+
+    include: "workflow/rules/toy.smk"
+
 
 rule all:
     input:
         PLAN.figure_files(),
+        PLAN.toy_files(),
         PLAN.paths.summary(),

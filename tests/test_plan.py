@@ -27,6 +27,10 @@ def test_paper_config_counts_the_issue_grids():
     names = {"fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c"}
     assert {n.split("/")[1] for n in plan.figures} == names
     assert dict(plan.figures["fbn/fig5c"].where) == {"heterogeneity": 0.05}  # 'min' resolved
+    toy = {p.rsplit("/", 1)[1] for p in plan.toy_files()}
+    assert toy == {f"fig{n}.{e}" for n in ("1a", "1b", "2a", "2b", "2c") for e in ("pdf", "png",
+                                                                                  "csv")}
+    assert plan.toy.settings.rounds == 100 and plan.toy.gammas == (0, 0.1, 0.5, 1)
 
 
 def test_quick_profile_is_offline_and_keeps_every_figure():
@@ -60,6 +64,9 @@ def test_a_run_needed_twice_is_planned_once():
         ({"figures": {"f": {"experiment": "e", "kind": "curves",
                             "where": {"heterogeneity": 0.5}}}}, r"value 0.5.*experiment has"),
         ({"colour": "red"}, r"unknown key 'colour'"),
+        ({"toy": {"settings": {"rounds": 0}}}, r"toy.settings.*'rounds' has value 0"),
+        ({"toy": {"settings": {"points": 3}}}, r"toy.settings: unknown key 'points'"),
+        ({"toy": {"gammas": [0, 2]}}, r"toy: key 'gammas' has value \[0, 2\]"),
     ],
 )
 def test_config_errors_are_raised_before_any_job(patch, expected):

@@ -54,6 +54,12 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
         for ext in ("pdf", "png", "csv"):
             assert (figures / f"{name}.{ext}").stat().st_size > 0
 
+    for name in ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c"):  # the 2-D toy
+        for ext in ("pdf", "png", "csv"):
+            assert (figures / f"{name}.{ext}").stat().st_size > 0
+    toy = pd.read_csv(figures / "fig2c.csv")
+    assert set(toy.scheme) == {"bn", "fbn", "fixbn"} and set(toy.gamma) == {0, 1}
+
     summary = pd.read_csv(work / ".test/results/summary.csv")
     for column in ("run_id", "figure_group", "model", "normalizer", "partition",
                    "heterogeneity", "local_steps", "seed", "step", "test_accuracy",

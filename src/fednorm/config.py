@@ -99,14 +99,16 @@ def _one_of(allowed: tuple[str, ...]) -> Callable[[Any], str | None]:
     return lambda v: None if v in allowed else f"one of {list(allowed)}"
 
 
-def _int_at_least(low: int) -> Callable[[Any], str | None]:
+def int_at_least(low: int) -> Callable[[Any], str | None]:
+    """A check: None if the value is an integer >= low, else what is allowed."""
     return lambda v: (
         None if isinstance(v, int) and not isinstance(v, bool) and v >= low
         else f"an integer >= {low}"
     )
 
 
-def _number_in(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], str | None]:
+def number_in(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], str | None]:
+    """A check: None if the value is a finite number in [low, high] ((low, high] if low_open)."""
     def check(v: Any) -> str | None:
         ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
         ok = ok and (low < v if low_open else low <= v) and v <= high
@@ -122,46 +124,46 @@ def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]
 
 def _positive_numbers(v: Any) -> str | None:
     ok = isinstance(v, list | tuple) and len(v) > 0
-    ok = ok and all(_number_in(0, math.inf, low_open=True)(x) is None for x in v)
+    ok = ok and all(number_in(0, math.inf, low_open=True)(x) is None for x in v)
     return None if ok else "a non-empty list of positive numbers"
 
 
 def _increasing_ints(v: Any) -> str | None:
-    ok = isinstance(v, list | tuple) and all(_int_at_least(1)(x) is None for x in v)
+    ok = isinstance(v, list | tuple) and all(int_at_least(1)(x) is None for x in v)
     ok = ok and all(a < b for a, b in itertools.pairwise(v))
     return None if ok else "a list of increasing positive integers"
 
 
 _RULES: dict[str, Callable[[Any], str | None]] = {
     "dataset": _one_of(DATASETS),
-    "n_train": _optional(_int_at_least(1)),
-    "n_test": _optional(_int_at_least(1)),
-    "image_size": _int_at_least(4),
-    "synthetic_separation": _number_in(0, math.inf, low_open=True),
+    "n_train": _optional(int_at_least(1)),
+    "n_test": _optional(int_at_least(1)),
+    "image_size": int_at_least(4),
+    "synthetic_separation": number_in(0, math.inf, low_open=True),
     "augment": _one_of(AUGMENTS),
     "model": _one_of(MODELS),
-    "width": _int_at_least(1),
-    "hidden": _int_at_least(1),
-    "dropout": _number_in(0, 1),
+    "width": int_at_least(1),
+    "hidden": int_at_least(1),
+    "dropout": number_in(0, 1),
     "normalizer": _one_of(NORMALIZERS),
-    "bn_momentum": _number_in(0, 1, low_open=True),
-    "bn_eps": _number_in(0, 1, low_open=True),
-    "gn_groups": _int_at_least(1),
+    "bn_momentum": number_in(0, 1, low_open=True),
+    "bn_eps": number_in(0, 1, low_open=True),
+    "gn_groups": int_at_least(1),
     "fbn_init": _one_of(FBN_INITS),
-    "fixbn_freeze": _number_in(0, 1),
-    "n_clients": _int_at_least(1),
+    "fixbn_freeze": number_in(0, 1),
+    "n_clients": int_at_least(1),
     "partition": _one_of(PARTITIONS),
-    "heterogeneity": _optional(_number_in(0, math.inf)),
-    "batch_size": _int_at_least(2),
-    "local_steps": _int_at_least(1),
-    "steps": _int_at_least(1),
+    "heterogeneity": _optional(number_in(0, math.inf)),
+    "batch_size": int_at_least(2),
+    "local_steps": int_at_least(1),
+    "steps": int_at_least(1),
     "lr": _positive_numbers,
     "lr_milestones": _increasing_ints,
-    "momentum": _number_in(0, 1),
+    "momentum": number_in(0, 1),
     "momentum_convention": _one_of(MOMENTUM_CONVENTIONS),
-    "weight_decay": _number_in(0, math.inf),
-    "eval_every": _int_at_least(1),
-    "seed": _int_at_least(0),
+    "weight_decay": number_in(0, math.inf),
+    "eval_every": int_at_least(1),
+    "seed": int_at_least(0),
 }
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"

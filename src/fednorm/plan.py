@@ -7,7 +7,9 @@ The configuration has four top-level sections (see ``config/config.yaml``):
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``;
-``figures``      name -> ``{experiment, kind, where, x, title}``.
+``figures``      name -> ``{experiment, kind, where, x, title}``;
+``toy``          the FBN paper's 2-D normalization toy (Figs 1, 2): ``settings`` (ToyConfig keys),
+                 ``gammas``, ``seeds``, ``figures`` (the folder under ``paths.figures``).
 
 A run that two experiments need is planned (and trained) once: runs are keyed by their run_id,
 which derives from the run's config alone. Every error is raised here, before any job starts.
@@ -24,7 +26,19 @@ from fednorm.config import FIELDS, ConfigError, Figure, Paths, RunConfig, run_co
 
 FIGURE_KINDS = ("curves", "final_vs")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
-_TOP = ("paths", "execution", "run", "experiments", "figures")
+_TOP = ("paths", "execution", "run", "experiments", "figures", "toy")
+TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
+
+
+@dataclass(frozen=True)
+class ToyPlan:
+    settings: Any  # fednorm.toy.ToyConfig (imported lazily: the toy needs torch)
+    gammas: tuple[float, ...]
+    seeds: tuple[int, ...]
+    folder: str  # under paths.figures
+
+    def stems(self, paths: Paths) -> list[str]:
+        return [f"{paths.figures}/{self.folder}/{name}" for name in TOY_FIGURES]
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,7 @@ class Plan:
     runs: dict[str, RunConfig]  # run_id -> config, each run once
     experiments: dict[str, tuple[str, ...]]  # experiment -> its run_ids, in grid order
     figures: dict[str, Figure]
+    toy: ToyPlan | None = None
 
     def groups(self, run_id: str) -> str:
         """The experiments a run belongs to, joined by '|' (the summary's figure_group)."""
@@ -40,6 +55,10 @@ class Plan:
 
     def figure_files(self) -> list[str]:
         return [self.paths.figure(n, e) for n in self.figures for e in FIGURE_EXTENSIONS]
+
+    def toy_files(self) -> list[str]:
+        stems = self.toy.stems(self.paths) if self.toy else []
+        return [f"{stem}.{ext}" for stem in stems for ext in FIGURE_EXTENSIONS]
 
     def metrics_files(self) -> list[str]:
         return [f"{self.paths.run_dir(r)}/metrics.csv" for r in self.runs]
@@ -129,6 +148,30 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+def _toy(spec: Any) -> ToyPlan | None:
+    if spec is None:
+        return None
+    from fednorm.toy import ToyConfig
+
+    spec = _keys(spec, "toy", ("settings", "gammas", "seeds", "figures"))
+    try:
+        settings = ToyConfig(**_keys(spec.get("settings"), "toy.settings",
+                                     tuple(ToyConfig.__dataclass_fields__)))
+    except ValueError as err:
+        raise ConfigError(f"toy.settings: {err}") from err
+    gammas, seeds = spec.get("gammas", [0, 0.1, 0.5, 1]), spec.get("seeds", [0, 1, 2])
+    if not (isinstance(gammas, list) and gammas and all(
+            isinstance(g, int | float) and 0 <= g <= 1 for g in gammas)):
+        raise ConfigError(f"toy: key 'gammas' has value {gammas!r}; allowed: a non-empty list "
+                          "of numbers in [0, 1]")
+    if not (isinstance(seeds, list) and seeds and all(
+            isinstance(x, int) and x >= 0 for x in seeds)):
+        raise ConfigError(f"toy: key 'seeds' has value {seeds!r}; allowed: a non-empty list "
+                          "of integers >= 0")
+    return ToyPlan(settings, tuple(float(g) for g in gammas), tuple(seeds),
+                   str(spec.get("figures", "fbn")))
+
+
 def load_plan(config: Mapping[str, Any]) -> Plan:
     """Validate the whole configuration and expand it into runs and figures."""
     config = _keys(config, "config", _TOP)
@@ -150,4 +193,5 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         experiments={n: tuple(dict.fromkeys(c.run_id for c in cfgs)) for n, cfgs in
                      expanded.items()},
         figures=figures,
+        toy=_toy(config.get("toy")),
     )
