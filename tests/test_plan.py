@@ -24,9 +24,13 @@ def test_paper_config_counts_the_issue_grids():
     assert len(plan.experiments["fbn_dirichlet"]) == 4 * 5 * 3
     assert len(plan.runs) == 144
     assert plan.needs_cifar10()
-    names = {"fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c"}
+    names = {"fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
+             "norm_error_vs_heterogeneity"}
     assert {n.split("/")[1] for n in plan.figures} == names
     assert dict(plan.figures["fbn/fig5c"].where) == {"heterogeneity": 0.05}  # 'min' resolved
+    curves = plan.figures["fbn/norm_error_curves"]
+    assert (curves.y, curves.panel, curves.panel_values) == (
+        "norm_error_var", "heterogeneity", (0.01, 0.0))
     toy = {p.rsplit("/", 1)[1] for p in plan.toy_files()}
     assert toy == {f"fig{n}.{e}" for n in ("1a", "1b", "2a", "2b", "2c") for e in ("pdf", "png",
                                                                                   "csv")}
@@ -64,6 +68,13 @@ def test_a_run_needed_twice_is_planned_once():
         ({"figures": {"f": {"experiment": "e", "kind": "curves",
                             "where": {"heterogeneity": 0.5}}}}, r"value 0.5.*experiment has"),
         ({"colour": "red"}, r"unknown key 'colour'"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves", "y": "accuracy"}}},
+         r"'y' has value 'accuracy'.*norm_error_var"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves",
+                            "panels": {"heterogeneity": [0.0, 0.3]}}}}, r"value 0.3.*experiment"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves",
+                            "panels": {"seed": [0], "heterogeneity": [0.0]}}}},
+         r"'panels'.*one key"),
         ({"toy": {"settings": {"rounds": 0}}}, r"toy.settings.*'rounds' has value 0"),
         ({"toy": {"settings": {"points": 3}}}, r"toy.settings: unknown key 'points'"),
         ({"toy": {"gammas": [0, 2]}}, r"toy: key 'gammas' has value \[0, 2\]"),

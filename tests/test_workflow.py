@@ -25,7 +25,7 @@ def test_paper_dry_run_counts_the_training_jobs():
     counts = dict(line.split()[:2] for line in out.stdout.splitlines()
                   if len(line.split()) == 2 and line.split()[1].isdigit())
     assert counts["train"] == "144"  # Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3)
-    assert counts["cifar10"] == "1" and counts["figure"] == "6"
+    assert counts["cifar10"] == "1" and counts["figure"] == "8" and counts["toy"] == "1"
 
 
 def test_bad_config_fails_before_any_job(tmp_path):
@@ -50,7 +50,8 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     out = _snakemake("--cores", "2", "--configfile", ".test/config.yaml", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     figures = work / ".test/figures/fbn"
-    for name in ("fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c"):
+    for name in ("fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
+                 "norm_error_vs_heterogeneity"):
         for ext in ("pdf", "png", "csv"):
             assert (figures / f"{name}.{ext}").stat().st_size > 0
 
@@ -76,6 +77,9 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert meta["status"] == "diverged" and meta["config"]["lr"] == [1e6]
     for key in ("git_commit", "versions", "device", "wall_time_s", "seed"):
         assert key in meta
+    panels = pd.read_csv(figures / "norm_error_curves.csv")
+    assert list(panels.heterogeneity.unique()) == [0.01, 0.0]  # one panel per gamma, in order
+    assert (panels[panels.normalizer == "fbn"]["mean"] >= 0).all()
     plotted = pd.read_csv(figures / "fig5a.csv")
     assert plotted["n_diverged"].sum() == 1  # the diverged run is shown, not dropped
     leftovers = [p for p in (work / ".test").rglob(".*") if p.is_file()]

@@ -256,4 +256,7 @@ class Figure:
     kind: str
     where: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     x: str | None = None
+    y: str = "test_accuracy"
+    panel: str | None = None  # one axes per value of this key, side by side
+    panel_values: tuple[Any, ...] = ()
     title: str = ""

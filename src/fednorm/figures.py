@@ -23,10 +23,12 @@ def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
 
 def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     rows = figure_rows(fig, summary)
+    panels = {"panel": fig.panel, "panel_values": fig.panel_values}
     title = fig.title or fig.name
     if fig.kind == "final_vs":
         x = fig.x or "heterogeneity"
         partitions = rows["partition"].unique() if x == "heterogeneity" else []
         xlabel = _X_LABELS.get(partitions[0], x) if len(partitions) == 1 else x
-        return make_figure("final_vs", rows, stem, title=title, x=x, xlabel=xlabel)
-    return make_figure("curves", rows, stem, title=title, x=fig.x or "step")
+        return make_figure("final_vs", rows, stem, title=title, x=x, y=fig.y, xlabel=xlabel,
+                           **panels)
+    return make_figure("curves", rows, stem, title=title, x=fig.x or "step", y=fig.y, **panels)

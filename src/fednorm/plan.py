@@ -7,7 +7,8 @@ The configuration has four top-level sections (see ``config/config.yaml``):
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``;
-``figures``      name -> ``{experiment, kind, where, x, title}``;
+``figures``      name -> ``{experiment, kind, where, x, y, panels, title}``; ``y`` a metric,
+                 ``panels: {key: [values]}`` one axes per value;
 ``toy``          the FBN paper's 2-D normalization toy (Figs 1, 2): ``settings`` (ToyConfig keys),
                  ``gammas``, ``seeds``, ``figures`` (the folder under ``paths.figures``).
 
@@ -25,6 +26,7 @@ from typing import Any
 from fednorm.config import FIELDS, ConfigError, Figure, Paths, RunConfig, run_config
 
 FIGURE_KINDS = ("curves", "final_vs")
+FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
 _TOP = ("paths", "execution", "run", "experiments", "figures", "toy")
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
@@ -114,7 +116,7 @@ def _resolve_where(fig: str, spec: Mapping[str, Any], runs: list[RunConfig]) -> 
 
 def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Figure:
     where = f"figures.{name}"
-    spec = _keys(spec, where, ("experiment", "kind", "where", "x", "title"))
+    spec = _keys(spec, where, ("experiment", "kind", "where", "x", "y", "panels", "title"))
     experiment = spec.get("experiment")
     if experiment not in experiments:
         raise ConfigError(
@@ -126,14 +128,34 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
     x = spec.get("x")
     if x is not None and x not in FIELDS:
         raise ConfigError(f"{where}: key 'x' has value {x!r}; allowed: a run key {FIELDS}")
+    y = spec.get("y", "test_accuracy")
+    if y not in FIGURE_METRICS:
+        raise ConfigError(f"{where}: key 'y' has value {y!r}; allowed: {FIGURE_METRICS}")
+    panel, panel_values = _panels(name, spec.get("panels"), experiments[experiment])
     return Figure(
         name=name,
         experiment=experiment,
         kind=kind,
         where=_resolve_where(name, spec.get("where"), experiments[experiment]),
         x=x,
+        y=y,
+        panel=panel,
+        panel_values=panel_values,
         title=str(spec.get("title", "")),
     )
+
+
+def _panels(fig: str, spec: Any, runs: list[RunConfig]) -> tuple[str | None, tuple]:
+    """``{key: [values]}`` -> (key, values), each value checked like a ``where`` filter."""
+    if spec is None:
+        return None, ()
+    spec = _keys(spec, f"figures.{fig}.panels", FIELDS)
+    if len(spec) != 1 or not isinstance(next(iter(spec.values())), list):
+        raise ConfigError(f"figures.{fig}: key 'panels' has value {dict(spec)!r}; allowed: one "
+                          "key with a list of values")
+    key, values = next(iter(spec.items()))
+    resolved = tuple(_resolve_where(fig, {key: v}, runs)[0][1] for v in values)
+    return key, resolved
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """``train_and_evaluate(config, out_dir)``: one run in, its files out.
 
-Writes ``metrics.csv`` (one row per evaluation point, columns ``fednorm.fl.train.METRIC_COLUMNS``)
+Writes ``metrics.csv`` (one row per evaluation point, columns ``fednorm.fl.train.METRIC_COLUMNS``;
+the ``norm_error_*`` columns average the layers of ``norm_error.csv``, one row per evaluation
+point and BN layer, see :mod:`fednorm.fl.norm_error`)
 and ``run.json`` (resolved config, run_id, seed, git commit, library versions, device, wall time,
 status), each atomically. The Snakemake rule and ``fednorm run`` both call this function.
 """
@@ -19,7 +21,7 @@ import torch
 from fednorm import __version__
 from fednorm.config import RunConfig
 from fednorm.data import load_dataset
-from fednorm.fl.train import METRIC_COLUMNS, train
+from fednorm.fl.train import LAYER_COLUMNS, METRIC_COLUMNS, train
 from fednorm.io import write_csv, write_json
 
 
@@ -73,6 +75,8 @@ def train_and_evaluate(
     result = train(cfg, data, dev)
     wall = time.perf_counter() - start
     write_csv(out_dir / "metrics.csv", pd.DataFrame(result.rows, columns=list(METRIC_COLUMNS)))
+    write_csv(out_dir / "norm_error.csv",
+              pd.DataFrame(result.layer_rows, columns=list(LAYER_COLUMNS)))
     write_json(out_dir / "run.json", {
         "run_id": cfg.run_id,
         "seed": cfg.seed,

@@ -2,7 +2,8 @@
 
 Columns: ``run_id``, ``figure_group`` (the experiments the run belongs to, joined by '|'), every
 run-config key (lists written as text), the metrics (``step``, ``test_accuracy`` as a fraction,
-``test_loss``, ``train_loss``), and the run's ``status`` and ``wall_time_s``.
+``test_loss``, ``train_loss``, ``norm_error_mean``, ``norm_error_var``: the normalization error
+averaged over BN layers, NaN without BN), and the run's ``status`` and ``wall_time_s``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from fednorm.plan import Plan
 
 FIRST_COLUMNS = ("run_id", "figure_group", "model", "normalizer", "partition", "heterogeneity",
                  "local_steps", "seed")
-METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "status", "wall_time_s")
+METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
+           "norm_error_var", "status", "wall_time_s")
 
 
 def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:

@@ -312,3 +312,21 @@ def test_unknown_names_get_deterministic_distinct_fallback_colours() -> None:
     assert colour("ln", list(reversed(among))) == colour("ln", among)
     assert colour("ln") == colour("ln")
     assert label("ln") == "ln"
+
+
+def test_make_figure_panels_plot_each_value_on_its_own_axes(
+    tmp_path: Path, curves_df: pd.DataFrame
+) -> None:
+    left, right = curves_df.assign(gamma=0.01), curves_df[curves_df.normalizer == "fbn"]
+    both = pd.concat([left, right.assign(gamma=0.0)], ignore_index=True)
+    (_, _, csv) = make_figure("curves", both, tmp_path / "panels", title="t", panel="gamma",
+                              panel_values=(0.01, 0.0))
+    plotted = pd.read_csv(csv)
+    assert plotted.columns[0] == "gamma"
+    expected = pd.concat([curve_data(left).assign(gamma=0.01),
+                          curve_data(right).assign(gamma=0.0)], ignore_index=True)
+    expected = expected[["gamma", *curve_data(left).columns]]
+    pd.testing.assert_frame_equal(plotted, expected)
+    with pytest.raises(ValueError, match=r"no rows matched its selection \(gamma = 0.5\)"):
+        make_figure("curves", both, tmp_path / "p2", title="t", panel="gamma",
+                    panel_values=(0.5,))

@@ -5,6 +5,7 @@ rule train:
     output:
         metrics=f"{RESULTS}/runs/{{run_id}}/metrics.csv",
         meta=f"{RESULTS}/runs/{{run_id}}/run.json",
+        norm_error=f"{RESULTS}/runs/{{run_id}}/norm_error.csv",
     params:
         run=get_run_config,
         data_dir=DATA,

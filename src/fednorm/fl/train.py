@@ -16,15 +16,19 @@ from fednorm.data.augment import random_crop_flip
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.engine import make_trainer
+from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.models import build_model
-from fednorm.norms import normalizer_for
+from fednorm.norms import bn_layers, normalizer_for
 
-METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss")
+METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
+                  "norm_error_var")
+LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
 
 
 @dataclass
 class TrainResult:
-    rows: list[dict[str, float]] = field(default_factory=list)
+    rows: list[dict[str, float]] = field(default_factory=list)  # METRIC_COLUMNS
+    layer_rows: list[dict] = field(default_factory=list)  # LAYER_COLUMNS: normalization error
     status: str = "ok"  # "ok" or "diverged"
     model: nn.Module | None = None
 
@@ -67,9 +71,29 @@ def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
     if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
         trainer.calibrate()
 
+    # The normalization error is measured on separate draws of the clients' batches, so that
+    # measuring never changes the training trajectory.
+    probe = ClientBatches(data.train_x, data.train_y, parts, cfg.batch_size,
+                          torch.Generator(device=device).manual_seed(cfg.seed + 2))
     result = TrainResult(model=model)
-    acc, test_loss = evaluate(model, data.test_x, data.test_y)
-    result.rows.append(dict(step=0, test_accuracy=acc, test_loss=test_loss, train_loss=math.nan))
+
+    def record(step: int, train_loss: float) -> bool:
+        """Append an evaluation row; False when the run has diverged."""
+        acc, test_loss = math.nan, math.nan
+        if math.isfinite(train_loss) or step == 0:
+            acc, test_loss = evaluate(model, data.test_x, data.test_y)
+        if not math.isfinite(test_loss):
+            acc = math.nan  # argmax over NaN outputs is not an accuracy
+        errors = norm_error(model, probe, cfg.n_clients)
+        result.layer_rows += [{"step": step, **row} for row in errors]
+        result.rows.append(dict(
+            step=step, test_accuracy=acc, test_loss=test_loss, train_loss=train_loss,
+            norm_error_mean=_mean([r["mean_error"] for r in errors]),
+            norm_error_var=_mean([r["var_error"] for r in errors]),
+        ))
+        return math.isfinite(test_loss) and (step == 0 or math.isfinite(train_loss))
+
+    record(0, math.nan)
     loss_sum, since = torch.zeros((), device=device), 0
     for first in range(0, cfg.steps, cfg.local_steps):
         loss_sum += trainer.round(first)
@@ -77,16 +101,21 @@ def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
         step = first + cfg.local_steps
         if step // cfg.eval_every == first // cfg.eval_every and step != cfg.steps:
             continue
-        train_loss = (loss_sum / since).item()  # the only host sync: at evaluation points
-        acc, test_loss = (math.nan, math.nan)
-        if math.isfinite(train_loss):
-            acc, test_loss = evaluate(model, data.test_x, data.test_y)
-        if not math.isfinite(test_loss):
-            acc = math.nan  # argmax over NaN outputs is not an accuracy
-        result.rows.append(dict(step=step, test_accuracy=acc, test_loss=test_loss,
-                                train_loss=train_loss))
-        if not (math.isfinite(train_loss) and math.isfinite(test_loss)):
+        # the only host sync: at evaluation points
+        if not record(step, (loss_sum / since).item()):
             result.status = "diverged"
             break
         loss_sum, since = torch.zeros((), device=device), 0
     return result
+
+
+def norm_error(model: nn.Module, probe: ClientBatches, n_clients: int) -> list[dict]:
+    layers = bn_layers(model)
+    if not layers:
+        return []
+    x, _ = probe.sample()
+    return layer_errors(layers, union_statistics(model, layers, x, n_clients))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,25 +37,39 @@ def make_figure(
     hue: str = "normalizer",
     xlabel: str | None = None,
     ylabel: str | None = None,
+    panel: str | None = None,
+    panel_values: Sequence[Any] = (),
     **kw: Any,
 ) -> list[Path]:
     """Draw ``df`` as a ``kind`` figure ("curves" or "final_vs") and save it under ``stem``.
 
     ``x`` defaults to "step" (curves) or "heterogeneity" (final_vs); axis labels default to the
-    column names. ``kw`` goes to the plot function (e.g. ``last``, ``logx``). Returns the PDF,
-    PNG and CSV paths (see :func:`save_figure`). Raises ValueError for an unknown ``kind`` or an
-    empty ``df``.
+    column names. With ``panel``, one axes per value in ``panel_values`` (side by side, rows
+    where ``df[panel]`` equals it), and the CSV gets a ``panel`` column first. ``kw`` goes to the
+    plot function (e.g. ``last``, ``logx``). Returns the PDF, PNG and CSV paths (see
+    :func:`save_figure`). Raises ValueError for an unknown ``kind`` or an empty selection.
     """
     if kind not in PLOTTERS:
         raise ValueError(f"unknown figure kind {kind!r}; allowed kinds: {sorted(PLOTTERS)}")
-    if df.empty:
-        raise ValueError(f"figure {stem}: no rows matched its selection")
     x = x or DEFAULT_X[kind]
-    fig = Figure(figsize=FIGSIZE, layout="constrained")
-    ax = fig.subplots()
-    data = PLOTTERS[kind](ax, df, x=x, y=y, hue=hue, **kw)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel or readable(x))
-    ax.set_ylabel(ylabel or readable(y))
-    ax.grid(alpha=0.3)
-    return save_figure(fig, data, stem)
+    values = list(panel_values) if panel else [None]
+    fig = Figure(figsize=(FIGSIZE[0] * len(values), FIGSIZE[1]), layout="constrained")
+    frames = []
+    for ax, value in zip(fig.subplots(1, len(values), squeeze=False)[0], values, strict=True):
+        rows = df if panel is None else df[df[panel] == value]
+        if rows.empty:
+            where = "" if panel is None else f" ({panel} = {value})"
+            raise ValueError(f"figure {stem}: no rows matched its selection{where}")
+        data = PLOTTERS[kind](ax, rows, x=x, y=y, hue=hue, **kw)
+        if panel is not None:
+            data.insert(0, panel, value)
+            ax.set_title(f"{readable(panel)} = {value:g}")
+        ax.set_xlabel(xlabel or readable(x))
+        ax.set_ylabel(ylabel or readable(y))
+        ax.grid(alpha=0.3)
+        frames.append(data)
+    if panel is None:
+        fig.axes[0].set_title(title)
+    else:
+        fig.suptitle(title)
+    return save_figure(fig, pd.concat(frames, ignore_index=True), stem)

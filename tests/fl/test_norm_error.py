@@ -1,0 +1,85 @@
+"""The normalization error of real runs, on cases whose answer is known."""
+
+import math
+
+import torch
+
+from fednorm.config import run_config
+from fednorm.data.synthetic import colour_classes
+from fednorm.fl.engine import commit_stats
+from fednorm.fl.norm_error import layer_errors, union_statistics
+from fednorm.fl.train import train
+from fednorm.models import build_model
+from fednorm.norms import BatchStats, NormContext, UnionStats, bn_layers, norm_context
+
+N, B = 5, 6
+SMALL = {"dataset": "synthetic", "n_train": 300, "n_test": 100, "image_size": 8, "width": 4,
+         "hidden": 8, "dropout": 0.0, "n_clients": N, "batch_size": B}
+
+
+def _model_and_batch(normalizer: str):
+    torch.manual_seed(0)
+    model = build_model(run_config({**SMALL, "normalizer": normalizer})).double()
+    # client i's images are shifted by i: very different client statistics (gamma = 0-like)
+    x = torch.randn(N * B, 3, 8, 8, dtype=torch.float64)
+    x += torch.arange(N, dtype=torch.float64).repeat_interleave(B)[:, None, None, None]
+    return model, bn_layers(model), x
+
+
+def _step_stats(model, layers, x, rule):
+    """One forward with beta = 1 and the server's aggregation: running stats <- this batch's."""
+    ctx = NormContext(rule, N, N, beta=1.0)
+    with torch.no_grad(), norm_context(ctx):
+        model(x)
+    commit_stats(layers, ctx.reports, rule, N, 1.0)
+
+
+def test_central_has_zero_error_on_its_own_union_batch():
+    model, layers, x = _model_and_batch("central")
+    _step_stats(model, layers, x, UnionStats())
+    errors = layer_errors(layers, union_statistics(model, layers, x, N))
+    assert len(errors) == 4
+    for row in errors:
+        assert row["mean_error"] < 1e-12 and row["var_error"] < 1e-12
+
+
+def test_naive_bn_variance_error_is_the_law_of_total_variance_bias():
+    model, layers, x = _model_and_batch("bn")
+    _step_stats(model, layers, x, BatchStats())
+    first = layer_errors(layers, union_statistics(model, layers, x, N))[0]
+    # the first BN layer sees relu(conv(x)) whatever the normalization: compute its bias by hand
+    conv = model.features[0]
+    u = torch.relu(conv(x)).detach().transpose(0, 1).reshape(conv.out_channels, N, -1)
+    K = u.shape[2]
+    naive = u.var(dim=2, correction=1).mean(1)  # mean of the clients' unbiased variances
+    central = u.reshape(conv.out_channels, -1).var(dim=1, correction=1)
+    assert math.isclose(first["var_error"], ((naive - central).abs() / central).mean().item(),
+                        rel_tol=1e-9)
+    assert first["mean_error"] < 1e-12  # averaging means is exact
+    within = u.var(dim=2, correction=0).mean(1)
+    between = u.mean(2).var(dim=1, correction=0)
+    assert torch.allclose(central * (N * K - 1) / (N * K), within + between)
+    assert first["var_error"] > 0.05  # heterogeneous clients: the bias is not negligible
+
+
+def test_measuring_changes_neither_model_nor_random_state():
+    model, layers, x = _model_and_batch("fbn")
+    model.eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    union_statistics(model, layers, x, N)
+    assert not model.training and torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_runs_record_the_error_at_every_evaluation_point_and_gn_has_none():
+    data = colour_classes(300, 100, 8, seed=0)
+    cfg = run_config({**SMALL, "normalizer": "fbn", "steps": 6, "eval_every": 3,
+                      "lr": [0.05], "lr_milestones": [], "heterogeneity": 0.0})
+    result = train(cfg, data)
+    assert [r["step"] for r in result.layer_rows] == [0] * 4 + [3] * 4 + [6] * 4
+    last = [r for r in result.layer_rows if r["step"] == 6]
+    assert math.isclose(result.rows[-1]["norm_error_var"],
+                        sum(r["var_error"] for r in last) / 4)
+    gn = train(run_config({**cfg.identity(), "normalizer": "gn", "gn_groups": 2}), data)
+    assert gn.layer_rows == [] and math.isnan(gn.rows[-1]["norm_error_mean"])
