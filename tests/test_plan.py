@@ -29,8 +29,8 @@ def test_paper_config_counts_the_issue_grids():
     assert {n.split("/")[1] for n in plan.figures} == names
     assert dict(plan.figures["fbn/fig5c"].where) == {"heterogeneity": 0.05}  # 'min' resolved
     curves = plan.figures["fbn/norm_error_curves"]
-    assert (curves.y, curves.panel, curves.panel_values) == (
-        "norm_error_var", "heterogeneity", (0.01, 0.0))
+    assert (curves.y, curves.panel, curves.panel_values, curves.logy) == (
+        "norm_error_var", "heterogeneity", (0.01, 0.0), True)
     toy = {p.rsplit("/", 1)[1] for p in plan.toy_files()}
     assert toy == {f"fig{n}.{e}" for n in ("1a", "1b", "2a", "2b", "2c") for e in ("pdf", "png",
                                                                                   "csv")}
@@ -75,6 +75,8 @@ def test_a_run_needed_twice_is_planned_once():
         ({"figures": {"f": {"experiment": "e", "kind": "curves",
                             "panels": {"seed": [0], "heterogeneity": [0.0]}}}},
          r"'panels'.*one key"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves", "logy": "yes"}}},
+         r"'logy' has value 'yes'"),
         ({"toy": {"settings": {"rounds": 0}}}, r"toy.settings.*'rounds' has value 0"),
         ({"toy": {"settings": {"points": 3}}}, r"toy.settings: unknown key 'points'"),
         ({"toy": {"gammas": [0, 2]}}, r"toy: key 'gammas' has value \[0, 2\]"),

@@ -259,4 +259,5 @@ class Figure:
     y: str = "test_accuracy"
     panel: str | None = None  # one axes per value of this key, side by side
     panel_values: tuple[Any, ...] = ()
+    logy: bool = False
     title: str = ""

@@ -23,7 +23,7 @@ def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
 
 def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     rows = figure_rows(fig, summary)
-    panels = {"panel": fig.panel, "panel_values": fig.panel_values}
+    panels = {"panel": fig.panel, "panel_values": fig.panel_values, "logy": fig.logy}
     title = fig.title or fig.name
     if fig.kind == "final_vs":
         x = fig.x or "heterogeneity"

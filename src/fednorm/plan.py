@@ -7,7 +7,7 @@ The configuration has four top-level sections (see ``config/config.yaml``):
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``;
-``figures``      name -> ``{experiment, kind, where, x, y, panels, title}``; ``y`` a metric,
+``figures``      name -> ``{experiment, kind, where, x, y, panels, logy, title}``; ``y`` a metric,
                  ``panels: {key: [values]}`` one axes per value;
 ``toy``          the FBN paper's 2-D normalization toy (Figs 1, 2): ``settings`` (ToyConfig keys),
                  ``gammas``, ``seeds``, ``figures`` (the folder under ``paths.figures``).
@@ -116,7 +116,8 @@ def _resolve_where(fig: str, spec: Mapping[str, Any], runs: list[RunConfig]) -> 
 
 def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Figure:
     where = f"figures.{name}"
-    spec = _keys(spec, where, ("experiment", "kind", "where", "x", "y", "panels", "title"))
+    spec = _keys(spec, where, ("experiment", "kind", "where", "x", "y", "panels", "logy",
+                                   "title"))
     experiment = spec.get("experiment")
     if experiment not in experiments:
         raise ConfigError(
@@ -132,6 +133,9 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
     if y not in FIGURE_METRICS:
         raise ConfigError(f"{where}: key 'y' has value {y!r}; allowed: {FIGURE_METRICS}")
     panel, panel_values = _panels(name, spec.get("panels"), experiments[experiment])
+    logy = spec.get("logy", False)
+    if not isinstance(logy, bool):
+        raise ConfigError(f"{where}: key 'logy' has value {logy!r}; allowed: true or false")
     return Figure(
         name=name,
         experiment=experiment,
@@ -141,6 +145,7 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
         y=y,
         panel=panel,
         panel_values=panel_values,
+        logy=logy,
         title=str(spec.get("title", "")),
     )
 

@@ -39,13 +39,15 @@ def make_figure(
     ylabel: str | None = None,
     panel: str | None = None,
     panel_values: Sequence[Any] = (),
+    logy: bool = False,
     **kw: Any,
 ) -> list[Path]:
     """Draw ``df`` as a ``kind`` figure ("curves" or "final_vs") and save it under ``stem``.
 
     ``x`` defaults to "step" (curves) or "heterogeneity" (final_vs); axis labels default to the
     column names. With ``panel``, one axes per value in ``panel_values`` (side by side, rows
-    where ``df[panel]`` equals it), and the CSV gets a ``panel`` column first. ``kw`` goes to the
+    where ``df[panel]`` equals it), and the CSV gets a ``panel`` column first; ``logy`` puts the
+    y axis on a log scale (errors spanning orders of magnitude). ``kw`` goes to the
     plot function (e.g. ``last``, ``logx``). Returns the PDF, PNG and CSV paths (see
     :func:`save_figure`). Raises ValueError for an unknown ``kind`` or an empty selection.
     """
@@ -67,6 +69,8 @@ def make_figure(
         ax.set_xlabel(xlabel or readable(x))
         ax.set_ylabel(ylabel or readable(y))
         ax.grid(alpha=0.3)
+        if logy:
+            ax.set_yscale("log")
         frames.append(data)
     if panel is None:
         fig.axes[0].set_title(title)
