@@ -32,9 +32,6 @@ class Stats:
     mean: Tensor
     var: Tensor
 
-    def detach(self) -> Stats:
-        return Stats(self.mean.detach(), self.var.detach())
-
 
 def ema(running: Stats, new_mean: Tensor, new_var: Tensor, beta: float) -> Stats:
     """run <- (1 - beta) * run + beta * new, for both statistics."""
