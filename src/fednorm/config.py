@@ -196,14 +196,10 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
     elif cfg.n_train is None or cfg.n_test is None:
         key = "n_train" if cfg.n_train is None else "n_test"
         raise _fail(where, key, None, "an integer >= 1 with dataset 'synthetic'")
-    if cfg.normalizer == "gn" and _norm_widths(cfg) % cfg.gn_groups:
+    if cfg.normalizer == "gn" and cfg.width % cfg.gn_groups:
+        # every normalized width (fbn_cnn: w, 2w; resnet20: w, 2w, 4w) is a multiple of `width`
         raise _fail(where, "gn_groups", cfg.gn_groups,
-                    f"a divisor of every normalized width (gcd {_norm_widths(cfg)})")
-
-
-def _norm_widths(cfg: RunConfig) -> int:
-    """Greatest common divisor of the channel counts the model normalizes."""
-    return math.gcd(cfg.width, 2 * cfg.width) if cfg.model == "fbn_cnn" else cfg.width
+                    f"a divisor of every normalized width (of width = {cfg.width})")
 
 
 def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:

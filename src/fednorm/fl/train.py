@@ -18,7 +18,7 @@ from fednorm.fl.batches import ClientBatches
 from fednorm.fl.engine import make_trainer
 from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.models import build_model
-from fednorm.norms import bn_layers, normalizer_for
+from fednorm.norms import FedBatchNorm2d, normalizer_for
 
 METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
                   "norm_error_var")
@@ -84,7 +84,7 @@ def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
             acc, test_loss = evaluate(model, data.test_x, data.test_y)
         if not math.isfinite(test_loss):
             acc = math.nan  # argmax over NaN outputs is not an accuracy
-        errors = norm_error(model, probe, cfg.n_clients)
+        errors = norm_error(model, trainer.layers, probe, cfg.n_clients)
         result.layer_rows += [{"step": step, **row} for row in errors]
         result.rows.append(dict(
             step=step, test_accuracy=acc, test_loss=test_loss, train_loss=train_loss,
@@ -109,8 +109,8 @@ def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
     return result
 
 
-def norm_error(model: nn.Module, probe: ClientBatches, n_clients: int) -> list[dict]:
-    layers = bn_layers(model)
+def norm_error(model: nn.Module, layers: list[FedBatchNorm2d], probe: ClientBatches,
+               n_clients: int) -> list[dict]:
     if not layers:
         return []
     x, _ = probe.sample()
