@@ -24,6 +24,10 @@ PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
 MOMENTUM_CONVENTIONS = ("ema", "pytorch")
 FBN_INITS = ("zero_one", "first_batch")
 AUGMENTS = ("none", "crop_flip")
+ATTACKS = ("none", "sf", "foe", "alie")  # fednorm.robust.attacks
+AGGREGATORS = ("mean", "median", "trimmed_mean")  # fednorm.robust.aggregators
+# Normalizers whose clients send statistics to the server, the target of the attacks.
+STAT_SENDING = ("bn", "fbn", "fixbn")
 
 
 class ConfigError(ValueError):
@@ -66,6 +70,14 @@ class RunConfig:
     momentum: float = 0.99
     momentum_convention: str = "ema"  # ema: m <- b*m + (1-b)*g (paper); pytorch: m <- b*m + g
     weight_decay: float = 0.0
+    # Byzantine clients and robust aggregation of the statistics (FBN paper §5, Appendix C.3)
+    attack: str = "none"  # what the f Byzantine clients send: none, sf, foe, alie
+    f: int = 0  # Byzantine clients among n_clients (the last f); 0 <= f < n_clients / 2
+    aggregator: str = "mean"  # how the server combines statistics: mean, median, trimmed_mean
+    nnm: bool = False  # nearest-neighbour mixing before the aggregator
+    foe_eps: float = 1.1  # FOE sends -foe_eps * (honest mean)
+    alie_z: float | None = None  # ALIE sends mean + z * std; None: z from n and f (ALIE paper)
+    var_floor: float = 1e-5  # an attacked variance is clamped at this floor to stay valid
     # evaluation
     eval_every: int = 50
     seed: int = 0
@@ -82,8 +94,28 @@ class RunConfig:
         ).hexdigest()[:10]
         het = "" if self.partition == "iid" else f"{self.heterogeneity:g}"
         return (
-            f"{self.normalizer}-{self.partition}{het}-E{self.local_steps}-s{self.seed}-{digest}"
+            f"{self.normalizer}-{self.partition}{het}-E{self.local_steps}{self.byzantine_tag}"
+            f"-s{self.seed}-{digest}"
         )
+
+    @property
+    def byzantine_tag(self) -> str:
+        """'-{attack}{f}-{aggregator}[+nnm]' when an attack or a defense is on, else ''."""
+        if self.attack == "none" and self.aggregator == "mean" and not self.nnm:
+            return ""
+        nnm = "+nnm" if self.nnm else ""
+        return f"-{self.attack}{self.f}-{self.aggregator}{nnm}"
+
+    @property
+    def scenario(self) -> str:
+        """What the Byzantine experiments compare, in words: 'no attack' (attack none, mean
+        aggregation), '<ATTACK>, no defense' (mean), else '<ATTACK>, <aggregator>[ + NNM]'."""
+        defended = self.aggregator != "mean" or self.nnm
+        defense = (self.aggregator.replace("_", " ") + (" + NNM" if self.nnm else "")
+                   if defended else "no defense")
+        if self.attack == "none":
+            return defense if defended else "no attack"
+        return f"{self.attack.upper()}, {defense}"
 
     def lr_at(self, step: int) -> float:
         """Learning rate of the piecewise-constant schedule at a (0-based) step."""
@@ -120,6 +152,15 @@ def number_in(low: float, high: float, *, low_open: bool = False) -> Callable[[A
 
 def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
     return lambda v: None if v is None else (None if check(v) is None else f"null or {check(v)}")
+
+
+def _finite(v: Any) -> str | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    return None if ok else "a finite number"
+
+
+def _boolean(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "true or false"
 
 
 def _positive_numbers(v: Any) -> str | None:
@@ -162,6 +203,13 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "momentum": number_in(0, 1),
     "momentum_convention": _one_of(MOMENTUM_CONVENTIONS),
     "weight_decay": number_in(0, math.inf),
+    "attack": _one_of(ATTACKS),
+    "f": int_at_least(0),
+    "aggregator": _one_of(AGGREGATORS),
+    "nnm": _boolean,
+    "foe_eps": _finite,
+    "alie_z": _optional(_finite),
+    "var_floor": number_in(0, 1, low_open=True),
     "eval_every": int_at_least(1),
     "seed": int_at_least(0),
 }
@@ -202,6 +250,24 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
                     f"a divisor of every normalized width (of width = {cfg.width})")
 
 
+def _byzantine_checks(cfg: RunConfig, where: str) -> None:
+    """The Byzantine minority and what an attack or a defense needs."""
+    if 2 * cfg.f >= cfg.n_clients:
+        raise _fail(where, "f", cfg.f, f"0 <= f < n_clients/2 (a Byzantine minority; n_clients "
+                                       f"= {cfg.n_clients}, so f <= {(cfg.n_clients - 1) // 2})")
+    if cfg.attack != "none" and cfg.f == 0:
+        raise _fail(where, "f", cfg.f, f"f >= 1 with attack '{cfg.attack}' (f clients attack)")
+    robust = cfg.attack != "none" or cfg.aggregator != "mean" or cfg.nnm
+    if robust and cfg.normalizer not in STAT_SENDING:
+        key, value = (("attack", cfg.attack) if cfg.attack != "none" else
+                      ("aggregator", cfg.aggregator) if cfg.aggregator != "mean" else
+                      ("nnm", cfg.nnm))
+        default = RunConfig.__dataclass_fields__[key].default
+        raise _fail(where, key, value, f"{default!r} with normalizer '{cfg.normalizer}', "
+                    f"which sends no statistics to attack or aggregate (attacks and robust "
+                    f"aggregation need one of {list(STAT_SENDING)})")
+
+
 def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     """Build and validate a RunConfig from plain values; unknown keys are errors."""
     if not isinstance(values, Mapping):
@@ -215,8 +281,12 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])
+    for key in ("foe_eps", "alie_z", "var_floor"):
+        if clean.get(key) is not None:
+            clean[key] = float(clean[key])
     cfg = RunConfig(**clean)
     _cross_checks(cfg, where)
+    _byzantine_checks(cfg, where)
     return cfg
 
 

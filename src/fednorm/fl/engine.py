@@ -34,15 +34,24 @@ from fednorm.norms import (
     bn_layers,
     norm_context,
 )
+from fednorm.robust import Server
+
+HONEST = Server()  # no attack, plain mean
 
 
 @torch.no_grad()
 def commit_stats(
-    layers: list[FedBatchNorm2d], reports: dict[str, Stats], rule: StatRule, n: int, beta: float
+    layers: list[FedBatchNorm2d], reports: dict[str, Stats], rule: StatRule, n: int, beta: float,
+    server: Server = HONEST,
 ) -> None:
-    """Server side: aggregate each layer's (n, C) client reports into its running statistics."""
+    """Server side: aggregate each layer's (n, C) client reports into its running statistics.
+
+    What the server receives is ``server.receive(reports)`` (the Byzantine rows replaced by the
+    attack) when the rule has clients send statistics; it combines them with ``server.combine``.
+    """
     for layer in layers:
-        agg = rule.aggregate(reports[layer.key], layer.elements_per_client, n, beta)
+        received = server.receive(reports[layer.key]) if rule.sends else reports[layer.key]
+        agg = rule.aggregate(received, layer.elements_per_client, n, beta, server.combine)
         layer.running_mean.copy_(agg.mean)
         layer.running_var.copy_(agg.var)
 
@@ -56,6 +65,7 @@ class _Trainer:
         self.layers = bn_layers(model)
         self.names = [name for name, _ in model.named_parameters()]
         self.params = [p for _, p in model.named_parameters()]
+        self.server = Server.from_config(cfg)
 
     def _optimize(self, params: list[Tensor], grads: list[Tensor], momenta: list[Tensor],
                   step: int) -> None:
@@ -94,7 +104,8 @@ class DSGD(_Trainer):
         grads = torch.autograd.grad(loss, self.params)
         self._optimize(self.params, list(grads), self.momenta, first_step)
         if self.layers:
-            commit_stats(self.layers, ctx.reports, rule, self.n, self.cfg.bn_momentum)
+            commit_stats(self.layers, ctx.reports, rule, self.n, self.cfg.bn_momentum,
+                         self.server)
         return loss.detach()
 
 
@@ -155,7 +166,7 @@ class FedAvg(_Trainer):
         # After E local updates a client's running mean has moved by 1 - (1 - beta)^E towards
         # its batches; FBN's correction divides by that effective momentum (= beta when E = 1).
         beta_eff = 1.0 - (1.0 - self.cfg.bn_momentum) ** self.cfg.local_steps
-        commit_stats(self.layers, reports, rule, self.n, beta_eff)
+        commit_stats(self.layers, reports, rule, self.n, beta_eff, self.server)
 
 
 def make_trainer(

@@ -4,7 +4,9 @@
                                                    batch, the union of all clients' batches,
                                                    or the shared running statistics
 2. which statistics it reports to the server   -> :meth:`StatRule.report`
-3. how the server aggregates them              -> :meth:`StatRule.aggregate`
+3. how the server aggregates them              -> :meth:`StatRule.aggregate`, with ``combine``
+                                                   the server's rule for one statistic (mean,
+                                                   or a robust one: fednorm.robust)
 4. how the global model normalizes at test     -> always the aggregated running statistics
    (see :class:`fednorm.norms.layer.FedBatchNorm2d` in eval mode).
 
@@ -20,9 +22,17 @@ Conventions (DESIGN.md; they must not drift):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch import Tensor
+
+Combine = Callable[[Tensor], Tensor]  # the server's rule: (n, C) client rows -> (C,)
+
+
+def mean_rows(x: Tensor) -> Tensor:
+    """The plain average over clients, the server's rule unless a robust one is configured."""
+    return x.mean(0)
 
 
 @dataclass(frozen=True)
@@ -52,8 +62,9 @@ def union(batch: Stats) -> Stats:
     return Stats(mean, var)
 
 
-def mean_over_clients(reports: Stats) -> Stats:
-    return Stats(reports.mean.mean(0), reports.var.mean(0))
+def mean_over_clients(reports: Stats, combine: Combine = mean_rows) -> Stats:
+    """Each statistic combined over the clients' rows (averaged, by default)."""
+    return Stats(combine(reports.mean), combine(reports.var))
 
 
 class StatRule:
@@ -61,13 +72,15 @@ class StatRule:
 
     name = "batch"
     normalize_with = "batch"  # "batch" | "union" | "running"
+    sends = True  # whether clients send statistics (what Byzantine clients can attack)
 
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         # Algorithm 1, lines 4-5: unbiased local variance K/(K-1).
         return ema(running, batch.mean, batch.var * (K / (K - 1)), beta)
 
-    def aggregate(self, reports: Stats, K: int, n: int, beta: float) -> Stats:
-        return mean_over_clients(reports)
+    def aggregate(self, reports: Stats, K: int, n: int, beta: float,
+                  combine: Combine = mean_rows) -> Stats:
+        return mean_over_clients(reports, combine)
 
 
 class BatchStats(StatRule):
@@ -112,10 +125,21 @@ class FederatedStats(StatRule):
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         return ema(running, batch.mean, batch.var * (K * n / (K * n - 1)), beta)
 
-    def aggregate(self, reports: Stats, K: int, n: int, beta: float) -> Stats:
-        avg = mean_over_clients(reports)
-        spread = ((reports.mean - avg.mean) ** 2).mean(0)
-        return Stats(avg.mean, avg.var + K * n / ((K * n - 1) * beta) * spread)
+    def aggregate(self, reports: Stats, K: int, n: int, beta: float,
+                  combine: Combine = mean_rows) -> Stats:
+        """Line 10 with the server's rule ``combine`` in place of every average:
+
+            mean = A(mean_i),   var = A(var_i) + Kn/((Kn-1) beta) * A((mean_i - mean)^2).
+
+        With A the plain mean this is Algorithm 2 exactly. With a robust A (median, trimmed
+        mean, after NNM or not) the spread of the client means is measured around the *robust*
+        mean and aggregated with the same robust rule, so f Byzantine rows can neither move the
+        centre the spread is measured from nor inflate the spread itself (a plain average of
+        squared deviations would let one client's 1e6 through).
+        """
+        agg = mean_over_clients(reports, combine)
+        spread = combine((reports.mean - agg.mean) ** 2)
+        return Stats(agg.mean, agg.var + K * n / ((K * n - 1) * beta) * spread)
 
 
 class FrozenStats(StatRule):
@@ -124,10 +148,12 @@ class FrozenStats(StatRule):
 
     name = "frozen"
     normalize_with = "running"
+    sends = False  # frozen: nothing is communicated, so nothing can be attacked
 
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         return Stats(running.mean.expand_as(batch.mean), running.var.expand_as(batch.var))
 
-    def aggregate(self, reports: Stats, K: int, n: int, beta: float) -> Stats:
+    def aggregate(self, reports: Stats, K: int, n: int, beta: float,
+                  combine: Combine = mean_rows) -> Stats:
         # Every row is the frozen statistic; averaging n float32 copies could move it by rounding.
         return Stats(reports.mean[0], reports.var[0])

@@ -20,10 +20,12 @@ from fednorm.robust.attacks import (
     no_attack,
     sign_flip,
 )
+from fednorm.robust.server import Server
 
 __all__ = [
     "AGGREGATORS",
     "ATTACKS",
+    "Server",
     "a_little_is_enough",
     "aggregate",
     "alie_z",
