@@ -24,8 +24,9 @@ def test_paper_dry_run_counts_the_training_jobs():
     assert out.returncode == 0, out.stderr
     counts = dict(line.split()[:2] for line in out.stdout.splitlines()
                   if len(line.split()) == 2 and line.split()[1].isdigit())
-    assert counts["train"] == "144"  # Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3)
-    assert counts["cifar10"] == "1" and counts["figure"] == "8" and counts["toy"] == "1"
+    # Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13; tests/test_plan.py)
+    assert counts["train"] == str(144 + 72 + 144 + 72)
+    assert counts["cifar10"] == "1" and counts["figure"] == "17" and counts["toy"] == "1"
 
 
 def test_bad_config_fails_before_any_job(tmp_path):
@@ -51,7 +52,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     figures = work / ".test/figures/fbn"
     for name in ("fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
-                 "norm_error_vs_heterogeneity"):
+                 "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14))):
         for ext in ("pdf", "png", "csv"):
             assert (figures / f"{name}.{ext}").stat().st_size > 0
 
@@ -63,10 +64,11 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
 
     summary = pd.read_csv(work / ".test/results/summary.csv")
     for column in ("run_id", "figure_group", "model", "normalizer", "partition",
-                   "heterogeneity", "local_steps", "seed", "step", "test_accuracy",
-                   "test_loss", "train_loss", "status"):
+                   "heterogeneity", "local_steps", "attack", "f", "aggregator", "nnm",
+                   "scenario", "seed", "step", "test_accuracy", "test_loss", "train_loss",
+                   "status"):
         assert column in summary.columns
-    assert summary["run_id"].nunique() == 7
+    assert summary["run_id"].nunique() == 7 + 3 + 12 + 4  # .test/config.yaml's grids
     ok = summary[summary.status == "ok"]
     assert ok.test_accuracy.between(0, 1).all()
     assert sorted(ok.step.unique()) == [0, 10, 20]
@@ -82,5 +84,11 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert (panels[panels.normalizer == "fbn"]["mean"] >= 0).all()
     plotted = pd.read_csv(figures / "fig5a.csv")
     assert plotted["n_diverged"].sum() == 1  # the diverged run is shown, not dropped
+    sf_median = pd.read_csv(figures / "fig6.csv")  # lines: scenario x normalizer
+    lines = set(zip(sf_median.scenario, sf_median.normalizer, strict=True))
+    assert lines == {("no attack", "bn"), ("no attack", "fbn"), ("SF, no defense", "fbn"),
+                     ("SF, median + NNM", "bn"), ("SF, median + NNM", "fbn")}
+    dirichlet = pd.read_csv(figures / "fig13.csv")
+    assert set(dirichlet.scenario) == {"no attack", "SF, trimmed mean + NNM"}
     leftovers = [p for p in (work / ".test").rglob(".*") if p.is_file()]
     assert leftovers == []  # no temporary file left behind

@@ -214,6 +214,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "seed": int_at_least(0),
 }
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+# Columns derived from a run's config (properties of RunConfig), usable like keys in figures.
+DERIVED = ("scenario",)
 assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"
 
 
@@ -315,14 +317,16 @@ class Paths:
 
 @dataclass(frozen=True)
 class Figure:
-    """One output figure: which experiment's runs, which rows, what kind of picture."""
+    """One output figure: which experiments' runs, which rows, what kind of picture."""
 
     name: str
-    experiment: str
+    experiments: tuple[str, ...]  # the rows of the runs of any of these experiments
     kind: str
+    # (key, value): rows whose key equals value; a tuple value: rows whose key is one of them
     where: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     x: str | None = None
     y: str = "test_accuracy"
+    hue: tuple[str, ...] = ("normalizer",)  # one column, or two: colour then dash
     panel: str | None = None  # one axes per value of this key, side by side
     panel_values: tuple[Any, ...] = ()
     logy: bool = False

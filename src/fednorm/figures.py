@@ -13,17 +13,19 @@ _X_LABELS = {"gamma": "heterogeneity γ (1 = iid)", "dirichlet": "Dirichlet α (
 
 
 def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
-    """The summary rows of the figure's experiment that match its ``where`` filters."""
+    """The summary rows of the figure's experiments that match its ``where`` filters (a tuple
+    of values keeps the rows whose key is any of them)."""
     groups = summary["figure_group"].astype(str).str.split("|")
-    rows = summary[groups.apply(lambda g: fig.experiment in g)]
+    rows = summary[groups.apply(lambda g: any(e in g for e in fig.experiments))]
     for key, value in fig.where:
-        rows = rows[rows[key] == value]
+        rows = rows[rows[key].isin(value) if isinstance(value, tuple) else rows[key] == value]
     return rows
 
 
 def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     rows = figure_rows(fig, summary)
-    panels = {"panel": fig.panel, "panel_values": fig.panel_values, "logy": fig.logy}
+    panels = {"panel": fig.panel, "panel_values": fig.panel_values, "logy": fig.logy,
+              "hue": list(fig.hue)}
     title = fig.title or fig.name
     if fig.kind == "final_vs":
         x = fig.x or "heterogeneity"

@@ -7,7 +7,11 @@ The configuration has four top-level sections (see ``config/config.yaml``):
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``;
-``figures``      name -> ``{experiment, kind, where, x, y, panels, logy, title}``; ``y`` a metric,
+``figures``      name -> ``{experiment, kind, where, x, y, hue, panels, logy, title}``:
+                 ``experiment`` one name or a list (the union of their runs); ``where``
+                 ``{key: value or [values]}``; ``y`` a metric; ``hue`` the column, or two
+                 (colour, then dash), that tells lines apart (default normalizer; ``scenario``,
+                 e.g. 'SF, median + NNM', is derived from attack, f, aggregator and nnm);
                  ``panels: {key: [values]}`` one axes per value;
 ``toy``          the FBN paper's 2-D normalization toy (Figs 1, 2): ``settings`` (ToyConfig keys),
                  ``gammas``, ``seeds``, ``figures`` (the folder under ``paths.figures``).
@@ -23,12 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fednorm.config import FIELDS, ConfigError, Figure, Paths, RunConfig, run_config
+from fednorm.config import DERIVED, FIELDS, ConfigError, Figure, Paths, RunConfig, run_config
 
 FIGURE_KINDS = ("curves", "final_vs")
 FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
 _TOP = ("paths", "execution", "run", "experiments", "figures", "toy")
+COLUMNS = FIELDS + DERIVED  # what a figure may filter on or tell its lines apart by
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
 
 
@@ -98,31 +103,61 @@ def _expand(name: str, spec: Any, defaults: Mapping[str, Any]) -> list[RunConfig
     return runs
 
 
+def _resolve_value(fig: str, key: str, value: Any, present: list[Any]) -> Any:
+    """One ``where`` value checked against the values the runs have; 'min'/'max' pick."""
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in present)
+    if value in ("min", "max") and numeric:
+        value = present[0] if value == "min" else present[-1]
+    if value not in present:
+        raise ConfigError(
+            f"figures.{fig}.where: key '{key}' has value {value!r}; allowed: a value the "
+            f"experiment has ({present}), or 'min'/'max'"
+        )
+    return value
+
+
 def _resolve_where(fig: str, spec: Mapping[str, Any], runs: list[RunConfig]) -> tuple:
-    """Check each filter against the experiment's values; 'min'/'max' pick from them."""
+    """Check each filter against the experiments' values; 'min'/'max' pick from them, and a
+    list keeps the rows whose key is any of its values."""
     where = []
-    for key, value in _keys(spec, f"figures.{fig}.where", FIELDS).items():
+    for key, value in _keys(spec, f"figures.{fig}.where", COLUMNS).items():
         present = sorted({getattr(r, key) for r in runs}, key=lambda v: (v is None, v))
-        if value in ("min", "max") and key not in ("normalizer", "partition", "dataset"):
-            value = present[0] if value == "min" else present[-1]
-        if value not in present:
-            raise ConfigError(
-                f"figures.{fig}.where: key '{key}' has value {value!r}; allowed: a value the "
-                f"experiment has ({present}), or 'min'/'max'"
-            )
-        where.append((key, value))
+        if isinstance(value, list):
+            if not value:
+                raise ConfigError(f"figures.{fig}.where: key '{key}' has value []; allowed: "
+                                  "a value or a non-empty list of values")
+            resolved = tuple(_resolve_value(fig, key, v, present) for v in value)
+        else:
+            resolved = _resolve_value(fig, key, value, present)
+        where.append((key, resolved))
     return tuple(where)
+
+
+def _experiments(fig: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> tuple:
+    """``experiment``: one experiment's name or a list of them (their runs' union)."""
+    names = spec if isinstance(spec, list) and spec else [spec]
+    for name in names:
+        if not isinstance(name, str) or name not in experiments:
+            raise ConfigError(f"figures.{fig}: key 'experiment' has value {spec!r}; allowed: "
+                              f"one of {list(experiments)} or a list of them")
+    return tuple(dict.fromkeys(names))
+
+
+def _hue(fig: str, spec: Any) -> tuple[str, ...]:
+    """``hue``: a column or two (colour, then dash) that tell a figure's lines apart."""
+    hue = [spec] if isinstance(spec, str) else spec
+    if not (isinstance(hue, list) and 1 <= len(hue) <= 2 and all(h in COLUMNS for h in hue)):
+        raise ConfigError(f"figures.{fig}: key 'hue' has value {spec!r}; allowed: one or two "
+                          f"of {list(COLUMNS)}")
+    return tuple(hue)
 
 
 def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Figure:
     where = f"figures.{name}"
-    spec = _keys(spec, where, ("experiment", "kind", "where", "x", "y", "panels", "logy",
+    spec = _keys(spec, where, ("experiment", "kind", "where", "x", "y", "hue", "panels", "logy",
                                    "title"))
-    experiment = spec.get("experiment")
-    if experiment not in experiments:
-        raise ConfigError(
-            f"{where}: key 'experiment' has value {experiment!r}; allowed: {list(experiments)}"
-        )
+    names = _experiments(name, spec.get("experiment"), experiments)
+    runs = [cfg for n in names for cfg in experiments[n]]
     kind = spec.get("kind")
     if kind not in FIGURE_KINDS:
         raise ConfigError(f"{where}: key 'kind' has value {kind!r}; allowed: {FIGURE_KINDS}")
@@ -132,17 +167,18 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
     y = spec.get("y", "test_accuracy")
     if y not in FIGURE_METRICS:
         raise ConfigError(f"{where}: key 'y' has value {y!r}; allowed: {FIGURE_METRICS}")
-    panel, panel_values = _panels(name, spec.get("panels"), experiments[experiment])
+    panel, panel_values = _panels(name, spec.get("panels"), runs)
     logy = spec.get("logy", False)
     if not isinstance(logy, bool):
         raise ConfigError(f"{where}: key 'logy' has value {logy!r}; allowed: true or false")
     return Figure(
         name=name,
-        experiment=experiment,
+        experiments=names,
         kind=kind,
-        where=_resolve_where(name, spec.get("where"), experiments[experiment]),
+        where=_resolve_where(name, spec.get("where"), runs),
         x=x,
         y=y,
+        hue=_hue(name, spec.get("hue", "normalizer")),
         panel=panel,
         panel_values=panel_values,
         logy=logy,

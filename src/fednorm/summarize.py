@@ -1,7 +1,9 @@
 """``results/summary.csv``: one tidy row per run x evaluation point.
 
 Columns: ``run_id``, ``figure_group`` (the experiments the run belongs to, joined by '|'), every
-run-config key (lists written as text), the metrics (``step``, ``test_accuracy`` as a fraction,
+run-config key (lists written as text), ``scenario`` (the Byzantine setting in words: 'no attack',
+'SF, no defense', 'SF, median + NNM', ...; see :attr:`fednorm.config.RunConfig.scenario`),
+the metrics (``step``, ``test_accuracy`` as a fraction,
 ``test_loss``, ``train_loss``, ``norm_error_mean``, ``norm_error_var``: the normalization error
 averaged over BN layers, NaN without BN), and the run's ``status`` and ``wall_time_s``.
 """
@@ -18,7 +20,7 @@ from fednorm.io import write_csv
 from fednorm.plan import Plan
 
 FIRST_COLUMNS = ("run_id", "figure_group", "model", "normalizer", "partition", "heterogeneity",
-                 "local_steps", "seed")
+                 "local_steps", "attack", "f", "aggregator", "nnm", "scenario", "seed")
 METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
            "norm_error_var", "status", "wall_time_s")
 
@@ -27,8 +29,10 @@ def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:
     run_dir = Path(plan.paths.run_dir(run_id))
     rows = pd.read_csv(run_dir / "metrics.csv")
     meta = json.loads((run_dir / "run.json").read_text())
-    for key, value in plan.runs[run_id].identity().items():
+    cfg = plan.runs[run_id]
+    for key, value in cfg.identity().items():
         rows[key] = str(value) if isinstance(value, list) else value
+    rows["scenario"] = cfg.scenario
     rows["run_id"] = run_id
     rows["figure_group"] = plan.groups(run_id)
     rows["status"] = meta["status"]

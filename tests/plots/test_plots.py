@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
+import fednorm.plots.figure
 from fednorm.plots import (
     colour,
     curve_data,
@@ -330,3 +331,59 @@ def test_make_figure_panels_plot_each_value_on_its_own_axes(
     with pytest.raises(ValueError, match=r"no rows matched its selection \(gamma = 0.5\)"):
         make_figure("curves", both, tmp_path / "p2", title="t", panel="gamma",
                     panel_values=(0.5,))
+
+
+# --- two hue columns: colour by the first, dash by the second ------------------------------
+
+
+def _scenario_rows() -> pd.DataFrame:
+    frames = []
+    for scenario, offset in (("no attack", 0.0), ("SF, median + NNM", 0.1)):
+        for gamma in (0.0, 1.0):
+            frames.append(table(run_rows("fbn", 0, [0.1 + offset, 0.5], gamma=gamma),
+                                run_rows("bn", 0, [0.2 + offset, 0.3], gamma=gamma))
+                          .assign(scenario=scenario, run_id=lambda d, s=scenario: d.run_id + s))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_lines_share_a_colour_per_scenario_and_a_dash_per_normalizer() -> None:
+    from fednorm.plots.style import lines
+
+    drawn = {line.values: line for line in lines(_scenario_rows(), ["scenario", "normalizer"])}
+    assert set(drawn) == {(s, n) for s in ("no attack", "SF, median + NNM") for n in ("fbn", "bn")}
+    assert drawn["no attack", "fbn"].colour == drawn["no attack", "bn"].colour
+    assert drawn["no attack", "fbn"].colour != drawn["SF, median + NNM", "fbn"].colour
+    assert drawn["no attack", "fbn"].dash == drawn["SF, median + NNM", "fbn"].dash == "-"
+    assert drawn["no attack", "bn"].dash == "--"
+    assert drawn["SF, median + NNM", "bn"].label == "Naive BN – SF, median + NNM"
+
+
+def test_two_hue_curve_data_equals_a_groupby_reference(tmp_path: Path) -> None:
+    df = _scenario_rows()
+    (_, _, csv) = make_figure("curves", df, tmp_path / "byz", title="t",
+                              hue=["scenario", "normalizer"], panel="heterogeneity",
+                              panel_values=(0.0, 1.0))
+    plotted = pd.read_csv(csv)
+    reference = (df.groupby(["heterogeneity", "scenario", "normalizer", "step"])
+                 .test_accuracy.mean().rename("mean").reset_index())
+    merged = plotted.merge(reference, on=["heterogeneity", "scenario", "normalizer", "step"])
+    assert len(merged) == len(reference) == len(plotted)
+    np.testing.assert_allclose(merged["mean_x"], merged["mean_y"])
+
+
+def test_a_line_keeps_its_colour_in_every_panel(tmp_path: Path, monkeypatch) -> None:
+    df = _scenario_rows()
+    right_lacks_no_attack = df[~((df.heterogeneity == 1.0) & (df.scenario == "no attack"))]
+    drawn: list[dict[str, str]] = []
+
+    def spy(ax, rows, **kw):
+        data = plot_curves(ax, rows, **kw)
+        drawn.append({line.get_label(): line.get_color() for line in ax.lines})
+        return data
+
+    monkeypatch.setitem(fednorm.plots.figure.PLOTTERS, "curves", spy)
+    make_figure("curves", right_lacks_no_attack, tmp_path / "p", title="t",
+                hue=["scenario", "normalizer"], panel="heterogeneity", panel_values=(0.0, 1.0))
+    label = "FBN – SF, median + NNM"
+    assert "FBN – no attack" in drawn[0] and "FBN – no attack" not in drawn[1]
+    assert drawn[0][label] == drawn[1][label]

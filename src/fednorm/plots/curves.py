@@ -6,7 +6,7 @@ hue's line and band, divergence marks and the legend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 from matplotlib.axes import Axes
@@ -15,6 +15,12 @@ from matplotlib.lines import Line2D
 from fednorm.plots import style
 
 DIVERGED_COLOUR = "#555555"
+Hue = str | Sequence[str]  # the column(s) that tell the lines apart (see style.lines)
+
+
+def hue_keys(hue: Hue) -> list[str]:
+    """``hue`` as a list of columns: "normalizer" -> ["normalizer"]."""
+    return [hue] if isinstance(hue, str) else list(hue)
 
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str]) -> None:
@@ -34,51 +40,54 @@ def summarise_over_seeds(frame: pd.DataFrame, keys: list[str], value: str) -> pd
     return stats.reset_index()
 
 
-def run_ends(df: pd.DataFrame, *, x: str, hue: str) -> pd.DataFrame:
-    """One row per run: ``run_id``, its hue, its last ``x`` and whether it diverged."""
+def run_ends(df: pd.DataFrame, *, x: str, hue: Hue) -> pd.DataFrame:
+    """One row per run: ``run_id``, its hue column(s), its last ``x`` and whether it diverged."""
     last = df.sort_values(x, kind="stable").groupby("run_id", sort=True).tail(1)
-    ends = last[["run_id", hue, x]].copy()
+    ends = last[["run_id", *hue_keys(hue), x]].copy()
     ends["diverged"] = last["status"].eq("diverged").to_numpy()
     return ends.reset_index(drop=True)
 
 
+def present_lines(data: pd.DataFrame, keys: list[str],
+                  lines: list[style.Line] | None) -> list[style.Line]:
+    """The lines among ``lines`` (default: all of ``data``'s) that have rows in ``data``."""
+    if lines is None:
+        return style.lines(data, keys)
+    return [line for line in lines if line.rows(data, keys).any()]
+
+
 def curve_data(
-    df: pd.DataFrame, *, x: str = "step", y: str = "test_accuracy", hue: str = "normalizer"
+    df: pd.DataFrame, *, x: str = "step", y: str = "test_accuracy", hue: Hue = "normalizer"
 ) -> pd.DataFrame:
     """The numbers a curve plot shows: one row per (hue, x), statistics of ``y`` over seeds.
 
-    Columns: ``hue``, ``x``, ``mean``, ``std``, ``min``, ``max``, ``n_seeds`` (runs with a
-    non-NaN value at this point), ``n_runs`` (runs of this hue), ``n_diverged`` (diverged runs
-    of this hue) and ``diverged_here`` (runs of this hue whose last row, where they diverged, is
-    at this x). A diverged run contributes its values up to where it stopped.
+    Columns: the hue column(s), ``x``, ``mean``, ``std``, ``min``, ``max``, ``n_seeds`` (runs
+    with a non-NaN value at this point), ``n_runs`` (runs of this hue), ``n_diverged`` (diverged
+    runs of this hue) and ``diverged_here`` (runs of this hue whose last row, where they
+    diverged, is at this x). A diverged run contributes its values up to where it stopped.
     """
-    require_columns(df, ["run_id", "status", x, y, hue])
-    stats = summarise_over_seeds(df, [hue, x], y)
-    ends = run_ends(df, x=x, hue=hue)
-    per_hue = ends.groupby(hue).agg(n_runs=("run_id", "size"), n_diverged=("diverged", "sum"))
-    here = ends[ends["diverged"]].groupby([hue, x]).size().rename("diverged_here")
-    stats = stats.merge(per_hue.reset_index(), on=hue, how="left")
-    stats = stats.merge(here.reset_index(), on=[hue, x], how="left")
+    keys = hue_keys(hue)
+    require_columns(df, ["run_id", "status", x, y, *keys])
+    stats = summarise_over_seeds(df, [*keys, x], y)
+    ends = run_ends(df, x=x, hue=keys)
+    per_hue = ends.groupby(keys).agg(n_runs=("run_id", "size"), n_diverged=("diverged", "sum"))
+    here = ends[ends["diverged"]].groupby([*keys, x]).size().rename("diverged_here")
+    stats = stats.merge(per_hue.reset_index(), on=keys, how="left")
+    stats = stats.merge(here.reset_index(), on=[*keys, x], how="left")
     stats["diverged_here"] = stats["diverged_here"].fillna(0).astype(int)
     stats["n_diverged"] = stats["n_diverged"].astype(int)
     return stats
 
 
 def draw_hue(
-    ax: Axes,
-    xs: pd.Series,
-    part: pd.DataFrame,
-    name: object,
-    among: list[object],
-    text: str,
-    *,
+    ax: Axes, xs: pd.Series, part: pd.DataFrame, line: style.Line, text: str, *,
     with_marker: bool,
 ) -> None:
-    """Draw one hue: its mean line (labelled ``text``) and its min–max band, in its colour."""
-    colour = style.colour(name, among)
-    shape = style.marker(name, among) if with_marker else None
-    ax.plot(xs, part["mean"], color=colour, marker=shape, markersize=5, label=text)
-    ax.fill_between(xs, part["min"], part["max"], color=colour, alpha=0.2, linewidth=0)
+    """Draw one line: its mean (labelled ``text``) and its min–max band, in its colour."""
+    shape = line.marker if with_marker else None
+    ax.plot(xs, part["mean"], color=line.colour, linestyle=line.dash, marker=shape,
+            markersize=5, label=text)
+    ax.fill_between(xs, part["min"], part["max"], color=line.colour, alpha=0.2, linewidth=0)
 
 
 def mark_divergence(ax: Axes, xs: pd.Series, colour: str) -> None:
@@ -119,22 +128,25 @@ def plot_curves(
     *,
     x: str = "step",
     y: str = "test_accuracy",
-    hue: str = "normalizer",
+    hue: Hue = "normalizer",
+    lines: list[style.Line] | None = None,
 ) -> pd.DataFrame:
     """One line per hue (mean over seeds) with a min–max band; "x" where a run diverged.
 
-    Legend labels of hues with diverged runs end in " (k/N diverged)". Returns
+    ``hue`` is one column or two (colour, then dash: see :func:`fednorm.plots.style.lines`);
+    ``lines`` fixes the looks (e.g. chosen over a whole figure of panels), else they come from
+    ``df``. Legend labels of hues with diverged runs end in " (k/N diverged)". Returns
     :func:`curve_data`'s frame, i.e. exactly the numbers drawn.
     """
-    data = curve_data(df, x=x, y=y, hue=hue)
-    among = style.order(data[hue])
-    for name in among:
-        part = data[data[hue] == name]
+    keys = hue_keys(hue)
+    data = curve_data(df, x=x, y=y, hue=keys)
+    for line in present_lines(data, keys, lines):
+        part = data[line.rows(data, keys)]
         n_diverged, n_runs = int(part["n_diverged"].iloc[0]), int(part["n_runs"].iloc[0])
-        text = style.label(name)
+        text = line.label
         if n_diverged:
             text += f" ({n_diverged}/{n_runs} diverged)"
-        draw_hue(ax, part[x], part, name, among, text, with_marker=False)
-        mark_divergence(ax, part.loc[part["diverged_here"] > 0, x], style.colour(name, among))
+        draw_hue(ax, part[x], part, line, text, with_marker=False)
+        mark_divergence(ax, part.loc[part["diverged_here"] > 0, x], line.colour)
     add_legend(ax, any_diverged=bool(data["n_diverged"].any()))
     return data

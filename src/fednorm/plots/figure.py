@@ -9,7 +9,8 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from fednorm.plots.curves import plot_curves
+from fednorm.plots import style
+from fednorm.plots.curves import Hue, hue_keys, plot_curves
 from fednorm.plots.final import plot_final_vs
 from fednorm.plots.save import save_figure
 
@@ -34,7 +35,7 @@ def make_figure(
     title: str,
     x: str | None = None,
     y: str = "test_accuracy",
-    hue: str = "normalizer",
+    hue: Hue = "normalizer",
     xlabel: str | None = None,
     ylabel: str | None = None,
     panel: str | None = None,
@@ -45,7 +46,9 @@ def make_figure(
     """Draw ``df`` as a ``kind`` figure ("curves" or "final_vs") and save it under ``stem``.
 
     ``x`` defaults to "step" (curves) or "heterogeneity" (final_vs); axis labels default to the
-    column names. With ``panel``, one axes per value in ``panel_values`` (side by side, rows
+    column names; ``hue`` is the column (or two: colour, then dash) that tells lines apart, each
+    line drawn alike in every panel.
+    With ``panel``, one axes per value in ``panel_values`` (side by side, rows
     where ``df[panel]`` equals it), and the CSV gets a ``panel`` column first; ``logy`` puts the
     y axis on a log scale (errors spanning orders of magnitude). ``kw`` goes to the
     plot function (e.g. ``last``, ``logx``). Returns the PDF, PNG and CSV paths (see
@@ -57,12 +60,13 @@ def make_figure(
     values = list(panel_values) if panel else [None]
     fig = Figure(figsize=(FIGSIZE[0] * len(values), FIGSIZE[1]), layout="constrained")
     frames = []
+    lines = style.lines(df, hue_keys(hue))  # one look per line across all panels
     for ax, value in zip(fig.subplots(1, len(values), squeeze=False)[0], values, strict=True):
         rows = df if panel is None else df[df[panel] == value]
         if rows.empty:
             where = "" if panel is None else f" ({panel} = {value})"
             raise ValueError(f"figure {stem}: no rows matched its selection{where}")
-        data = PLOTTERS[kind](ax, rows, x=x, y=y, hue=hue, **kw)
+        data = PLOTTERS[kind](ax, rows, x=x, y=y, hue=hue, lines=lines, **kw)
         if panel is not None:
             data.insert(0, panel, value)
             ax.set_title(f"{readable(panel)} = {value:g}")

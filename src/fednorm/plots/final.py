@@ -10,9 +10,12 @@ from matplotlib.axes import Axes
 
 from fednorm.plots import style
 from fednorm.plots.curves import (
+    Hue,
     add_legend,
     draw_hue,
+    hue_keys,
     mark_divergence,
+    present_lines,
     require_columns,
     summarise_over_seeds,
 )
@@ -21,20 +24,21 @@ Scale = Literal["auto", "categorical", "log", "linear"]
 SPAN_RATIO = 20.0
 
 
-def run_finals(df: pd.DataFrame, *, x: str, y: str, hue: str, last: int) -> pd.DataFrame:
-    """One row per run: ``run_id``, hue, ``x``, ``diverged`` and ``final``.
+def run_finals(df: pd.DataFrame, *, x: str, y: str, hue: Hue, last: int) -> pd.DataFrame:
+    """One row per run: ``run_id``, hue column(s), ``x``, ``diverged`` and ``final``.
 
     ``final`` is the mean of the run's last ``last`` non-NaN values of ``y`` (by step); NaN for a
     diverged run. Raises ValueError when ``last`` < 1 or a run has several hue or ``x`` values.
     """
     if last < 1:
         raise ValueError(f"last must be >= 1, got {last}")
-    require_columns(df, ["run_id", "status", "step", x, y, hue])
+    keys = [*hue_keys(hue), x]
+    require_columns(df, ["run_id", "status", "step", y, *keys])
     per_run = df.groupby("run_id", sort=True)
-    varying = per_run[[hue, x]].nunique(dropna=False).max()
+    varying = per_run[keys].nunique(dropna=False).max()
     if (varying > 1).any():
         raise ValueError(f"{list(varying[varying > 1].index)} vary within a run")
-    runs = per_run[[hue, x]].first()
+    runs = per_run[keys].first()
     runs["diverged"] = per_run["status"].agg(lambda s: s.eq("diverged").any())
     measured = df.dropna(subset=[y]).sort_values("step", kind="stable")
     runs["final"] = measured.groupby("run_id")[y].agg(lambda s: s.tail(last).mean())
@@ -47,7 +51,7 @@ def final_data(
     *,
     x: str = "heterogeneity",
     y: str = "test_accuracy",
-    hue: str = "normalizer",
+    hue: Hue = "normalizer",
     last: int = 1,
 ) -> pd.DataFrame:
     """Per (hue, x): ``mean``, ``std``, ``min``, ``max`` over seeds of the runs' final values.
@@ -55,10 +59,11 @@ def final_data(
     See :func:`run_finals` for the final value. ``n_seeds`` counts runs with a final value,
     ``n_diverged`` the diverged runs (which have none) at that (hue, x).
     """
+    keys = [*hue_keys(hue), x]
     runs = run_finals(df, x=x, y=y, hue=hue, last=last)
-    stats = summarise_over_seeds(runs, [hue, x], "final")
-    diverged = runs.groupby([hue, x])["diverged"].sum().rename("n_diverged").astype(int)
-    return stats.merge(diverged.reset_index(), on=[hue, x], how="left")
+    stats = summarise_over_seeds(runs, keys, "final")
+    diverged = runs.groupby(keys)["diverged"].sum().rename("n_diverged").astype(int)
+    return stats.merge(diverged.reset_index(), on=keys, how="left")
 
 
 def x_scale(values: pd.Series) -> Literal["categorical", "log", "linear"]:
@@ -98,27 +103,29 @@ def plot_final_vs(
     *,
     x: str = "heterogeneity",
     y: str = "test_accuracy",
-    hue: str = "normalizer",
+    hue: Hue = "normalizer",
     last: int = 1,
     logx: Scale = "auto",
+    lines: list[style.Line] | None = None,
 ) -> pd.DataFrame:
     """One line with markers per hue: final ``y`` (mean over seeds) against ``x``, min–max band.
 
     ``logx`` picks the x layout: "auto" (see :func:`x_scale`), "categorical" (evenly spaced,
     values as tick labels), "log" or "linear". Each x where seeds diverged gets an "x" at the
-    bottom of the axis, and the hue's legend label ends in " (k diverged)". Returns
+    bottom of the axis, and the hue's legend label ends in " (k diverged)". ``lines``: as in
+    :func:`fednorm.plots.curves.plot_curves`. Returns
     :func:`final_data`'s frame, i.e. exactly the numbers drawn.
     """
-    data = final_data(df, x=x, y=y, hue=hue, last=last)
+    keys = hue_keys(hue)
+    data = final_data(df, x=x, y=y, hue=keys, last=last)
     positions = place_x(ax, data[x], logx)
-    among = style.order(data[hue])
-    for name in among:
-        rows = data[hue] == name
+    for line in present_lines(data, keys, lines):
+        rows = line.rows(data, keys)
         part = data[rows]
-        text = style.label(name)
+        text = line.label
         if n_diverged := int(part["n_diverged"].sum()):
             text += f" ({n_diverged} diverged)"
-        draw_hue(ax, positions[rows], part, name, among, text, with_marker=True)
-        mark_divergence(ax, positions[rows & (data["n_diverged"] > 0)], style.colour(name, among))
+        draw_hue(ax, positions[rows], part, line, text, with_marker=True)
+        mark_divergence(ax, positions[rows & (data["n_diverged"] > 0)], line.colour)
     add_legend(ax, any_diverged=bool(data["n_diverged"].any()))
     return data

@@ -1,16 +1,23 @@
-"""One look (label, colour, marker) per normalizer, shared by every figure.
+"""One look (label, colour, marker, dash) per normalizer, shared by every figure.
 
 Known normalizers have fixed looks, so a method is drawn the same way in every figure. Any other
 hue value gets its name as label and a colour/marker from a fallback cycle, chosen by the value's
 rank among the unknown values of the same figure (``among``): deterministic, and distinct within
 a figure.
+
+A figure's lines are keyed by one column (``hue``, e.g. the normalizer) or by two
+(e.g. ``[scenario, normalizer]``): then the first column gives the colour and the second the
+line style and marker, so "FBN, SF, median" and "Naive BN, SF, median" share a colour and differ
+in dash (see :func:`lines`).
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -20,24 +27,28 @@ class Look:
     label: str
     colour: str
     marker: str
+    dash: str = "-"
 
 
 KNOWN: dict[str, Look] = {
-    "central": Look("Centralized BN", "#222222", "s"),
-    "bn": Look("Naive BN", "#d62728", "v"),
-    "fixbn": Look("FixBN", "#2ca02c", "^"),
-    "fbn": Look("FBN", "#1f77b4", "o"),
-    "gn": Look("GroupNorm", "#9467bd", "D"),
+    "central": Look("Centralized BN", "#222222", "s", ":"),
+    "bn": Look("Naive BN", "#d62728", "v", "--"),
+    "fixbn": Look("FixBN", "#2ca02c", "^", "-."),
+    "fbn": Look("FBN", "#1f77b4", "o", "-"),
+    "gn": Look("GroupNorm", "#9467bd", "D", (0, (1, 1))),
 }
 FALLBACK_COLOURS = ("#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 FALLBACK_MARKERS = ("P", "X", "*", "h", "<", ">")
+FALLBACK_DASHES = ("-", "--", "-.", ":", (0, (3, 1, 1, 1, 1, 1)), (0, (5, 2)))
 
 
 def _sort_key(name: object) -> tuple[bool, float, str]:
-    """Numbers first in numeric order, then everything else by its text."""
+    """Numbers first in numeric order, then everything else by its text; among Byzantine
+    scenarios (fednorm.config.RunConfig.scenario), 'no attack' first, then the undefended."""
     if isinstance(name, numbers.Real):
         return (False, float(name), "")
-    return (True, 0.0, str(name))
+    text = str(name)
+    return (True, 0.0 if text == "no attack" else 1.0 if "no defense" in text else 2.0, text)
 
 
 def order(names: Iterable[object]) -> list[object]:
@@ -74,3 +85,50 @@ def marker(name: object, among: Iterable[object] = ()) -> str:
     if look:
         return look.marker
     return FALLBACK_MARKERS[_fallback_index(name, among) % len(FALLBACK_MARKERS)]
+
+
+def dash(name: object, among: Iterable[object] = ()) -> str | tuple:
+    """Line style of a normalizer; unknown names cycle through FALLBACK_DASHES by sorted rank."""
+    look = KNOWN.get(str(name))
+    if look:
+        return look.dash
+    return FALLBACK_DASHES[_fallback_index(name, among) % len(FALLBACK_DASHES)]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One drawn line: the hue values it stands for and how it looks."""
+
+    values: tuple[object, ...]  # one value per hue column
+    label: str
+    colour: str
+    marker: str
+    dash: str | tuple
+
+    def rows(self, frame: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
+        """Boolean mask of the rows of ``frame`` that belong to this line."""
+        mask = pd.Series(True, index=frame.index)
+        for key, value in zip(keys, self.values, strict=True):
+            mask &= frame[key] == value
+        return mask
+
+
+def lines(frame: pd.DataFrame, keys: Sequence[str]) -> list[Line]:
+    """The lines of a figure whose hue columns are ``keys`` (one or two), in legend order.
+
+    One key: each value its own look (label, colour, marker), solid. Two keys: colour from the
+    first column's value, dash and marker from the second's; label "<second> – <first>"; ordered
+    by the second column, then the first. Only the combinations present in ``frame`` are lines.
+    """
+    if len(keys) not in (1, 2):
+        raise ValueError(f"hue must be one or two columns, got {list(keys)}")
+    first = order(frame[keys[0]])
+    if len(keys) == 1:
+        return [Line((v,), label(v), colour(v, first), marker(v, first), "-") for v in first]
+    second = order(frame[keys[1]])
+    present = set(frame[list(keys)].itertuples(index=False, name=None))
+    return [
+        Line((c, s), f"{label(s)} – {label(c)}", colour(c, first), marker(s, second),
+             dash(s, second))
+        for s in second for c in first if (c, s) in present
+    ]

@@ -1,0 +1,32 @@
+"""results/summary.csv from run files: one tidy row per run x evaluation point."""
+
+import json
+
+import pandas as pd
+
+from fednorm.fl.train import METRIC_COLUMNS
+from fednorm.plan import load_plan
+from fednorm.summarize import FIRST_COLUMNS, METRICS, summarize
+
+
+def test_summary_carries_every_key_and_the_scenario_of_each_run(tmp_path):
+    plan = load_plan({
+        "paths": {"results": str(tmp_path)},
+        "run": {"steps": 10, "eval_every": 5, "heterogeneity": 0, "f": 3},
+        "experiments": {"e": {"grid": {"attack": ["none", "sf"],
+                                       "aggregator": ["mean", "trimmed_mean"]}}}})
+    for run_id in plan.runs:
+        run_dir = tmp_path / "runs" / run_id
+        run_dir.mkdir(parents=True)
+        metrics = pd.DataFrame({c: [0.5, 0.25] for c in METRIC_COLUMNS}).assign(step=[0, 10])
+        metrics.to_csv(run_dir / "metrics.csv", index=False)
+        (run_dir / "run.json").write_text(json.dumps({"status": "ok", "wall_time_s": 1.0}))
+    frame = summarize(plan)
+    assert list(frame.columns[: len(FIRST_COLUMNS)]) == list(FIRST_COLUMNS)
+    assert len(frame) == 2 * len(plan.runs)
+    on_disk = pd.read_csv(tmp_path / "summary.csv")
+    pairs = set(zip(on_disk.attack, on_disk.aggregator, on_disk.scenario, strict=True))
+    assert pairs == {("none", "mean", "no attack"), ("sf", "mean", "SF, no defense"),
+                     ("none", "trimmed_mean", "trimmed mean"),
+                     ("sf", "trimmed_mean", "SF, trimmed mean")}
+    assert list(on_disk.columns[-len(METRICS):]) == list(METRICS)
