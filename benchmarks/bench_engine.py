@@ -5,7 +5,9 @@
 
 All three train the FBN paper's CNN on n*b images per step with the paper's momentum:
 - centralized: one model with nn.BatchNorm2d, torch.optim.SGD on the union batch of n*b;
-- engine: fednorm's DSGD round (clients as a tensor dimension), per normalizer;
+- engine: fednorm's DSGD round (clients as a tensor dimension), per normalizer; and FBN with
+  f = 3 Byzantine clients sending SF statistics, aggregated by median after NNM (the cost of the
+  robust server, FBN paper §5);
 - per-client loop: n model copies, each forward/backward on its b images, gradients averaged,
   server step, copies refreshed (the usual way FL code is written).
 Ratios are measured in one process, on the same data, interleaved over repeats (median kept).
@@ -74,11 +76,11 @@ def per_client_loop(args, x, y):
     return step
 
 
-def engine(args, x, y, normalizer: str):
+def engine(args, x, y, normalizer: str, **byzantine):
     cfg = run_config({
         "dataset": "synthetic", "n_train": len(x), "n_test": 1, "image_size": args.image_size,
         "width": args.width, "normalizer": normalizer, "n_clients": args.clients,
-        "batch_size": args.batch, "partition": "iid", "gn_groups": 8,
+        "batch_size": args.batch, "partition": "iid", "gn_groups": 8, **byzantine,
     })
     model = build_model(cfg).to(x.device)
     parts = list(torch.arange(len(x), device=x.device).chunk(args.clients))
@@ -109,6 +111,8 @@ def main() -> None:
              "per-client loop (nn.BatchNorm2d)": per_client_loop(args, x, y)}
     for name in args.normalizers.split(","):
         steps[f"engine DSGD, {name}"] = engine(args, x, y, name)
+    steps["engine DSGD, fbn, SF f=3, median + NNM"] = engine(
+        args, x, y, "fbn", attack="sf", f=3, aggregator="median", nnm=True)
     for step in steps.values():  # warm-up (allocator, cuDNN autotuning)
         _timed(step, device, 2)
     times: dict[str, list[float]] = {name: [] for name in steps}

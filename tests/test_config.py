@@ -1,5 +1,7 @@
 """Run configuration: defaults are the paper's, and every bad value is named before a job runs."""
 
+import re
+
 import pytest
 
 from fednorm.config import FIELDS, ConfigError, RunConfig, run_config, with_values
@@ -59,3 +61,61 @@ def test_every_field_round_trips_through_identity():
     cfg = run_config({"lr": [0.5], "lr_milestones": []})
     assert run_config(cfg.identity()) == cfg
     assert set(cfg.identity()) == set(FIELDS)
+
+
+# --- Byzantine keys -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "value", "allowed"),
+    [
+        ({"f": 5}, "f", "5", "n_clients/2"),  # n_clients = 10: 5 is not a minority
+        ({"f": 3, "n_clients": 6}, "f", "3", "f <= 2"),
+        ({"f": -1}, "f", "-1", "integer >= 0"),
+        ({"attack": "bogus"}, "attack", "'bogus'", "'alie'"),
+        ({"aggregator": "mode"}, "aggregator", "'mode'", "'trimmed_mean'"),
+        ({"nnm": "yes"}, "nnm", "'yes'", "true or false"),
+        ({"attack": "sf"}, "f", "0", "f >= 1 with attack 'sf'"),
+        ({"attack": "sf", "f": 1, "normalizer": "gn"}, "attack", "'sf'", "normalizer 'gn'"),
+        ({"attack": "foe", "f": 2, "normalizer": "central"}, "attack", "'foe'",
+         "normalizer 'central'"),
+        ({"aggregator": "median", "normalizer": "gn"}, "aggregator", "'median'",
+         "normalizer 'gn'"),
+        ({"nnm": True, "normalizer": "central"}, "nnm", "True", "normalizer 'central'"),
+        ({"attack_stats": "both"}, "attack_stats", "'both'", "'mean_var', 'mean', 'var'"),
+    ],
+)
+def test_byzantine_errors_name_key_value_and_rule(values, key, value, allowed):
+    """Each Byzantine misconfiguration is refused with "key '<key>' has value <value>" and
+    what is allowed."""
+    pattern = re.escape(f"key '{key}' has value {value};") + ".*" + re.escape(allowed)
+    with pytest.raises(ConfigError, match=pattern):
+        run_config(values, where="test")
+
+
+def test_attack_free_byzantine_settings_are_accepted():
+    """f clients that do not attack, and robust aggregation without an attack, are valid."""
+    assert run_config({"f": 4}).f == 4  # the largest minority of 10
+    cfg = run_config({"aggregator": "trimmed_mean", "f": 2, "normalizer": "bn"})
+    assert (cfg.aggregator, cfg.f, cfg.attack) == ("trimmed_mean", 2, "none")
+
+
+@pytest.mark.parametrize(
+    ("values", "scenario", "tag"),
+    [
+        ({}, "no attack", ""),
+        ({"attack": "sf", "f": 3}, "SF, no defense", "-sf3-mean"),
+        ({"attack": "sf", "f": 3, "aggregator": "median", "nnm": True}, "SF, median + NNM",
+         "-sf3-median+nnm"),
+        ({"attack": "alie", "f": 2, "aggregator": "trimmed_mean"}, "ALIE, trimmed mean",
+         "-alie2-trimmed_mean"),
+        ({"attack": "sf", "f": 3, "attack_stats": "mean"}, "SF on means, no defense",
+         "-sf3-mean"),
+    ],
+)
+def test_scenario_and_run_id_name_the_attack_and_the_defense(values, scenario, tag):
+    """scenario reads '<ATTACK>, <defense>'; run_id carries '-<attack><f>-<aggregator>[+nnm]'
+    between the federation axes and the seed, and nothing for the default (no attack)."""
+    cfg = run_config(values)
+    assert cfg.scenario == scenario
+    assert re.fullmatch(r"fbn-gamma0-E1" + re.escape(tag) + r"-s0-[0-9a-f]{10}", cfg.run_id)

@@ -74,7 +74,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert sorted(ok.step.unique()) == [0, 10, 20]
     diverged = summary[summary.status == "diverged"]
     assert diverged.run_id.nunique() == 1 and diverged.partition.eq("dirichlet").all()
-    meta = json.loads(next((work / ".test/results/runs").glob("fbn-dirichlet*/run.json"))
+    meta = json.loads(next((work / ".test/results/runs").glob("fbn-dirichlet*-E1-s0-*/run.json"))
                       .read_text())
     assert meta["status"] == "diverged" and meta["config"]["lr"] == [1e6]
     for key in ("git_commit", "versions", "device", "wall_time_s", "seed"):

@@ -25,6 +25,7 @@ MOMENTUM_CONVENTIONS = ("ema", "pytorch")
 FBN_INITS = ("zero_one", "first_batch")
 AUGMENTS = ("none", "crop_flip")
 ATTACKS = ("none", "sf", "foe", "alie")  # fednorm.robust.attacks
+ATTACK_STATS = ("mean_var", "mean", "var")  # which statistics the Byzantine clients falsify
 AGGREGATORS = ("mean", "median", "trimmed_mean")  # fednorm.robust.aggregators
 # Normalizers whose clients send statistics to the server, the target of the attacks.
 STAT_SENDING = ("bn", "fbn", "fixbn")
@@ -78,6 +79,9 @@ class RunConfig:
     foe_eps: float = 1.1  # FOE sends -foe_eps * (honest mean)
     alie_z: float | None = None  # ALIE sends mean + z * std; None: z from n and f (ALIE paper)
     var_floor: float = 1e-5  # an attacked variance is clamped at this floor to stay valid
+    # which statistics the attack replaces: mean_var (both), mean (the variances stay honest;
+    # the FBN paper's words for SF, §5: "only modify the mean by sending its opposite"), var
+    attack_stats: str = "mean_var"
     # evaluation
     eval_every: int = 50
     seed: int = 0
@@ -109,13 +113,15 @@ class RunConfig:
     @property
     def scenario(self) -> str:
         """What the Byzantine experiments compare, in words: 'no attack' (attack none, mean
-        aggregation), '<ATTACK>, no defense' (mean), else '<ATTACK>, <aggregator>[ + NNM]'."""
+        aggregation), '<ATTACK>, no defense' (mean), else '<ATTACK>, <aggregator>[ + NNM]';
+        '<ATTACK> on means' ('on variances') when only those are falsified (attack_stats)."""
         defended = self.aggregator != "mean" or self.nnm
         defense = (self.aggregator.replace("_", " ") + (" + NNM" if self.nnm else "")
                    if defended else "no defense")
         if self.attack == "none":
             return defense if defended else "no attack"
-        return f"{self.attack.upper()}, {defense}"
+        target = {"mean_var": "", "mean": " on means", "var": " on variances"}[self.attack_stats]
+        return f"{self.attack.upper()}{target}, {defense}"
 
     def lr_at(self, step: int) -> float:
         """Learning rate of the piecewise-constant schedule at a (0-based) step."""
@@ -210,6 +216,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "foe_eps": _finite,
     "alie_z": _optional(_finite),
     "var_floor": number_in(0, 1, low_open=True),
+    "attack_stats": _one_of(ATTACK_STATS),
     "eval_every": int_at_least(1),
     "seed": int_at_least(0),
 }

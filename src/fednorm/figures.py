@@ -10,6 +10,12 @@ from fednorm.config import Figure
 from fednorm.plots import make_figure
 
 _X_LABELS = {"gamma": "heterogeneity γ (1 = iid)", "dirichlet": "Dirichlet α (small = non-iid)"}
+_SYMBOLS = {"gamma": "γ", "dirichlet": "Dirichlet α"}  # heterogeneity's meaning per partition
+
+
+def _one_partition(rows: pd.DataFrame) -> str | None:
+    partitions = rows["partition"].unique()
+    return str(partitions[0]) if len(partitions) == 1 else None
 
 
 def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
@@ -24,13 +30,14 @@ def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
 
 def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     rows = figure_rows(fig, summary)
-    panels = {"panel": fig.panel, "panel_values": fig.panel_values, "logy": fig.logy,
-              "hue": list(fig.hue)}
+    partition = _one_partition(rows)
+    panel_label = _SYMBOLS.get(partition) if fig.panel == "heterogeneity" else None
+    panels = {"panel": fig.panel, "panel_values": fig.panel_values, "panel_label": panel_label,
+              "logy": fig.logy, "hue": list(fig.hue)}
     title = fig.title or fig.name
     if fig.kind == "final_vs":
         x = fig.x or "heterogeneity"
-        partitions = rows["partition"].unique() if x == "heterogeneity" else []
-        xlabel = _X_LABELS.get(partitions[0], x) if len(partitions) == 1 else x
+        xlabel = _X_LABELS.get(partition, x) if x == "heterogeneity" else x
         return make_figure("final_vs", rows, stem, title=title, x=x, y=fig.y, xlabel=xlabel,
                            **panels)
     return make_figure("curves", rows, stem, title=title, x=fig.x or "step", y=fig.y, **panels)

@@ -23,6 +23,7 @@ from fednorm.norms import (
     norm_context,
     normalizer_for,
 )
+from fednorm.robust import Server, coordinate_median, nearest_neighbour_mixing
 
 N_CLIENTS, B, SIZE = 3, 4, 8
 
@@ -335,3 +336,144 @@ def test_client_batches_rejects_an_empty_client():
     with pytest.raises(ValueError, match="at least one"):
         ClientBatches(x, y, [torch.arange(3), torch.tensor([], dtype=torch.long)], B,
                       torch.Generator().manual_seed(0))
+
+
+# --- 12. Byzantine clients in the engine ------------------------------------------------------
+
+N_BYZ_RUN = 10  # the paper's federation size, so that f = 3 is a minority
+
+
+def capture_receive(monkeypatch) -> list:
+    """Wrap Server.receive: each call appends (server, reports sent, statistics received)."""
+    calls = []
+    original = Server.receive
+
+    def receive(self, reports):
+        received = original(self, reports)
+        calls.append((self, reports, received))
+        return received
+
+    monkeypatch.setattr(Server, "receive", receive)
+    return calls
+
+
+def capture_bn_inputs(layers) -> dict:
+    """Forward hooks: each BN layer's last input, by layer key."""
+    inputs = {}
+    for layer in layers:
+        layer.register_forward_hook(
+            lambda mod, inp, out: inputs.__setitem__(mod.key, inp[0].detach()))
+    return inputs
+
+
+def test_dsgd_round_under_sign_flip_commits_the_mean_of_what_the_server_received(monkeypatch):
+    """DSGD, FBN, SF with f = 3 and no defense, one round: per BN layer the server receives the
+    honest clients' reports (β · their batch means, from (0, 1)) in rows 0..6 and -(their mean)
+    in rows 7..9, and commits line 10 with plain averages of exactly those rows."""
+    n, f = N_BYZ_RUN, 3
+    cfg = tiny_config(normalizer="fbn", n_clients=n, attack="sf", f=f)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    x, y, parts = client_data(n_clients=n)
+    trainer = make_trainer(cfg, model, normalizer_for(cfg), batches_for(x, y, parts, seed=7))
+    inputs = capture_bn_inputs(trainer.layers)
+    calls = capture_receive(monkeypatch)
+    trainer.round(0)
+    beta = cfg.bn_momentum
+    assert len(calls) == len(trainer.layers) == 4
+    for layer, (server, sent, got) in zip(trainer.layers, calls, strict=True):
+        assert server is trainer.server and server == Server(attack="sf", f=f)
+        inp = inputs[layer.key]  # (n*B, C, h, w)
+        c = inp.shape[1]
+        batch_means = inp.reshape(n, B, c, -1).transpose(1, 2).reshape(n, c, -1).mean(-1)
+        torch.testing.assert_close(sent.mean, beta * batch_means, rtol=1e-5, atol=1e-6)
+        h = n - f
+        assert torch.equal(got.mean[:h], sent.mean[:h]) and torch.equal(got.var[:h], sent.var[:h])
+        flipped = -sent.mean[:h].sum(0) / h
+        torch.testing.assert_close(got.mean[h:], flipped.expand(f, -1), rtol=1e-6, atol=1e-7)
+        assert torch.all(got.var[h:] == cfg.var_floor)  # -(positive variances) -> the floor
+        k = inp[:B].numel() // c
+        assert layer.elements_per_client == k
+        mean = got.mean.sum(0) / n
+        spread = ((got.mean - mean) ** 2).sum(0) / n
+        var = got.var.sum(0) / n + k * n / ((k * n - 1) * beta) * spread
+        torch.testing.assert_close(layer.running_mean, mean, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(layer.running_var, var, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("normalizer", ["fbn", "bn"])
+def test_no_attack_with_byzantine_count_trains_bit_identically_to_the_default(normalizer):
+    """Byzantine machinery off: attack 'none' with f = 3 (clients that follow the protocol)
+    trains bit for bit like f = 0, whose config is the default one; and the running statistics
+    after one round are the rule's plain-average aggregate of the clients' reports, replayed
+    without any Server."""
+    n = N_BYZ_RUN
+    base = tiny_config(normalizer=normalizer, n_clients=n, steps=2)
+    assert base == tiny_config(normalizer=normalizer, n_clients=n, steps=2, attack="none", f=0,
+                               aggregator="mean", nnm=False)
+    off = tiny_config(normalizer=normalizer, n_clients=n, steps=2, attack="none", f=3)
+    m_base, m_off = twin_models(base)
+    m_replay = copy.deepcopy(m_base)
+    bn_layers(m_replay)  # keys by layer name, as the trainers' layers get
+    x, y, parts = client_data(n_clients=n)
+    t_base = make_trainer(base, m_base, normalizer_for(base), batches_for(x, y, parts, seed=2))
+    t_off = make_trainer(off, m_off, normalizer_for(off), batches_for(x, y, parts, seed=2))
+    assert t_off.server == Server(f=3)
+
+    rule = normalizer_for(base).rule_at(0)
+    xb, _ = batches_for(x, y, parts, seed=2).sample()
+    ctx = NormContext(rule, n, n, base.bn_momentum)
+    with norm_context(ctx):
+        m_replay(xb)
+    t_base.round(0)
+    t_off.round(0)
+    for layer in bn_layers(m_base):
+        rep = ctx.reports[layer.key]
+        agg = rule.aggregate(rep, layer.elements_per_client, n, base.bn_momentum)
+        assert torch.equal(layer.running_mean, agg.mean)
+        assert torch.equal(layer.running_var, agg.var)
+    t_base.round(1)
+    t_off.round(1)
+    sa, sb = m_base.state_dict(), m_off.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert torch.equal(sa[key], sb[key]), key
+
+
+def test_fedavg_two_local_steps_under_alie_commits_the_robust_combine_of_received_rows(
+        monkeypatch):
+    """FedAvg, E = 2, FBN, ALIE (z from n = 10, f = 3: Φ⁻¹(0.7)) against NNM + median: the
+    received rows 7..9 are mean + z·std of the honest rows 0..6 (variances clamped at the
+    floor), and the shared statistics are line 10 with A = median ∘ NNM over the received rows
+    and the effective momentum 1 - (1 - β)^E."""
+    n, f, z = N_BYZ_RUN, 3, 0.5244005127080407
+    cfg = tiny_config(normalizer="fbn", n_clients=n, local_steps=2, steps=2, attack="alie", f=f,
+                      aggregator="median", nnm=True)
+    torch.manual_seed(1)
+    model = build_model(cfg)
+    x, y, parts = client_data(n_clients=n)
+    trainer = make_trainer(cfg, model, normalizer_for(cfg), batches_for(x, y, parts, seed=8))
+    assert isinstance(trainer, FedAvg)
+    calls = capture_receive(monkeypatch)
+    trainer.round(0)
+    assert len(calls) == len(trainer.layers) == 4
+    beta_eff = 1 - (1 - cfg.bn_momentum) ** 2
+
+    def robust(v):
+        return coordinate_median(nearest_neighbour_mixing(v, f))
+
+    h = n - f
+    for layer, (_, sent, got) in zip(trainer.layers, calls, strict=True):
+        assert torch.equal(got.mean[:h], sent.mean[:h]) and torch.equal(got.var[:h], sent.var[:h])
+        for stat, clamp in ((sent.mean, False), (sent.var, True)):
+            honest = stat[:h]
+            m = honest.sum(0) / h
+            vec = m + z * torch.sqrt(((honest - m) ** 2).sum(0) / (h - 1))
+            vec = vec.clamp(min=cfg.var_floor) if clamp else vec
+            sent_as = got.var if clamp else got.mean
+            torch.testing.assert_close(sent_as[h:], vec.expand(f, -1), rtol=1e-5, atol=1e-6)
+        k = layer.elements_per_client
+        mean = robust(got.mean)
+        var = robust(got.var) + k * n / ((k * n - 1) * beta_eff) * robust((got.mean - mean) ** 2)
+        torch.testing.assert_close(layer.running_mean, mean, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(layer.running_var, var, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,8 @@ spread far apart and every rule's treatment of that spread is visible.
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 import torch
 from torch import nn
@@ -22,6 +24,8 @@ from fednorm.norms import (
     bn_layers,
     norm_context,
 )
+from fednorm.norms.rules import Stats, mean_rows
+from fednorm.robust import Server, coordinate_median
 
 N_CLIENTS, B, C, H, W = 10, 4, 3, 5, 5
 K = B * H * W  # values per channel in one client's batch
@@ -304,3 +308,117 @@ def test_frozen_commit_leaves_float32_running_stats_bit_identical():
         changed = int((now != before).sum())
         drift = float((now - before).abs().max())
         assert changed == 0, f"{name}: {changed}/{c} channels moved (max |change| {drift:.3g})"
+
+
+# --- 6. FBN line 10 under the server's rule (Byzantine robustness) ----------------------------
+
+
+def hand_reports() -> Stats:
+    """(10, 2) float64 running statistics of 10 clients, written out by hand; the last three
+    rows are outliers (as Byzantine rows would be)."""
+    mean = torch.tensor([[0.5, -1.0], [0.7, -1.2], [0.4, -0.9], [0.9, -1.5], [0.6, -1.1],
+                         [0.3, -0.8], [0.8, -1.3], [9.0, 5.0], [9.0, 5.0], [-7.0, 4.0]],
+                        dtype=torch.float64)
+    var = torch.tensor([[1.0, 2.0], [1.2, 2.2], [0.9, 1.9], [1.1, 2.5], [1.3, 2.1],
+                        [0.8, 1.8], [1.05, 2.05], [1e-5, 1e-5], [1e-5, 1e-5], [50.0, 1e-5]],
+                       dtype=torch.float64)
+    return Stats(mean, var)
+
+
+def test_fbn_aggregate_with_a_robust_rule_is_line_10_with_that_rule_everywhere():
+    """mean = median(mean_i); var = median(var_i) + Kn/((Kn-1)β) median((mean_i - mean)^2),
+    the medians taken per channel with Python's statistics.median."""
+    rep, k, n = hand_reports(), 100, 10
+    got = FederatedStats().aggregate(rep, k, n, BETA, coordinate_median)
+    for c in range(2):
+        m = statistics.median(rep.mean[:, c].tolist())
+        spread = statistics.median([(v - m) ** 2 for v in rep.mean[:, c].tolist()])
+        var = statistics.median(rep.var[:, c].tolist()) + k * n / ((k * n - 1) * BETA) * spread
+        assert got.mean[c].item() == pytest.approx(m, rel=1e-12)
+        assert got.var[c].item() == pytest.approx(var, rel=1e-12)
+
+
+def test_fbn_aggregate_with_the_mean_rule_is_algorithm_2():
+    """The default combine, mean_rows and the default Server's combine give the same bits, and
+    they equal line 10 written with sums: mean = Σ mean_i / n,
+    var = Σ var_i / n + Kn/((Kn-1)β) Σ (mean_i - mean)^2 / n."""
+    rep, k, n = hand_reports(), 100, 10
+    rule = FederatedStats()
+    default = rule.aggregate(rep, k, n, BETA)
+    for combine in (mean_rows, Server().combine):
+        other = rule.aggregate(rep, k, n, BETA, combine)
+        assert torch.equal(default.mean, other.mean) and torch.equal(default.var, other.var)
+    mean = rep.mean.sum(0) / n
+    var = rep.var.sum(0) / n + k * n / ((k * n - 1) * BETA) * ((rep.mean - mean) ** 2).sum(0) / n
+    torch.testing.assert_close(default.mean, mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(default.var, var, rtol=1e-12, atol=1e-12)
+
+
+N_BYZ = 3  # the last 3 of N_CLIENTS = 10 clients
+
+
+def byzantine_batches(seed: int = 21, centre: float = 12.0, spacing: float = 2.0):
+    """(10*B, C, H, W) float64. Honest client i < 7 ~ centre + spacing*(i - 3) + N(0, 1), so the
+    7 honest means are 6, 8, ..., 18 (γ = 0-like heterogeneity); the 3 Byzantine clients hold
+    data around the centre (what they compute is replaced by the attack anyway)."""
+    gen = torch.Generator().manual_seed(seed)
+    m = centre + spacing * (torch.arange(N_CLIENTS, dtype=torch.float64) - 3)
+    m[N_CLIENTS - N_BYZ :] = centre
+    noise = torch.randn(N_CLIENTS, B, C, H, W, generator=gen, dtype=torch.float64)
+    return (m.view(-1, 1, 1, 1, 1) + noise).reshape(N_CLIENTS * B, C, H, W)
+
+
+def commit_under(server: Server, rule, x: torch.Tensor) -> FedBatchNorm2d:
+    """One training forward of all 10 clients with ``rule`` from (0, 1), then the server's
+    receive/combine; returns the layer holding the committed running statistics."""
+    fed, _ = make_pair(None)
+    layers = bn_layers(fed)
+    _, ctx = fed_forward(fed, x, rule)
+    commit_stats(layers, ctx.reports, rule, N_CLIENTS, BETA, server)
+    return fed
+
+
+def honest_reference(x: torch.Tensor) -> nn.BatchNorm2d:
+    """nn.BatchNorm2d (momentum β, from (0, 1)) after one forward on the honest union only."""
+    _, ref = make_pair(None)
+    ref.train()
+    ref(x[: (N_CLIENTS - N_BYZ) * B])
+    return ref
+
+
+@pytest.mark.parametrize("aggregator", ["median", "trimmed_mean"])
+def test_fbn_under_sign_flip_with_nnm_defense_recovers_batchnorm_on_the_honest_union(aggregator):
+    """SF, f = 3, NNM + median / trimmed mean: FBN's shared statistics are BatchNorm's on the 7
+    honest clients' union, while naive BN's variance misses the between-client spread.
+
+    Why nearly exact: SF sends -β·12 (means) and the floor (variances), farther from every
+    honest row than the honest rows are from each other (honest means β·6..β·18, squared
+    deviations ≤ 36β², variances ≈ 1; Byzantine squared deviations (24β)²). So NNM maps every
+    honest row to the exact average of the 7 honest rows, and both rules (median; trimmed
+    mean dropping 3 per side) return it. FBN then differs from BatchNorm on the honest union
+    only by n = 10 instead of 7 in Kn/(Kn-1): a relative error below 1/(7K) - 1/(10K) ≈ 4e-4
+    (K = 100). Naive BN averages within-client variances (≈ 1) only: 0.9 + 0.1 vs the
+    reference 0.9 + 0.1 (1 + 16) (spread of 6..18 is 16), a relative error ≈ 1 - 1/2.6 = 0.62.
+    (Means centred at 0 would not do: SF would send ≈ 0, inside the honest cloud.)"""
+    x = byzantine_batches()
+    ref = honest_reference(x)
+    server = Server(attack="sf", f=N_BYZ, aggregator=aggregator, nnm=True)
+    fbn = commit_under(server, FederatedStats(), x)
+    torch.testing.assert_close(fbn.running_mean, ref.running_mean, rtol=1e-10, atol=0.0)
+    rel = ((fbn.running_var - ref.running_var) / ref.running_var).abs()
+    assert torch.all(rel < 1e-3), rel
+
+    naive = commit_under(server, BatchStats(), x)
+    torch.testing.assert_close(naive.running_mean, ref.running_mean, rtol=1e-10, atol=0.0)
+    rel_naive = ((naive.running_var - ref.running_var) / ref.running_var).abs()
+    assert torch.all(rel_naive > 0.5), rel_naive
+
+
+def test_fbn_under_undefended_sign_flip_has_its_mean_pulled_towards_zero():
+    """SF with a plain mean: 7 honest rows plus 3 rows of -(honest mean) average to
+    (7 - 3)/10 = 0.4 times the honest mean, i.e. 0.6 of the reference mean away from it."""
+    x = byzantine_batches()
+    ref = honest_reference(x)
+    fbn = commit_under(Server(attack="sf", f=N_BYZ), FederatedStats(), x)
+    torch.testing.assert_close(fbn.running_mean, 0.4 * ref.running_mean, rtol=1e-10, atol=0.0)
+    assert torch.all((fbn.running_mean - ref.running_mean).abs() > 0.5 * ref.running_mean.abs())

@@ -40,6 +40,7 @@ def make_figure(
     ylabel: str | None = None,
     panel: str | None = None,
     panel_values: Sequence[Any] = (),
+    panel_label: str | None = None,
     logy: bool = False,
     **kw: Any,
 ) -> list[Path]:
@@ -49,7 +50,8 @@ def make_figure(
     column names; ``hue`` is the column (or two: colour, then dash) that tells lines apart, each
     line drawn alike in every panel.
     With ``panel``, one axes per value in ``panel_values`` (side by side, rows
-    where ``df[panel]`` equals it), and the CSV gets a ``panel`` column first; ``logy`` puts the
+    where ``df[panel]`` equals it, titled ``panel_label`` (default: the column) = value), and the
+    CSV gets a ``panel`` column first; ``logy`` puts the
     y axis on a log scale (errors spanning orders of magnitude). ``kw`` goes to the
     plot function (e.g. ``last``, ``logx``). Returns the PDF, PNG and CSV paths (see
     :func:`save_figure`). Raises ValueError for an unknown ``kind`` or an empty selection.
@@ -69,7 +71,7 @@ def make_figure(
         data = PLOTTERS[kind](ax, rows, x=x, y=y, hue=hue, lines=lines, **kw)
         if panel is not None:
             data.insert(0, panel, value)
-            ax.set_title(f"{readable(panel)} = {value:g}")
+            ax.set_title(f"{panel_label or readable(panel)} = {value:g}")
         ax.set_xlabel(xlabel or readable(x))
         ax.set_ylabel(ylabel or readable(y))
         ax.grid(alpha=0.3)

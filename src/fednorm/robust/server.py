@@ -6,7 +6,8 @@ statistics, each sends ``attack(honest rows)`` (fednorm.robust.attacks), compute
 n - f honest clients' rows of the same round; an omniscient adversary, as in the FBN paper §5.
 
 - Each statistic is attacked on its own: the means with ``attack(honest means)``, the variances
-  with ``attack(honest variances)``.
+  with ``attack(honest variances)``; ``attack_stats`` says which are ("mean_var": both, "mean":
+  the Byzantine clients send their honest variances, "var": their honest means).
 - A variance must stay a variance: an attacked variance is clamped at ``var_floor``
   (:func:`~fednorm.robust.attacks.keep_variance_valid`). SF and FOE send negative variances
   (-mean, -eps * mean), which become ``var_floor``: a tiny variance, i.e. a huge scale
@@ -44,11 +45,12 @@ class Server:
     foe_eps: float = 1.1
     alie_z: float | None = None
     var_floor: float = 1e-5
+    attack_stats: str = "mean_var"
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> Server:
         return cls(cfg.attack, cfg.f, cfg.aggregator, cfg.nnm, cfg.foe_eps, cfg.alie_z,
-                   cfg.var_floor)
+                   cfg.var_floor, cfg.attack_stats)
 
     def _params(self) -> dict[str, Any]:
         return {"foe": {"eps": self.foe_eps}, "alie": {"z": self.alie_z}}.get(self.attack, {})
@@ -68,10 +70,14 @@ class Server:
         if reports.mean.shape[0] <= 2 * self.f:
             raise ValueError(f"reports must have more than 2f = {2 * self.f} client rows, got "
                              f"{reports.mean.shape[0]}")
-        var = self._byzantine_rows(reports.var)
-        honest = reports.var.shape[0] - self.f
-        var = torch.cat([var[:honest], keep_variance_valid(var[honest:], self.var_floor)])
-        return Stats(self._byzantine_rows(reports.mean), var)
+        mean, var = reports.mean, reports.var
+        if self.attack_stats in ("mean_var", "mean"):
+            mean = self._byzantine_rows(mean)
+        if self.attack_stats in ("mean_var", "var"):
+            honest = var.shape[0] - self.f
+            var = self._byzantine_rows(var)
+            var = torch.cat([var[:honest], keep_variance_valid(var[honest:], self.var_floor)])
+        return Stats(mean, var)
 
     def combine(self, x: Tensor) -> Tensor:
         """(n, C) -> (C,): the configured aggregator (after NNM if set); a plain mean by
