@@ -83,6 +83,9 @@ def test_every_field_round_trips_through_identity():
          "normalizer 'gn'"),
         ({"nnm": True, "normalizer": "central"}, "nnm", "True", "normalizer 'central'"),
         ({"attack_stats": "both"}, "attack_stats", "'both'", "'mean_var', 'mean', 'var'"),
+        ({"attack_updates": 1}, "attack_updates", "1", "true or false"),
+        ({"attack": "sf", "f": 3, "normalizer": "central", "attack_updates": True}, "attack",
+         "'sf'", "or 'gn' with attack_updates: true"),
     ],
 )
 def test_byzantine_errors_name_key_value_and_rule(values, key, value, allowed):
@@ -91,6 +94,14 @@ def test_byzantine_errors_name_key_value_and_rule(values, key, value, allowed):
     pattern = re.escape(f"key '{key}' has value {value};") + ".*" + re.escape(allowed)
     with pytest.raises(ConfigError, match=pattern):
         run_config(values, where="test")
+
+
+def test_attacked_updates_give_groupnorm_something_to_attack():
+    """GN sends no statistics, so an attack needs attack_updates (Robust-DSGD with GN)."""
+    with pytest.raises(ConfigError, match="key 'attack' has value 'alie'"):
+        run_config({"normalizer": "gn", "attack": "alie", "f": 3})
+    cfg = run_config({"normalizer": "gn", "attack": "alie", "f": 3, "attack_updates": True})
+    assert cfg.scenario == "ALIE + updates, no defense"
 
 
 def test_attack_free_byzantine_settings_are_accepted():
@@ -111,6 +122,8 @@ def test_attack_free_byzantine_settings_are_accepted():
          "-alie2-trimmed_mean"),
         ({"attack": "sf", "f": 3, "attack_stats": "mean"}, "SF on means, no defense",
          "-sf3-mean"),
+        ({"attack": "sf", "f": 3, "attack_updates": True, "aggregator": "median", "nnm": True},
+         "SF + updates, median + NNM", "-sf3+upd-median+nnm"),
     ],
 )
 def test_scenario_and_run_id_name_the_attack_and_the_defense(values, scenario, tag):

@@ -82,6 +82,9 @@ class RunConfig:
     # which statistics the attack replaces: mean_var (both), mean (the variances stay honest;
     # the FBN paper's words for SF, §5: "only modify the mean by sending its opposite"), var
     attack_stats: str = "mean_var"
+    # the Byzantine clients also attack their model updates, which the server then combines with
+    # `aggregator` (+ NNM); trains on FedAvg's per-client path (E = 1: Robust-DSGD on momenta)
+    attack_updates: bool = False
     # evaluation
     eval_every: int = 50
     seed: int = 0
@@ -104,24 +107,29 @@ class RunConfig:
 
     @property
     def byzantine_tag(self) -> str:
-        """'-{attack}{f}-{aggregator}[+nnm]' when an attack or a defense is on, else ''."""
-        if self.attack == "none" and self.aggregator == "mean" and not self.nnm:
+        """'-{attack}{f}[+upd]-{aggregator}[+nnm]' when an attack or a defense is on, else ''
+        ('+upd': the model updates are attacked and robustly combined too)."""
+        if (self.attack == "none" and self.aggregator == "mean" and not self.nnm
+                and not self.attack_updates):
             return ""
         nnm = "+nnm" if self.nnm else ""
-        return f"-{self.attack}{self.f}-{self.aggregator}{nnm}"
+        updates = "+upd" if self.attack_updates else ""
+        return f"-{self.attack}{self.f}{updates}-{self.aggregator}{nnm}"
 
     @property
     def scenario(self) -> str:
         """What the Byzantine experiments compare, in words: 'no attack' (attack none, mean
         aggregation), '<ATTACK>, no defense' (mean), else '<ATTACK>, <aggregator>[ + NNM]';
-        '<ATTACK> on means' ('on variances') when only those are falsified (attack_stats)."""
+        '<ATTACK> on means' ('on variances') when only those are falsified (attack_stats),
+        '<ATTACK> + updates' when the model updates are attacked too (attack_updates)."""
         defended = self.aggregator != "mean" or self.nnm
         defense = (self.aggregator.replace("_", " ") + (" + NNM" if self.nnm else "")
                    if defended else "no defense")
         if self.attack == "none":
             return defense if defended else "no attack"
         target = {"mean_var": "", "mean": " on means", "var": " on variances"}[self.attack_stats]
-        return f"{self.attack.upper()}{target}, {defense}"
+        updates = " + updates" if self.attack_updates else ""
+        return f"{self.attack.upper()}{target}{updates}, {defense}"
 
     def lr_at(self, step: int) -> float:
         """Learning rate of the piecewise-constant schedule at a (0-based) step."""
@@ -217,6 +225,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "alie_z": _optional(_finite),
     "var_floor": number_in(0, 1, low_open=True),
     "attack_stats": _one_of(ATTACK_STATS),
+    "attack_updates": _boolean,
     "eval_every": int_at_least(1),
     "seed": int_at_least(0),
 }
@@ -267,14 +276,17 @@ def _byzantine_checks(cfg: RunConfig, where: str) -> None:
     if cfg.attack != "none" and cfg.f == 0:
         raise _fail(where, "f", cfg.f, f"f >= 1 with attack '{cfg.attack}' (f clients attack)")
     robust = cfg.attack != "none" or cfg.aggregator != "mean" or cfg.nnm
-    if robust and cfg.normalizer not in STAT_SENDING:
+    # with attacked updates there is something to attack whatever the normalizer sends
+    targets = (*STAT_SENDING, "gn") if cfg.attack_updates else STAT_SENDING
+    if robust and cfg.normalizer not in targets:
         key, value = (("attack", cfg.attack) if cfg.attack != "none" else
                       ("aggregator", cfg.aggregator) if cfg.aggregator != "mean" else
                       ("nnm", cfg.nnm))
         default = RunConfig.__dataclass_fields__[key].default
         raise _fail(where, key, value, f"{default!r} with normalizer '{cfg.normalizer}', "
                     f"which sends no statistics to attack or aggregate (attacks and robust "
-                    f"aggregation need one of {list(STAT_SENDING)})")
+                    f"aggregation need one of {list(STAT_SENDING)}, or 'gn' with "
+                    f"attack_updates: true)")
 
 
 def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:

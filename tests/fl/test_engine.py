@@ -477,3 +477,44 @@ def test_fedavg_two_local_steps_under_alie_commits_the_robust_combine_of_receive
         var = robust(got.var) + k * n / ((k * n - 1) * beta_eff) * robust((got.mean - mean) ** 2)
         torch.testing.assert_close(layer.running_mean, mean, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(layer.running_var, var, rtol=1e-5, atol=1e-6)
+
+
+def client_updates_by_hand(cfg, model, xb, yb) -> torch.Tensor:
+    """(n, d): each client's first-round update theta_i - theta from a deep copy, one EMA
+    momentum step from zero momentum: -lr (1 - momentum) grad_i, flattened in parameter order."""
+    rows = []
+    for i in range(cfg.n_clients):
+        client = copy.deepcopy(model)
+        loss = F.nll_loss(client(xb[i * B:(i + 1) * B]), yb[i * B:(i + 1) * B])
+        grads = torch.autograd.grad(loss, list(client.parameters()))
+        rows.append(torch.cat([-cfg.lr[0] * (1 - cfg.momentum) * g.reshape(-1) for g in grads]))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize(("aggregator", "nnm"), [("mean", False), ("median", True)])
+def test_attacked_updates_are_combined_by_the_servers_rule(aggregator, nnm):
+    """attack_updates, GN, SF with f = 3 of 10, E = 1 (trained on FedAvg's per-client path):
+    theta moves by A(rows), where rows 0..6 are the honest clients' updates computed by hand
+    and rows 7..9 are -(their mean); with A = mean that is 0.4 x the honest mean update."""
+    n, f = N_BYZ_RUN, 3
+    cfg = tiny_config(n_clients=n, steps=2, attack="sf", f=f, attack_updates=True,
+                      aggregator=aggregator, nnm=nnm)
+    torch.manual_seed(3)
+    model = build_model(cfg)
+    start = copy.deepcopy(model)
+    x, y, parts = client_data(n_clients=n)
+    trainer = make_trainer(cfg, model, normalizer_for(cfg), batches_for(x, y, parts, seed=5))
+    assert isinstance(trainer, FedAvg)
+    xb, yb = batches_for(x, y, parts, seed=5).sample()
+    honest = client_updates_by_hand(cfg, start, xb, yb)[: n - f]
+    rows = torch.cat([honest, (-honest.mean(0)).expand(f, -1)])
+    if aggregator == "mean":
+        expected = 0.4 * honest.mean(0)
+        torch.testing.assert_close(rows.mean(0), expected, rtol=1e-5, atol=1e-8)
+    else:
+        expected = coordinate_median(nearest_neighbour_mixing(rows, f))
+    trainer.round(0)
+    moved = torch.cat([(p - q).reshape(-1) for p, q in zip(model.parameters(),
+                                                            start.parameters(), strict=True)])
+    torch.testing.assert_close(moved, expected, rtol=1e-4, atol=1e-7)
+    assert moved.abs().max() > 1e-4  # the round did move the weights

@@ -139,11 +139,11 @@ def test_from_config_carries_every_key():
     values, so a swapped positional argument would show)."""
     cfg = run_config({"normalizer": "fbn", "attack": "alie", "f": 2, "aggregator": "trimmed_mean",
                       "nnm": True, "foe_eps": 2.5, "alie_z": 0.75, "var_floor": 1e-4,
-                      "attack_stats": "var"})
+                      "attack_stats": "var", "attack_updates": True})
     server = Server.from_config(cfg)
     names = [field.name for field in dataclasses.fields(Server)]
     assert set(names) == {"attack", "f", "aggregator", "nnm", "foe_eps", "alie_z", "var_floor",
-                          "attack_stats"}
+                          "attack_stats", "attack_updates"}
     for name in names:
         assert getattr(server, name) == getattr(cfg, name), name
         assert getattr(server, name) != getattr(Server(), name), name
@@ -164,3 +164,15 @@ def test_attack_stats_chooses_which_statistic_the_byzantine_rows_falsify(
     torch.testing.assert_close(got.mean[h:], expected_mean, rtol=1e-12, atol=1e-12)
     assert torch.equal(got.var[h:], expected_var)
     assert torch.equal(got.mean[:h], rep.mean[:h]) and torch.equal(got.var[:h], rep.var[:h])
+
+
+def test_receive_rows_attacks_any_client_matrix_without_a_floor():
+    """Updates are not variances: receive_rows replaces the last f rows by the attack (here SF,
+    negative entries kept) and leaves the honest rows bit for bit."""
+    x = reports(3).mean
+    got = Server(attack="sf", f=F).receive_rows(x)
+    h = N - F
+    assert torch.equal(got[:h], x[:h])
+    torch.testing.assert_close(got[h:], (-(x[:h].sum(0) / h)).expand(F, C), rtol=1e-12,
+                               atol=1e-12)
+    assert torch.equal(Server(f=F).receive_rows(x), x)

@@ -10,7 +10,8 @@ Two trainers share one interface, ``round(first_step) -> summed training loss``:
 - :class:`FedAvg` (E >= 1 local steps): clients hold different weights between aggregations.
   Parameters, BN statistics and momenta are stacked with a leading client dimension and one local
   step of all clients is a single ``vmap(grad(...))`` call over ``functional_call``. At the end of
-  a round the server averages parameters and aggregates BN statistics with the normalizer's rule.
+  a round the server averages parameters (or, with ``attack_updates``, combines the clients'
+  updates with its robust rule) and aggregates BN statistics with the normalizer's rule.
   Client momenta persist across rounds, so with E = 1 it computes exactly what DSGD does.
 """
 
@@ -157,8 +158,11 @@ class FedAvg(_Trainer):
     @torch.no_grad()
     def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
                    rule: StatRule | None) -> None:
-        for p, k in zip(self.params, self.names, strict=True):
-            p.copy_(params[k].mean(0))
+        if self.cfg.attack_updates:
+            self._combine_updates(params)
+        else:
+            for p, k in zip(self.params, self.names, strict=True):
+                p.copy_(params[k].mean(0))
         if not self.layers:
             return
         reports = {layer.key: Stats(stats[f"{layer.key}.running_mean"],
@@ -169,10 +173,23 @@ class FedAvg(_Trainer):
         commit_stats(self.layers, reports, rule, self.n, beta_eff, self.server)
 
 
+    def _combine_updates(self, params: dict[str, Tensor]) -> None:
+        """theta <- theta + A(Delta): the clients' updates Delta_i = theta_i - theta as one
+        (n, d) matrix, the last f rows replaced by the attack, combined by the server's rule A
+        (the mean of Delta_i is exactly the plain average of the theta_i)."""
+        deltas = torch.cat([(params[k] - p).reshape(self.n, -1)
+                            for p, k in zip(self.params, self.names, strict=True)], dim=1)
+        delta = self.server.combine(self.server.receive_rows(deltas))
+        for p, part in zip(self.params, delta.split([p.numel() for p in self.params]),
+                           strict=True):
+            p.add_(part.view_as(p))
+
+
 def make_trainer(
     cfg: RunConfig, model: nn.Module, normalizer: Normalizer, batches: ClientBatches,
     force_fedavg: bool = False,
 ) -> _Trainer:
-    """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise."""
-    cls = FedAvg if force_fedavg or cfg.local_steps > 1 else DSGD
+    """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise (and whenever
+    the server needs each client's update: ``attack_updates``)."""
+    cls = FedAvg if force_fedavg or cfg.local_steps > 1 or cfg.attack_updates else DSGD
     return cls(cfg, model, normalizer, batches)

@@ -12,6 +12,10 @@ n - f honest clients' rows of the same round; an omniscient adversary, as in the
   (:func:`~fednorm.robust.attacks.keep_variance_valid`). SF and FOE send negative variances
   (-mean, -eps * mean), which become ``var_floor``: a tiny variance, i.e. a huge scale
   1/sqrt(var_floor + eps) once normalized with. Honest variances are never touched.
+- With ``attack_updates`` the Byzantine clients also send ``attack(honest updates)`` in place of
+  their model updates (flattened, one row per client: :meth:`Server.receive_rows`), and the
+  server combines the updates with the same rule (Robust-DSGD when E = 1: the update of a
+  client is -lr times its momentum).
 - The server combines each (n, C) statistic with ``aggregator`` after NNM if ``nnm``
   (fednorm.robust.aggregators); the normalizer's rule decides what it combines
   (:meth:`fednorm.norms.rules.StatRule.aggregate`; for FBN, also the spread of the means).
@@ -46,11 +50,12 @@ class Server:
     alie_z: float | None = None
     var_floor: float = 1e-5
     attack_stats: str = "mean_var"
+    attack_updates: bool = False
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> Server:
         return cls(cfg.attack, cfg.f, cfg.aggregator, cfg.nnm, cfg.foe_eps, cfg.alie_z,
-                   cfg.var_floor, cfg.attack_stats)
+                   cfg.var_floor, cfg.attack_stats, cfg.attack_updates)
 
     def _params(self) -> dict[str, Any]:
         return {"foe": {"eps": self.foe_eps}, "alie": {"z": self.alie_z}}.get(self.attack, {})
@@ -60,6 +65,16 @@ class Server:
         honest = x[: x.shape[0] - self.f]
         return torch.cat([honest, run_attack(self.attack, honest, self.f, **self._params())])
 
+    def receive_rows(self, x: Tensor) -> Tensor:
+        """(n, d) client vectors (e.g. flattened model updates) as the server receives them:
+        the last f rows replaced by the attack on the first n - f; unchanged without one."""
+        if self.attack == "none" or self.f == 0:
+            return x
+        if x.shape[0] <= 2 * self.f:
+            raise ValueError(f"x must have more than 2f = {2 * self.f} client rows, got "
+                             f"{x.shape[0]}")
+        return self._byzantine_rows(x)
+
     def receive(self, reports: Stats) -> Stats:
         """The statistics as the server receives them: the last f rows replaced by the attack.
 
@@ -67,15 +82,12 @@ class Server:
         """
         if self.attack == "none" or self.f == 0:
             return reports
-        if reports.mean.shape[0] <= 2 * self.f:
-            raise ValueError(f"reports must have more than 2f = {2 * self.f} client rows, got "
-                             f"{reports.mean.shape[0]}")
         mean, var = reports.mean, reports.var
         if self.attack_stats in ("mean_var", "mean"):
-            mean = self._byzantine_rows(mean)
+            mean = self.receive_rows(mean)
         if self.attack_stats in ("mean_var", "var"):
             honest = var.shape[0] - self.f
-            var = self._byzantine_rows(var)
+            var = self.receive_rows(var)
             var = torch.cat([var[:honest], keep_variance_valid(var[honest:], self.var_floor)])
         return Stats(mean, var)
 
