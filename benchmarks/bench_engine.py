@@ -7,7 +7,8 @@ All three train the FBN paper's CNN on n*b images per step with the paper's mome
 - centralized: one model with nn.BatchNorm2d, torch.optim.SGD on the union batch of n*b;
 - engine: fednorm's DSGD round (clients as a tensor dimension), per normalizer; and FBN with
   f = 3 Byzantine clients sending SF statistics, aggregated by median after NNM (the cost of the
-  robust server, FBN paper §5);
+  robust server, FBN paper §5), and the same with the model updates attacked too, which needs
+  each client's update: FedAvg's per-client path with E = 1 (vmap over clients);
 - per-client loop: n model copies, each forward/backward on its b images, gradients averaged,
   server step, copies refreshed (the usual way FL code is written).
 Ratios are measured in one process, on the same data, interleaved over repeats (median kept).
@@ -113,6 +114,8 @@ def main() -> None:
         steps[f"engine DSGD, {name}"] = engine(args, x, y, name)
     steps["engine DSGD, fbn, SF f=3, median + NNM"] = engine(
         args, x, y, "fbn", attack="sf", f=3, aggregator="median", nnm=True)
+    steps["engine per-client (vmap), fbn, SF f=3 + updates, median + NNM"] = engine(
+        args, x, y, "fbn", attack="sf", f=3, aggregator="median", nnm=True, attack_updates=True)
     for step in steps.values():  # warm-up (allocator, cuDNN autotuning)
         _timed(step, device, 2)
     times: dict[str, list[float]] = {name: [] for name in steps}
