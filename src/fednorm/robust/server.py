@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from fednorm.config import RunConfig
-from fednorm.norms.rules import Stats
+from fednorm.norms.rules import Stats, mean_rows
 from fednorm.robust.aggregators import aggregate
 from fednorm.robust.attacks import attack as run_attack
 from fednorm.robust.attacks import keep_variance_valid
@@ -92,8 +92,8 @@ class Server:
         return Stats(mean, var)
 
     def combine(self, x: Tensor) -> Tensor:
-        """(n, C) -> (C,): the configured aggregator (after NNM if set); a plain mean by
-        default, computed exactly as :func:`fednorm.norms.rules.mean_rows` does."""
+        """(n, C) -> (C,): the configured aggregator (after NNM if set); by default the plain
+        mean of :func:`fednorm.norms.rules.mean_rows`, bit for bit as without a server."""
         if self.aggregator == "mean" and not self.nnm:
-            return x.mean(0)
+            return mean_rows(x)
         return aggregate(x, self.aggregator, self.f, nnm=self.nnm)
