@@ -29,14 +29,19 @@ def test_paper_dry_run_counts_the_training_jobs():
     assert counts["cifar10"] == "1" and counts["figure"] == "17" and counts["toy"] == "1"
 
 
-def test_bad_config_fails_before_any_job(tmp_path):
+@pytest.mark.parametrize(("experiment", "message"), [
+    ({"fbn_gamma": {"grid": {"heterogeneity": [0, 1.5]}}}, "key 'heterogeneity' has value 1.5"),
+    ({"fbn_byzantine_gamma": {"set": {"f": 5}}}, "key 'f' has value 5"),  # not < n/2 = 5
+    ({"fbn_byzantine_gamma": {"set": {"f": -1}}}, "key 'f' has value -1"),
+    ({"fbn_byzantine_gamma": {"grid": {"attack": ["sf", "lie"]}}}, "key 'attack' has value 'lie'"),
+])
+def test_bad_config_fails_before_any_job(tmp_path, experiment, message):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({
-        "paths": {"results": str(tmp_path / "results")},
-        "experiments": {"fbn_gamma": {"grid": {"heterogeneity": [0, 1.5]}}}}))
+        "paths": {"results": str(tmp_path / "results")}, "experiments": experiment}))
     out = _snakemake("--cores", "1", "--configfile", str(bad))
     assert out.returncode != 0
-    assert "key 'heterogeneity' has value 1.5" in out.stderr
+    assert message in out.stderr
     assert not (tmp_path / "results").exists()
 
 
