@@ -29,7 +29,8 @@ def test_paper_config_counts_the_issue_grids():
     assert len(plan.runs) == 144 + sum(byzantine.values())  # the 'no attack' runs are shared
     assert plan.needs_cifar10()
     names = {"fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
-             "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14))}
+             "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14)),
+             "byzantine_norm_error"}
     assert {n.split("/")[1] for n in plan.figures} == names
     assert dict(plan.figures["fbn/fig5c"].where) == {"heterogeneity": 0.05}  # 'min' resolved
     curves = plan.figures["fbn/norm_error_curves"]

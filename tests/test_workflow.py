@@ -26,7 +26,7 @@ def test_paper_dry_run_counts_the_training_jobs():
                   if len(line.split()) == 2 and line.split()[1].isdigit())
     # Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13; tests/test_plan.py)
     assert counts["train"] == str(144 + 72 + 144 + 72)
-    assert counts["cifar10"] == "1" and counts["figure"] == "17" and counts["toy"] == "1"
+    assert counts["cifar10"] == "1" and counts["figure"] == "18" and counts["toy"] == "1"
 
 
 @pytest.mark.parametrize(("experiment", "message"), [
@@ -57,7 +57,8 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     figures = work / ".test/figures/fbn"
     for name in ("fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
-                 "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14))):
+                 "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14)),
+                 "byzantine_norm_error"):
         for ext in ("pdf", "png", "csv"):
             assert (figures / f"{name}.{ext}").stat().st_size > 0
 

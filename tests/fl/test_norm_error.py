@@ -5,7 +5,10 @@ import math
 import torch
 
 from fednorm.config import run_config
+from fednorm.data import load_dataset
+from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
+from fednorm.fl.batches import ClientBatches
 from fednorm.fl.engine import commit_stats
 from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.fl.train import train
@@ -83,3 +86,24 @@ def test_runs_record_the_error_at_every_evaluation_point_and_gn_has_none():
                         sum(r["var_error"] for r in last) / 4)
     gn = train(run_config({**cfg.identity(), "normalizer": "gn", "gn_groups": 2}), data)
     assert gn.layer_rows == [] and math.isnan(gn.rows[-1]["norm_error_mean"])
+
+
+def test_under_attack_the_reference_is_the_honest_clients_union():
+    """Step 0 of a run with f = 3 attackers of 10: the first BN layer's var_error is that of
+    its (0, 1) start against relu(conv(x)) of a probe batch drawn from the 7 honest clients'
+    data only (iid partition, a probe of the run's own seed + 2), computed by hand."""
+    cfg = run_config({**SMALL, "n_clients": 10, "partition": "iid", "normalizer": "fbn",
+                      "attack": "sf", "f": 3, "steps": 1, "eval_every": 1})
+    result = train(cfg, load_dataset(cfg, "unused"))
+    data = load_dataset(cfg, "unused")
+    parts = partition(data.train_y, "iid", 10, cfg.heterogeneity, cfg.seed)
+    x, _ = ClientBatches(data.train_x, data.train_y, parts[:7], B,
+                         torch.Generator().manual_seed(cfg.seed + 2)).sample()
+    torch.manual_seed(cfg.seed)
+    conv = build_model(cfg).features[0]  # the run's initial weights (same seed)
+    u = torch.relu(conv(x)).detach().transpose(0, 1).reshape(conv.out_channels, -1)
+    central = u.var(dim=1, correction=1)
+    expected = ((1.0 - central).abs() / central).mean().item()
+    first = next(r for r in result.layer_rows if r["step"] == 0)
+    assert x.shape[0] == 7 * B
+    assert math.isclose(first["var_error"], expected, rel_tol=1e-5)

@@ -7,6 +7,9 @@ Per layer, averaged over channels c (sigma^2 the central unbiased variance):
     var_error  = mean_c |sigma^2_run - sigma^2| / sigma^2   (relative error of the variance)
 The mean's error is scaled by sigma, not |mu|: channel means near 0 would make a relative error
 meaningless, and sigma is the scale at which a shifted mean moves the normalized outputs.
+
+With Byzantine clients (an ``attack``), the union is that of the n - f honest clients' batches:
+the statistics a robust server should recover (fednorm.fl.train builds the probe).
 """
 
 from __future__ import annotations

@@ -72,8 +72,10 @@ def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
         trainer.calibrate()
 
     # The normalization error is measured on separate draws of the clients' batches, so that
-    # measuring never changes the training trajectory.
-    probe = ClientBatches(data.train_x, data.train_y, parts, cfg.batch_size,
+    # measuring never changes the training trajectory. Under attack the reference is the union
+    # of the honest clients' batches (the first n - f): what a robust server can at best recover.
+    honest = cfg.n_clients - (cfg.f if cfg.attack != "none" else 0)
+    probe = ClientBatches(data.train_x, data.train_y, parts[:honest], cfg.batch_size,
                           torch.Generator(device=device).manual_seed(cfg.seed + 2))
     result = TrainResult(model=model)
 
@@ -84,7 +86,7 @@ def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
             acc, test_loss = evaluate(model, data.test_x, data.test_y)
         if not math.isfinite(test_loss):
             acc = math.nan  # argmax over NaN outputs is not an accuracy
-        errors = norm_error(model, trainer.layers, probe, cfg.n_clients)
+        errors = norm_error(model, trainer.layers, probe, honest)
         result.layer_rows += [{"step": step, **row} for row in errors]
         result.rows.append(dict(
             step=step, test_accuracy=acc, test_loss=test_loss, train_loss=train_loss,
