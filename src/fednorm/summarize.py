@@ -2,10 +2,10 @@
 
 Columns: ``run_id``, ``figure_group`` (the experiments the run belongs to, joined by '|'), every
 run-config key (lists written as text), ``scenario`` (the Byzantine setting in words: 'no attack',
-'SF, no defense', 'SF, median + NNM', ...; see :attr:`fednorm.config.RunConfig.scenario`),
-the metrics (``step``, ``test_accuracy`` as a fraction,
-``test_loss``, ``train_loss``, ``norm_error_mean``, ``norm_error_var``: the normalization error
-averaged over BN layers, NaN without BN), and the run's ``status`` and ``wall_time_s``.
+'SF, no defense', 'SF, median + NNM', ...; see :attr:`fednorm.config.RunConfig.scenario`), the
+metrics (``step``, ``test_accuracy`` as a fraction, ``test_loss``, ``train_loss``,
+``norm_error_mean``, ``norm_error_var``: the normalization error averaged over BN layers, NaN
+without BN), and the run's ``status`` and ``wall_time_s``.
 """
 
 from __future__ import annotations

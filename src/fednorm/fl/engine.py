@@ -172,7 +172,6 @@ class FedAvg(_Trainer):
         beta_eff = 1.0 - (1.0 - self.cfg.bn_momentum) ** self.cfg.local_steps
         commit_stats(self.layers, reports, rule, self.n, beta_eff, self.server)
 
-
     def _combine_updates(self, params: dict[str, Tensor]) -> None:
         """theta <- theta + A(Delta): the clients' updates Delta_i = theta_i - theta as one
         (n, d) matrix, the last f rows replaced by the attack, combined by the server's rule A
