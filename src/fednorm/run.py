@@ -64,8 +64,22 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
 
 
+def train_bundle(
+    cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
+    data_dir: str | Path = "data", device: str = "auto",
+) -> list[str]:
+    """Train the runs of one bundle together and write each run's files into its ``out_dir``
+    the moment it finishes; ``run.json`` names the bundle. Returns the runs' statuses.
+
+    PLACEHOLDER (interface only): trains the runs one after the other.
+    """
+    return [train_and_evaluate(c, d, data_dir, device, bundle_id=bundle_id)
+            for c, d in zip(cfgs, out_dirs, strict=True)]
+
+
 def train_and_evaluate(
-    cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto"
+    cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto",
+    bundle_id: str = "",
 ) -> str:
     """Train one run and write its files into ``out_dir``; returns the run's status."""
     out_dir = Path(out_dir)
@@ -81,6 +95,7 @@ def train_and_evaluate(
         "run_id": cfg.run_id,
         "seed": cfg.seed,
         "status": result.status,
+        "bundle": {"id": bundle_id or cfg.run_id, "size": 1},
         "wall_time_s": round(wall, 3),
         "config": cfg.identity(),
         **environment(dev),
