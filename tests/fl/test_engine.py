@@ -52,7 +52,14 @@ def client_data(seed: int = 0, per_client: int = 6, n_clients: int = N_CLIENTS):
 
 
 def batches_for(x, y, parts, seed: int) -> ClientBatches:
-    return ClientBatches(x, y, parts, B, torch.Generator().manual_seed(seed))
+    """One run's sampler (a bundle of one)."""
+    return ClientBatches(x, y, [parts], B, [seed])
+
+
+def draw(batches: ClientBatches, step: int):
+    """The one run's (x, y) of ``step``, without the run dimension."""
+    xb, yb = batches.sample(step)
+    return xb[0], yb[0]
 
 
 def twin_models(cfg):
@@ -78,12 +85,12 @@ def test_dsgd_gn_two_steps_equal_sgd_on_the_union_batch():
     cfg = tiny_config(normalizer="gn")
     model, ref = twin_models(cfg)
     x, y, parts = client_data()
-    trainer = DSGD(cfg, model, normalizer_for(cfg), batches_for(x, y, parts, seed=5))
+    trainer = DSGD([cfg], [model], normalizer_for(cfg), batches_for(x, y, parts, seed=5))
     replay = batches_for(x, y, parts, seed=5)
     momenta = [torch.zeros_like(p) for p in ref.parameters()]
     for step in range(2):
-        loss = trainer.round(step)
-        xb, yb = replay.sample()
+        loss = trainer.round(step)[0]
+        xb, yb = draw(replay, step)
         ref_loss = F.nll_loss(ref(xb), yb)
         grads = torch.autograd.grad(ref_loss, list(ref.parameters()))
         # DSGD's gradient is the mean of the clients' gradients on their own batches.
@@ -112,8 +119,8 @@ def test_fedavg_with_one_local_step_equals_dsgd(normalizer):
     cfg = tiny_config(normalizer=normalizer, momentum=0.9, steps=4, fixbn_freeze=0.5)
     m_dsgd, m_avg = twin_models(cfg)
     x, y, parts = client_data()
-    dsgd = make_trainer(cfg, m_dsgd, normalizer_for(cfg), batches_for(x, y, parts, seed=3))
-    avg = make_trainer(cfg, m_avg, normalizer_for(cfg), batches_for(x, y, parts, seed=3),
+    dsgd = make_trainer([cfg], [m_dsgd], normalizer_for(cfg), batches_for(x, y, parts, seed=3))
+    avg = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=3),
                        force_fedavg=True)
     assert isinstance(dsgd, DSGD) and isinstance(avg, FedAvg)
     for step in range(cfg.steps):  # fixbn: 2 steps of BatchStats, then 2 frozen
@@ -134,8 +141,8 @@ def test_fedavg_with_one_local_step_equals_dsgd_in_float64():
     m_avg.double()
     x, y, parts = client_data()
     x = x.double()
-    dsgd = make_trainer(cfg, m_dsgd, normalizer_for(cfg), batches_for(x, y, parts, seed=3))
-    avg = make_trainer(cfg, m_avg, normalizer_for(cfg), batches_for(x, y, parts, seed=3),
+    dsgd = make_trainer([cfg], [m_dsgd], normalizer_for(cfg), batches_for(x, y, parts, seed=3))
+    avg = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=3),
                        force_fedavg=True)
     for step in range(cfg.steps):
         dsgd.round(step)
@@ -185,10 +192,10 @@ def test_fedavg_two_local_steps_equal_per_client_loop(normalizer):
     cfg = tiny_config(normalizer=normalizer, local_steps=2, steps=4, momentum=0.5)
     m_avg, m_ref = twin_models(cfg)
     x, y, parts = client_data()
-    trainer = make_trainer(cfg, m_avg, normalizer_for(cfg), batches_for(x, y, parts, seed=4))
+    trainer = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
     assert isinstance(trainer, FedAvg)
     replay = batches_for(x, y, parts, seed=4)
-    drawn = [replay.sample() for _ in range(4)]
+    drawn = [draw(replay, step) for step in range(4)]
     start = copy.deepcopy(m_ref.state_dict())
     for first in range(0, cfg.steps, cfg.local_steps):
         trainer.round(first)
@@ -213,7 +220,7 @@ def test_fixbn_freezes_running_stats_after_t_star_and_normalizes_with_them():
     torch.manual_seed(0)
     model = build_model(cfg)
     x, y, parts = client_data(n_clients=n)
-    trainer = make_trainer(cfg, model, normalizer, batches_for(x, y, parts, seed=6))
+    trainer = make_trainer([cfg], [model], normalizer, batches_for(x, y, parts, seed=6))
     layers = bn_layers(model)
     assert len(layers) == 4
 
@@ -240,7 +247,7 @@ def test_fixbn_freezes_running_stats_after_t_star_and_normalizes_with_them():
     layer = layers[1]
     handle = layer.register_forward_hook(
         lambda mod, inp, out: captured.update(inp=inp[0].detach(), out=out.detach()))
-    xb, _ = batches_for(x, y, parts, seed=99).sample()
+    xb, _ = draw(batches_for(x, y, parts, seed=99), 0)
     with norm_context(NormContext(normalizer.rule_at(7), n, n, 0.1)):
         model(xb)
     handle.remove()
@@ -304,10 +311,10 @@ def test_client_batches_rows_come_from_each_clients_own_indices():
     parts = [torch.tensor([3, 7, 11]), torch.arange(20, 40), torch.tensor([45]),
              torch.tensor([0, 49])]  # unequal sizes, one client with a single example
     b = 8
-    batches = ClientBatches(x, y, parts, b, torch.Generator().manual_seed(0))
+    batches = ClientBatches(x, y, [parts], b, [0])
     seen = [set() for _ in parts]
-    for _ in range(20):
-        xb, yb = batches.sample()
+    for step in range(20):
+        xb, yb = draw(batches, step)
         assert xb.shape == (len(parts) * b, 1, 1, 1) and yb.shape == (len(parts) * b,)
         assert torch.equal(xb.view(-1).long(), yb)  # images and labels stay paired
         for i, part in enumerate(parts):
@@ -323,19 +330,42 @@ def test_client_batches_same_seed_same_batches():
     a = batches_for(x, y, parts, seed=1)
     b = batches_for(x, y, parts, seed=1)
     c = batches_for(x, y, parts, seed=2)
-    draws_a = [a.sample() for _ in range(3)]
-    draws_b = [b.sample() for _ in range(3)]
-    draws_c = [c.sample() for _ in range(3)]
+    draws_a = [draw(a, step) for step in range(3)]
+    draws_b = [draw(b, step) for step in range(3)]
+    draws_c = [draw(c, step) for step in range(3)]
     for (xa, ya), (xb, yb) in zip(draws_a, draws_b, strict=True):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     assert not all(torch.equal(ya, yc) for (_, ya), (_, yc) in zip(draws_a, draws_c, strict=True))
+    assert not torch.equal(draws_a[0][1], draws_a[1][1])  # the step matters
 
 
-def test_client_batches_rejects_an_empty_client():
+def test_a_run_draws_the_same_batches_alone_as_in_a_bundle_and_after_others_leave():
+    """Three runs with their own seeds and partitions, sampled together, draw exactly what each
+    draws alone, augmentation included; after ``select`` drops one, the others are unchanged."""
+    x, y, parts = client_data()
+    shuffled = [parts[::-1], parts, [p.flip(0) for p in parts]]
+    seeds = [4, 0, 9]
+    together = ClientBatches(x, y, shuffled, B, seeds, padding=2)
+    alone = [ClientBatches(x, y, [p], B, [s], padding=2) for p, s in zip(shuffled, seeds,
+                                                                          strict=True)]
+    kept = together.select(torch.tensor([0, 2]))
+    for step in (0, 7):
+        xt, yt = together.sample(step)
+        xk, yk = kept.sample(step)
+        for r, single in enumerate(alone):
+            xa, ya = single.sample(step)
+            assert torch.equal(xt[r], xa[0]) and torch.equal(yt[r], ya[0])
+        for k, r in enumerate((0, 2)):
+            assert torch.equal(xk[k], xt[r]) and torch.equal(yk[k], yt[r])
+    assert not torch.equal(together.sample(0)[1][0], together.sample(0)[1][1])
+
+
+def test_client_batches_rejects_an_empty_client_and_a_missing_seed():
     x, y, _ = client_data()
     with pytest.raises(ValueError, match="at least one"):
-        ClientBatches(x, y, [torch.arange(3), torch.tensor([], dtype=torch.long)], B,
-                      torch.Generator().manual_seed(0))
+        ClientBatches(x, y, [[torch.arange(3), torch.tensor([], dtype=torch.long)]], B, [0])
+    with pytest.raises(ValueError, match="one seed each"):
+        ClientBatches(x, y, [[torch.arange(3)], [torch.arange(3)]], B, [0])
 
 
 # --- 12. Byzantine clients in the engine ------------------------------------------------------
@@ -375,7 +405,7 @@ def test_dsgd_round_under_sign_flip_commits_the_mean_of_what_the_server_received
     torch.manual_seed(0)
     model = build_model(cfg)
     x, y, parts = client_data(n_clients=n)
-    trainer = make_trainer(cfg, model, normalizer_for(cfg), batches_for(x, y, parts, seed=7))
+    trainer = make_trainer([cfg], [model], normalizer_for(cfg), batches_for(x, y, parts, seed=7))
     inputs = capture_bn_inputs(trainer.layers)
     calls = capture_receive(monkeypatch)
     trainer.round(0)
@@ -416,12 +446,12 @@ def test_no_attack_with_byzantine_count_trains_bit_identically_to_the_default(no
     m_replay = copy.deepcopy(m_base)
     bn_layers(m_replay)  # keys by layer name, as the trainers' layers get
     x, y, parts = client_data(n_clients=n)
-    t_base = make_trainer(base, m_base, normalizer_for(base), batches_for(x, y, parts, seed=2))
-    t_off = make_trainer(off, m_off, normalizer_for(off), batches_for(x, y, parts, seed=2))
+    t_base = make_trainer([base], [m_base], normalizer_for(base), batches_for(x, y, parts, seed=2))
+    t_off = make_trainer([off], [m_off], normalizer_for(off), batches_for(x, y, parts, seed=2))
     assert t_off.server == Server(f=3)
 
     rule = normalizer_for(base).rule_at(0)
-    xb, _ = batches_for(x, y, parts, seed=2).sample()
+    xb, _ = draw(batches_for(x, y, parts, seed=2), 0)
     ctx = NormContext(rule, n, n, base.bn_momentum)
     with norm_context(ctx):
         m_replay(xb)
@@ -452,7 +482,7 @@ def test_fedavg_two_local_steps_under_alie_commits_the_robust_combine_of_receive
     torch.manual_seed(1)
     model = build_model(cfg)
     x, y, parts = client_data(n_clients=n)
-    trainer = make_trainer(cfg, model, normalizer_for(cfg), batches_for(x, y, parts, seed=8))
+    trainer = make_trainer([cfg], [model], normalizer_for(cfg), batches_for(x, y, parts, seed=8))
     assert isinstance(trainer, FedAvg)
     calls = capture_receive(monkeypatch)
     trainer.round(0)
@@ -503,9 +533,9 @@ def test_attacked_updates_are_combined_by_the_servers_rule(aggregator, nnm):
     model = build_model(cfg)
     start = copy.deepcopy(model)
     x, y, parts = client_data(n_clients=n)
-    trainer = make_trainer(cfg, model, normalizer_for(cfg), batches_for(x, y, parts, seed=5))
+    trainer = make_trainer([cfg], [model], normalizer_for(cfg), batches_for(x, y, parts, seed=5))
     assert isinstance(trainer, FedAvg)
-    xb, yb = batches_for(x, y, parts, seed=5).sample()
+    xb, yb = draw(batches_for(x, y, parts, seed=5), 0)
     honest = client_updates_by_hand(cfg, start, xb, yb)[: n - f]
     rows = torch.cat([honest, (-honest.mean(0)).expand(f, -1)])
     if aggregator == "mean":

@@ -8,6 +8,7 @@ from torch import nn
 
 from fednorm.config import RunConfig
 from fednorm.models import FBNCNN, ResNet20, build_model
+from fednorm.models.dropout import KeyedDropout
 from fednorm.models.resnet import BasicBlock
 from fednorm.norms import FedBatchNorm2d
 
@@ -80,8 +81,8 @@ def test_cnn_module_order_is_conv_relu_norm():
     model = FBNCNN(FedBatchNorm2d, width=4, hidden=8, dropout=0.25, image_size=8)
     types = [type(m) for m in model.features]
     block = [nn.Conv2d, nn.ReLU, FedBatchNorm2d]
-    assert types == [*block, *block, nn.MaxPool2d, nn.Dropout,
-                     *block, *block, nn.MaxPool2d, nn.Dropout]
+    assert types == [*block, *block, nn.MaxPool2d, KeyedDropout,
+                     *block, *block, nn.MaxPool2d, KeyedDropout]
     assert [type(m) for m in model.classifier] == [nn.Flatten, nn.Linear, nn.ReLU, nn.Linear]
     # The normalization acts on the ReLU's (non-negative) output: its input is the ReLU output.
     seen = {}

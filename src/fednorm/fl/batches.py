@@ -1,41 +1,74 @@
-"""Per-client mini-batches drawn on the device, for all clients at once (no per-client loop)."""
+"""Per-client mini-batches drawn on the device, for all clients of all runs of a bundle at once
+(no per-client or per-run loop).
+
+Randomness is counter-based (fednorm.rng): the batch of run r at step t is a pure function of
+(run r's seed, stream, t), so a run draws the same batches alone or in a bundle, on any device,
+and a run can be dropped from the bundle without changing what the others draw.
+"""
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from fednorm import rng
+from fednorm.data.augment import random_crop_flip
+
 
 class ClientBatches:
-    """Samples b examples per client per step from each client's index set.
+    """Samples b examples per client per step from each client's index set, for R runs.
 
-    Each client's b indices are drawn uniformly from its own data, independently across steps
-    (with replacement across and within steps: clients of unequal size, as under Dirichlet
-    partitions, are handled by the same single gather). The result is stacked client-major:
-    rows [i*b, (i+1)*b) belong to client i.
+    ``parts[r][i]`` holds the indices of client i's data in run r (runs may split the data
+    differently). Each client's b indices are drawn uniformly from its own data, independently
+    across steps (with replacement across and within steps: clients of unequal size, as under
+    Dirichlet partitions, are handled by the same single gather). A sample is stacked
+    run-major, then client-major: ``x[r, i*b:(i+1)*b]`` is client i's batch in run r.
+    ``padding`` (not None): each image is randomly cropped from its zero-padded copy and
+    flipped (:func:`~fednorm.data.augment.random_crop_flip`), with the run's own random draws.
     """
 
-    def __init__(
-        self,
-        x: Tensor,
-        y: Tensor,
-        parts: list[Tensor],
-        batch_size: int,
-        generator: torch.Generator,
-    ) -> None:
-        if any(len(p) == 0 for p in parts):
+    def __init__(self, x: Tensor, y: Tensor, parts: Sequence[Sequence[Tensor]], batch_size: int,
+                 seeds: Sequence[int], stream: int = rng.SAMPLE,
+                 padding: int | None = None) -> None:
+        if any(len(p) == 0 for run in parts for p in run):
             raise ValueError("every client needs at least one training example")
+        if len({len(run) for run in parts}) != 1 or len(parts) != len(seeds):
+            raise ValueError("every run needs the same number of clients, and one seed each")
         device = x.device
-        self.x, self.y = x, y
-        self.n, self.b = len(parts), batch_size
-        self.sizes = torch.tensor([len(p) for p in parts], device=device)
-        self.index = torch.zeros(self.n, int(self.sizes.max()), dtype=torch.long, device=device)
-        for i, p in enumerate(parts):  # once, at start-up
-            self.index[i, : len(p)] = p.to(device)
-        self.generator = generator
+        self.x, self.y, self.b, self.padding = x, y, batch_size, padding
+        self.n = len(parts[0])
+        self.sizes = torch.tensor([[len(p) for p in run] for run in parts], device=device)
+        self.index = torch.zeros(len(parts), self.n, int(self.sizes.max()), dtype=torch.long,
+                                 device=device)
+        for r, run in enumerate(parts):  # once, at start-up
+            for i, p in enumerate(run):
+                self.index[r, i, : len(p)] = p.to(device)
+        keys = rng.run_key(torch.tensor(list(seeds)), device)
+        self.keys = rng.fold(keys, stream)
+        self.augment_keys = rng.fold(keys, rng.AUGMENT)
 
-    def sample(self) -> tuple[Tensor, Tensor]:
-        u = torch.rand(self.n, self.b, generator=self.generator, device=self.x.device)
-        pos = torch.minimum((u * self.sizes[:, None]).long(), self.sizes[:, None] - 1)
-        idx = self.index.gather(1, pos).reshape(-1)
-        return self.x[idx], self.y[idx]
+    def indices(self, step: int) -> Tensor:
+        """(R, n*b) indices into the data of the examples drawn at ``step``."""
+        u = rng.uniform(rng.fold(self.keys, step), (self.n, self.b))  # (R, n, b)
+        sizes = self.sizes[..., None]
+        pos = torch.minimum((u * sizes).long(), sizes - 1)
+        return self.index.gather(2, pos).flatten(1)
+
+    def sample(self, step: int) -> tuple[Tensor, Tensor]:
+        """``x`` (R, n*b, C, H, W) and ``y`` (R, n*b) of ``step``."""
+        idx = self.indices(step)
+        x = self.x[idx]
+        if self.padding is not None:
+            u = rng.uniform(rng.fold(self.augment_keys, step), (idx.shape[1], 3))
+            x = random_crop_flip(x.flatten(0, 1), self.padding, u.flatten(0, 1)).view_as(x)
+        return x, self.y[idx]
+
+    def select(self, runs: Tensor) -> ClientBatches:
+        """The sampler of the runs ``runs`` (indices into this bundle), same draws for each."""
+        out = copy.copy(self)
+        out.sizes, out.index = self.sizes[runs], self.index[runs]
+        out.keys, out.augment_keys = self.keys[runs], self.augment_keys[runs]
+        return out

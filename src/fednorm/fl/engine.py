@@ -1,27 +1,51 @@
-"""The federated engine: clients are a tensor dimension, never a Python loop.
+"""The federated engine: clients and runs are tensor dimensions, never Python loops.
 
-Two trainers share one interface, ``round(first_step) -> summed training loss``:
+A trainer advances a *bundle* of R runs that share the shape of their computation (the same
+model, normalizer, local steps, batch, steps, attack and server rule; see
+:func:`fednorm.config.bundle_key`) and differ in seed, partition, heterogeneity or learning
+rate. Their state is stacked with a leading run dimension: parameters (R, *shape), BN running
+statistics (R, C), momenta (R, *shape) for DSGD or (R, n, *shape) for FedAvg. A single run is a
+bundle of one.
 
-- :class:`DSGD` (E = 1, the FBN paper's Algorithm 3): all clients hold the same weights, so one
-  forward/backward over the n*b stacked batch gives the mean of the clients' gradients; the
-  normalization layers see the client dimension and compute per-client statistics. Each client
-  keeps a momentum; with mean aggregation only their mean matters (the update is linear), so one
-  buffer holds exactly that mean.
+Design: every step is a pure function of one run's state, written once:
+``functional_call`` of a template model with the run's parameters and statistics, the
+normalization layers reporting per-client statistics into a context (they never mutate their
+buffers), the server's aggregation a pure function of the reports. :func:`over_runs` lifts such
+a function to the bundle: ``torch.func.vmap`` over the run dimension when R > 1 (conv weights
+with a run dimension become one grouped convolution, so a step of all runs is one vectorized
+call), and a plain call on the squeezed state when R = 1. The runs are independent lanes of
+vmap: no reduction crosses the run dimension, so a run that diverges (NaN) cannot touch the
+others; the caller drops it from the bundle at the next evaluation point (:meth:`keep`).
+
+- :class:`DSGD` (E = 1, the FBN paper's Algorithm 3): all clients of a run hold the same
+  weights, so one forward/backward over its n*b stacked batch gives the mean of the clients'
+  gradients; the normalization layers see the client dimension and compute per-client
+  statistics. With mean aggregation only the mean of the clients' momenta matters (the update
+  is linear), so one buffer per run holds exactly that mean.
 - :class:`FedAvg` (E >= 1 local steps): clients hold different weights between aggregations.
-  Parameters, BN statistics and momenta are stacked with a leading client dimension and one local
-  step of all clients is a single ``vmap(grad(...))`` call over ``functional_call``. At the end of
-  a round the server averages parameters (or, with ``attack_updates``, combines the clients'
-  updates with its robust rule) and aggregates BN statistics with the normalizer's rule.
-  Client momenta persist across rounds, so with E = 1 it computes exactly what DSGD does.
+  Parameters, statistics and momenta get a client dimension after the run dimension and one
+  local step of all clients of all runs is ``vmap`` (runs) of ``vmap`` (clients) of
+  ``grad``. At the end of a round the server averages parameters (or, with ``attack_updates``,
+  combines the clients' updates with its robust rule) and aggregates BN statistics with the
+  normalizer's rule. Client momenta persist across rounds, so with E = 1 it computes exactly
+  what DSGD does.
+
+Randomness (batches, augmentation, dropout masks) is counter-based (fednorm.rng): run r's draws
+depend on its seed and the step only, so a run gets the same draws alone or in any bundle.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
+from torch.utils._pytree import tree_map
 
+from fednorm import rng
 from fednorm.config import RunConfig
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.optim import momentum_step
@@ -38,6 +62,40 @@ from fednorm.norms import (
 from fednorm.robust import Server
 
 HONEST = Server()  # no attack, plain mean
+Reports = dict[str, tuple[Tensor, Tensor]]  # layer key -> (mean, var), each (n, C): a pytree
+
+
+def over_runs(fn: Callable, runs: int, in_dims: tuple[int | None, ...] | None = None
+              ) -> Callable:
+    """``fn`` of one run's tensors, applied to a bundle's: every argument (but those whose
+    ``in_dims`` entry is None, shared by all runs) and every result carries a leading run
+    dimension. vmap over it for several runs; for one, a plain call without it."""
+    if runs > 1:
+        return vmap(fn, in_dims=0 if in_dims is None else in_dims)
+
+    def single(*args):
+        dims = in_dims or (0,) * len(args)
+        out = fn(*(a if d is None else tree_map(lambda t: t.squeeze(0), a)
+                   for a, d in zip(args, dims, strict=True)))
+        return tree_map(lambda t: t.unsqueeze(0), out)
+
+    return single
+
+
+def aggregate_reports(reports: Reports, K: dict[str, int], rule: StatRule, n: int, beta: float,
+                      server: Server = HONEST) -> Reports:
+    """Server side, one run: each layer's (n, C) client reports -> its new (C,) running
+    statistics. The server receives ``server.receive(reports)`` (the Byzantine rows replaced by
+    the attack) when the rule has clients send statistics, and combines with ``server.combine``.
+    """
+    out = {}
+    for key, (mean, var) in reports.items():
+        received = Stats(mean, var)
+        if rule.sends:
+            received = server.receive(received)
+        agg = rule.aggregate(received, K[key], n, beta, server.combine)
+        out[key] = (agg.mean, agg.var)
+    return out
 
 
 @torch.no_grad()
@@ -45,113 +103,196 @@ def commit_stats(
     layers: list[FedBatchNorm2d], reports: dict[str, Stats], rule: StatRule, n: int, beta: float,
     server: Server = HONEST,
 ) -> None:
-    """Server side: aggregate each layer's (n, C) client reports into its running statistics.
-
-    What the server receives is ``server.receive(reports)`` (the Byzantine rows replaced by the
-    attack) when the rule has clients send statistics; it combines them with ``server.combine``.
-    """
+    """:func:`aggregate_reports` of one model's layers, written into their running statistics."""
+    new = aggregate_reports({la.key: (reports[la.key].mean, reports[la.key].var) for la in layers},
+                            {la.key: la.elements_per_client for la in layers}, rule, n, beta,
+                            server)
     for layer in layers:
-        received = server.receive(reports[layer.key]) if rule.sends else reports[layer.key]
-        agg = rule.aggregate(received, layer.elements_per_client, n, beta, server.combine)
-        layer.running_mean.copy_(agg.mean)
-        layer.running_var.copy_(agg.var)
+        layer.running_mean.copy_(new[layer.key][0])
+        layer.running_var.copy_(new[layer.key][1])
+
+
+@dataclass
+class State:
+    """A bundle's stacked state; with one run, views of its model's own tensors."""
+
+    params: dict[str, Tensor]  # (R, *shape)
+    stats: dict[str, Tensor]  # BN running statistics, (R, C)
+    momenta: dict[str, Tensor]  # (R, *shape) (DSGD) or (R, n, *shape) (FedAvg)
+
+    def select(self, runs: Tensor) -> State:
+        pick = {k: {name: t[runs] for name, t in part.items()}
+                for k, part in (("params", self.params), ("stats", self.stats),
+                                ("momenta", self.momenta))}
+        return State(**pick)
+
+
+def _stack(tensors: list[Tensor]) -> Tensor:
+    # One run: a view of the model's own tensor, so the model sees every in-place update.
+    return tensors[0].detach().unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
 class _Trainer:
-    def __init__(
-        self, cfg: RunConfig, model: nn.Module, normalizer: Normalizer, batches: ClientBatches
-    ) -> None:
-        self.cfg, self.model, self.normalizer, self.batches = cfg, model, normalizer, batches
-        self.n = cfg.n_clients
-        self.layers = bn_layers(model)
-        self.names = [name for name, _ in model.named_parameters()]
-        self.params = [p for _, p in model.named_parameters()]
-        self.server = Server.from_config(cfg)
+    def __init__(self, cfgs: Sequence[RunConfig], models: Sequence[nn.Module],
+                 normalizer: Normalizer, batches: ClientBatches) -> None:
+        self.cfg, self.cfgs, self.models = cfgs[0], list(cfgs), list(models)
+        self.normalizer, self.batches = normalizer, batches
+        self.n = self.cfg.n_clients
+        self.model = models[0]  # the template that functional_call runs
+        self.layers = bn_layers(self.model)
+        for m in models[1:]:
+            bn_layers(m)
+        self.names = [name for name, _ in self.model.named_parameters()]
+        self.stat_names = [f"{la.key}.{s}" for la in self.layers
+                           for s in ("running_mean", "running_var")]
+        self.server = Server.from_config(self.cfg)
+        params = [dict(m.named_parameters()) for m in models]
+        buffers = [dict(m.named_buffers()) for m in models]
+        self.state = State(
+            params={k: _stack([p[k] for p in params]) for k in self.names},
+            stats={k: _stack([b[k] for b in buffers]) for k in self.stat_names},
+            momenta={},
+        )
+        self.state.momenta = {k: self._zero_momentum(self.state.params[k]) for k in self.names}
+        device = self.state.params[self.names[0]].device
+        # Per-run learning rates (the schedule's milestones are shared): (R, len(lr)).
+        self.lrs = torch.tensor([c.lr for c in cfgs], device=device)
+        self.dropout_keys = rng.fold(rng.run_key(torch.tensor([c.seed for c in cfgs]), device),
+                                     rng.DROPOUT)
+
+    @property
+    def runs(self) -> int:
+        return len(self.cfgs)
+
+    def _zero_momentum(self, stacked: Tensor) -> Tensor:
+        return torch.zeros_like(stacked)
+
+    def keep(self, runs: Tensor) -> None:
+        """Continue with the runs ``runs`` (indices into the bundle) alone; the others' state is
+        released. The kept runs' arithmetic and random draws are unchanged."""
+        idx = runs.tolist()
+        self.cfgs = [self.cfgs[i] for i in idx]
+        self.models = [self.models[i] for i in idx]
+        self.state = self.state.select(runs)
+        self.batches = self.batches.select(runs)
+        self.lrs, self.dropout_keys = self.lrs[runs], self.dropout_keys[runs]
+
+    def write_back(self) -> None:
+        """Copy each run's parameters and statistics into its own model."""
+        with torch.no_grad():
+            for r, model in enumerate(self.models):
+                tensors = {**self.state.params, **self.state.stats}
+                for k, t in {**dict(model.named_parameters()), **dict(model.named_buffers())
+                             }.items():
+                    if k in tensors and t.data_ptr() != tensors[k].data_ptr():
+                        t.copy_(tensors[k][r])
+
+    def forward_fn(self, rule: StatRule | None, n_groups: int, beta: float) -> Callable:
+        """One run's training-mode forward: (params, stats, x, key) -> (log-probs, reports)."""
+        model, n = self.model, self.n
+
+        def forward(params: dict[str, Tensor], stats: dict[str, Tensor], x: Tensor,
+                    key: Tensor) -> tuple[Tensor, Reports]:
+            ctx = NormContext(rule, n_groups, n, beta)
+            with norm_context(ctx), rng.dropout_key(key):
+                out = functional_call(model, {**params, **stats}, (x,))
+            return out, {k: (s.mean, s.var) for k, s in ctx.reports.items()}
+
+        return forward
+
+    def grad_fn(self, rule: StatRule | None, n_groups: int) -> Callable:
+        """One run's (or client's) gradient: (params, stats, x, y, key) -> (grads, (loss,
+        reports)); the loss is the mean over the batch (= the mean of the clients' losses)."""
+        forward = self.forward_fn(rule, n_groups, self.cfg.bn_momentum)
+
+        def loss_fn(params, stats, x, y, key):
+            out, reports = forward(params, stats, x, key)
+            loss = F.nll_loss(out, y)
+            return loss, (loss.detach(), reports)
+
+        return grad(loss_fn, has_aux=True)
 
     def _optimize(self, params: list[Tensor], grads: list[Tensor], momenta: list[Tensor],
                   step: int) -> None:
+        k = sum(step >= m for m in self.cfg.lr_milestones)
         momentum_step(
-            params, grads, momenta, lr=self.cfg.lr_at(step), beta=self.cfg.momentum,
+            params, grads, momenta, lr=self.lrs[:, k], beta=self.cfg.momentum,
             convention=self.cfg.momentum_convention, weight_decay=self.cfg.weight_decay,
         )
 
     @torch.no_grad()
+    def _commit(self, reports: Reports, rule: StatRule, beta: float) -> None:
+        """Every run's server aggregates its clients' (R, n, C) reports into its statistics."""
+        if not self.layers:
+            return
+        K = {la.key: la.elements_per_client for la in self.layers}
+        fn = over_runs(lambda rep: aggregate_reports(rep, K, rule, self.n, beta, self.server),
+                       self.runs)
+        for key, (mean, var) in fn(reports).items():
+            self.state.stats[f"{key}.running_mean"].copy_(mean)
+            self.state.stats[f"{key}.running_var"].copy_(var)
+
+    @torch.no_grad()
     def calibrate(self) -> None:
         """Set every BN layer's shared statistics to those of one union batch of all clients
-        (the ``fbn_init: first_batch`` option: beta = 1, no parameter update)."""
-        x, _ = self.batches.sample()
-        ctx = NormContext(UnionStats(), self.n, self.n, beta=1.0)
-        with norm_context(ctx):
-            self.model(x)
-        commit_stats(self.layers, ctx.reports, UnionStats(), self.n, 1.0)
+        (the ``fbn_init: first_batch`` option: beta = 1, no parameter update); the batch is the
+        draw of step -1, before training."""
+        x, _ = self.batches.sample(-1)
+        forward = over_runs(self.forward_fn(UnionStats(), self.n, 1.0), self.runs)
+        _, reports = forward(self.state.params, self.state.stats, x,
+                             rng.fold(self.dropout_keys, -1))
+        self._commit(reports, UnionStats(), 1.0)
 
     def round(self, first_step: int) -> Tensor:
+        """Train every run for one round from ``first_step``; returns the (R,) summed losses."""
         raise NotImplementedError
 
 
 class DSGD(_Trainer):
     """One communication per step; gradients (momenta) averaged by the server."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.momenta = [torch.zeros_like(p) for p in self.params]
-
     def round(self, first_step: int) -> Tensor:
         rule = self.normalizer.rule_at(first_step)
-        x, y = self.batches.sample()
-        ctx = NormContext(rule, self.n, self.n, self.cfg.bn_momentum)
-        with norm_context(ctx):
-            loss = F.nll_loss(self.model(x), y)  # mean over n*b = mean of the clients' losses
-        grads = torch.autograd.grad(loss, self.params)
-        self._optimize(self.params, list(grads), self.momenta, first_step)
+        x, y = self.batches.sample(first_step)
+        step = over_runs(self.grad_fn(rule, self.n), self.runs)
+        grads, (loss, reports) = step(self.state.params, self.state.stats, x, y,
+                                      rng.fold(self.dropout_keys, first_step))
+        self._optimize(list(self.state.params.values()), [grads[k] for k in self.names],
+                       list(self.state.momenta.values()), first_step)
         if self.layers:
-            commit_stats(self.layers, ctx.reports, rule, self.n, self.cfg.bn_momentum,
-                         self.server)
-        return loss.detach()
+            self._commit(reports, rule, self.cfg.bn_momentum)
+        return loss
 
 
 class FedAvg(_Trainer):
     """E local steps per round on stacked per-client state, then server averaging."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.momenta = [p.new_zeros((self.n, *p.shape)) for p in self.params]
-        self.stat_names = [f"{layer.key}.{s}" for layer in self.layers
-                           for s in ("running_mean", "running_var")]
-
-    def _client_loss(self, rule: StatRule | None):
-        model, beta, n = self.model, self.cfg.bn_momentum, self.n
-
-        def loss_fn(params: dict[str, Tensor], stats: dict[str, Tensor], x: Tensor, y: Tensor):
-            ctx = NormContext(rule, 1, n, beta)
-            with norm_context(ctx):
-                loss = F.nll_loss(functional_call(model, {**params, **stats}, (x,)), y)
-            reports = {k: (s.mean, s.var) for k, s in ctx.reports.items()}  # a pytree for vmap
-            return loss, (loss.detach(), reports)
-
-        return vmap(grad(loss_fn, has_aux=True), randomness="different")
+    def _zero_momentum(self, stacked: Tensor) -> Tensor:
+        return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
 
     def round(self, first_step: int) -> Tensor:
-        E, n, b = self.cfg.local_steps, self.n, self.cfg.batch_size
+        E, n, b, R = self.cfg.local_steps, self.n, self.cfg.batch_size, self.runs
         rule = self.normalizer.rule_at(first_step)  # one rule for the whole round
-        params = {k: p.detach().expand(n, *p.shape).clone()
-                  for k, p in zip(self.names, self.params, strict=True)}
-        buffers = dict(self.model.named_buffers())
-        stats = {k: buffers[k].expand(n, *buffers[k].shape).clone() for k in self.stat_names}
-        step_fn = self._client_loss(rule)
-        total = torch.zeros((), device=self.params[0].device)
+
+        def per_client(t: Tensor) -> Tensor:  # (R, ...) -> (R, n, ...)
+            return t.unsqueeze(1).expand(R, n, *t.shape[1:]).clone()
+
+        params = {k: per_client(p) for k, p in self.state.params.items()}
+        stats = {k: per_client(s) for k, s in self.state.stats.items()}
+        step = over_runs(vmap(self.grad_fn(rule, 1)), R)
+        clients = torch.arange(n, device=self.dropout_keys.device)
+        total = torch.zeros(R, device=self.dropout_keys.device)
         for e in range(E):
-            x, y = self.batches.sample()
-            grads, (losses, reports) = step_fn(
-                params, stats, x.reshape(n, b, *x.shape[1:]), y.reshape(n, b)
-            )
-            self._optimize(list(params.values()), [grads[k] for k in params], self.momenta,
-                           first_step + e)
-            for layer in self.layers:  # each client's running statistics, now (n, C)
-                mean, var = reports[layer.key]
-                stats[f"{layer.key}.running_mean"] = mean.squeeze(1)
-                stats[f"{layer.key}.running_var"] = var.squeeze(1)
-            total = total + losses.mean()
+            x, y = self.batches.sample(first_step + e)
+            keys = rng.fold(self.dropout_keys[:, None], first_step + e, clients)  # (R, n)
+            grads, (losses, reports) = step(params, stats, x.reshape(R, n, b, *x.shape[2:]),
+                                            y.reshape(R, n, b), keys)
+            self._optimize(list(params.values()), [grads[k] for k in params],
+                           list(self.state.momenta.values()), first_step + e)
+            for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
+                stats[f"{key}.running_mean"] = mean.squeeze(2)
+                stats[f"{key}.running_var"] = var.squeeze(2)
+            total = total + losses.mean(1)
         self._aggregate(params, stats, rule)
         return total
 
@@ -159,36 +300,41 @@ class FedAvg(_Trainer):
     def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
                    rule: StatRule | None) -> None:
         if self.cfg.attack_updates:
-            self._combine_updates(params)
+            combined = over_runs(self._combine_updates, self.runs)(params, self.state.params)
+            for k, p in combined.items():
+                self.state.params[k].copy_(p)
         else:
-            for p, k in zip(self.params, self.names, strict=True):
-                p.copy_(params[k].mean(0))
+            for k, p in params.items():
+                self.state.params[k].copy_(p.mean(1))
         if not self.layers:
             return
-        reports = {layer.key: Stats(stats[f"{layer.key}.running_mean"],
-                                    stats[f"{layer.key}.running_var"]) for layer in self.layers}
+        reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
+                   for la in self.layers}
         # After E local updates a client's running mean has moved by 1 - (1 - beta)^E towards
         # its batches; FBN's correction divides by that effective momentum (= beta when E = 1).
         beta_eff = 1.0 - (1.0 - self.cfg.bn_momentum) ** self.cfg.local_steps
-        commit_stats(self.layers, reports, rule, self.n, beta_eff, self.server)
+        self._commit(reports, rule, beta_eff)
 
-    def _combine_updates(self, params: dict[str, Tensor]) -> None:
-        """theta <- theta + A(Delta): the clients' updates Delta_i = theta_i - theta as one
-        (n, d) matrix, the last f rows replaced by the attack, combined by the server's rule A
-        (the mean of Delta_i is exactly the plain average of the theta_i)."""
-        deltas = torch.cat([(params[k] - p).reshape(self.n, -1)
-                            for p, k in zip(self.params, self.names, strict=True)], dim=1)
+    def _combine_updates(self, clients: dict[str, Tensor],
+                         start: dict[str, Tensor]) -> dict[str, Tensor]:
+        """One run: theta <- theta + A(Delta), with the clients' updates Delta_i = theta_i -
+        theta as one (n, d) matrix, the last f rows replaced by the attack, combined by the
+        server's rule A (the mean of Delta_i is exactly the plain average of the theta_i)."""
+        deltas = torch.cat([(clients[k] - start[k]).reshape(self.n, -1) for k in self.names],
+                           dim=1)
         delta = self.server.combine(self.server.receive_rows(deltas))
-        for p, part in zip(self.params, delta.split([p.numel() for p in self.params]),
-                           strict=True):
-            p.add_(part.view_as(p))
+        sizes = [start[k].numel() for k in self.names]
+        return {k: start[k] + part.view_as(start[k])
+                for k, part in zip(self.names, delta.split(sizes), strict=True)}
 
 
 def make_trainer(
-    cfg: RunConfig, model: nn.Module, normalizer: Normalizer, batches: ClientBatches,
-    force_fedavg: bool = False,
+    cfgs: Sequence[RunConfig], models: Sequence[nn.Module], normalizer: Normalizer,
+    batches: ClientBatches, force_fedavg: bool = False,
 ) -> _Trainer:
     """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise (and whenever
-    the server needs each client's update: ``attack_updates``)."""
+    the server needs each client's update: ``attack_updates``). ``cfgs`` share a bundle key;
+    ``models`` are their initialized models, one per run."""
+    cfg = cfgs[0]
     cls = FedAvg if force_fedavg or cfg.local_steps > 1 or cfg.attack_updates else DSGD
-    return cls(cfg, model, normalizer, batches)
+    return cls(cfgs, models, normalizer, batches)

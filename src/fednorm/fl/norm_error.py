@@ -10,47 +10,44 @@ meaningless, and sigma is the scale at which a shifted mean moves the normalized
 
 With Byzantine clients (an ``attack``), the union is that of the n - f honest clients' batches:
 the statistics a robust server should recover (fednorm.fl.train builds the probe).
+Everything is computed for all runs of a bundle at once: (R, L) errors for L BN layers.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from fednorm.norms import FedBatchNorm2d, NormContext, Stats, UnionStats, norm_context
+from fednorm.fl.engine import _Trainer, over_runs
+from fednorm.norms import UnionStats
 
 _EPS = 1e-12
 
 
 @torch.no_grad()
-def union_statistics(model: nn.Module, layers: list[FedBatchNorm2d], x: Tensor,
-                     n_clients: int) -> dict[str, Stats]:
-    """Each BN layer's input mean and unbiased variance on the union batch ``x`` (client-major),
-    propagated as centralized BN would (every layer normalizes with the union statistics).
-
-    Leaves the model's buffers, its mode and the global random state as they were.
-    """
-    was_training = model.training
-    model.train()
-    ctx = NormContext(UnionStats(), n_clients, n_clients, beta=1.0)
-    devices = [x.device] if x.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), norm_context(ctx):
-        model(x)
-    model.train(was_training)
-    # With beta = 1 a report is the union batch's mean and Kn/(Kn-1)-unbiased variance.
-    return {layer.key: Stats(ctx.reports[layer.key].mean[0], ctx.reports[layer.key].var[0])
-            for layer in layers}
+def union_statistics(trainer: _Trainer, x: Tensor, key: Tensor) -> dict[str, tuple[Tensor,
+                                                                                    Tensor]]:
+    """Each BN layer's input mean and unbiased variance, (R, C) each, on each run's union batch
+    ``x`` (R, g*b, ...) of g clients (client-major), propagated as centralized BN would (every
+    layer normalizes with the union statistics). A pure function: no state changes."""
+    groups = x.shape[1] // trainer.cfg.batch_size
+    forward = over_runs(trainer.forward_fn(UnionStats(), groups, 1.0), trainer.runs)
+    _, reports = forward(trainer.state.params, trainer.state.stats, x, key)
+    # With beta = 1 a report is the union batch's mean and Kn/(Kn-1)-unbiased variance; every
+    # client row holds the same union statistics.
+    return {k: (mean[:, 0], var[:, 0]) for k, (mean, var) in reports.items()}
 
 
-def layer_errors(layers: list[FedBatchNorm2d], central: dict[str, Stats]) -> list[dict]:
-    """One row per layer: ``layer``, ``mean_error``, ``var_error`` (see the module docstring)."""
-    rows = []
-    for layer in layers:
-        c = central[layer.key]
-        sigma2 = c.var.clamp_min(_EPS)
-        rows.append({
-            "layer": layer.key,
-            "mean_error": ((layer.running_mean - c.mean).abs() / sigma2.sqrt()).mean().item(),
-            "var_error": ((layer.running_var - c.var).abs() / sigma2).mean().item(),
-        })
-    return rows
+def layer_errors(trainer: _Trainer, central: dict[str, tuple[Tensor, Tensor]]
+                 ) -> tuple[Tensor, Tensor]:
+    """``mean_error`` and ``var_error`` (see the module docstring), (R, L) each, layers in the
+    order of ``trainer.layers``."""
+    mean_errors, var_errors = [], []
+    for layer in trainer.layers:
+        mu, var = central[layer.key]
+        sigma2 = var.clamp_min(_EPS)
+        run_mean = trainer.state.stats[f"{layer.key}.running_mean"]
+        run_var = trainer.state.stats[f"{layer.key}.running_var"]
+        mean_errors.append(((run_mean - mu).abs() / sigma2.sqrt()).mean(-1))
+        var_errors.append(((run_var - var).abs() / sigma2).mean(-1))
+    return torch.stack(mean_errors, 1), torch.stack(var_errors, 1)

@@ -5,6 +5,7 @@ Momentum conventions (the FBN paper's Table 2 uses the first):
 - ``ema``:     m <- beta * m + (1 - beta) * g   ("client momentum" of Robust-DSGD)
 - ``pytorch``: m <- beta * m + g                 (torch.optim.SGD, dampening 0)
 then p <- p - lr * m. With the same beta, ``ema`` takes steps (1 - beta) times as large.
+``lr`` is a number, or one per run of a bundle: an (R,) tensor, every tensor then (R, ...).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def momentum_step(
     grads: Sequence[Tensor],
     momenta: Sequence[Tensor],
     *,
-    lr: float,
+    lr: float | Tensor,
     beta: float,
     convention: str,
     weight_decay: float = 0.0,
@@ -34,4 +35,7 @@ def momentum_step(
         if weight_decay:
             g = g + weight_decay * p
         m.mul_(beta).add_(g, alpha=dampening)
-        p.add_(m, alpha=-lr)
+        if isinstance(lr, Tensor):
+            p.sub_(m * lr.view(-1, *[1] * (p.dim() - 1)))
+        else:
+            p.add_(m, alpha=-lr)

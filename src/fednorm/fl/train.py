@@ -1,28 +1,44 @@
-"""One training run from a config: data onto the device, clients sampled, evaluated every k
-steps. Returns the metrics as rows; writing files is :mod:`fednorm.run`'s job."""
+"""Training runs from configs: data onto the device, clients sampled, evaluated every k steps.
+
+:func:`train_bundle` trains the R runs of a bundle (configs that share
+:func:`fednorm.config.bundle_key`) in lock-step on one device, their state stacked with a
+leading run dimension (fednorm.fl.engine); :func:`train` is a bundle of one. Each run gets what
+it would get alone: its own initialization (the global seed set to its seed before its model is
+built), partition, batches, augmentation and dropout masks (counter-based, fednorm.rng), and its
+own metrics. A run whose training or test loss becomes non-finite is recorded ``diverged`` at
+that evaluation point, handed to ``on_finish`` at once, and dropped from the bundle; the others
+go on unchanged. Returns the metrics as rows; writing files is :mod:`fednorm.run`'s job.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.func import functional_call
 
-from fednorm.config import RunConfig
+from fednorm import rng
+from fednorm.config import RunConfig, bundle_key
 from fednorm.data import Arrays
-from fednorm.data.augment import random_crop_flip
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import make_trainer
+from fednorm.fl.engine import _Trainer, make_trainer, over_runs
 from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.models import build_model
-from fednorm.norms import FedBatchNorm2d, normalizer_for
+from fednorm.norms import normalizer_for
 
 METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
                   "norm_error_var")
 LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
+CROP_PADDING = 4  # augment: crop_flip pads by 4 pixels
+EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
+log = logging.getLogger("fednorm.train")
 
 
 @dataclass
@@ -34,89 +50,157 @@ class TrainResult:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: Tensor, y: Tensor, batch: int = 1000) -> tuple[float, float]:
-    """Test accuracy (fraction) and mean NLL of the global model in eval mode."""
+def evaluate(trainer: _Trainer, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Test accuracy (fraction) and mean NLL of every run's global model in eval mode, (R,)."""
+    model, runs = trainer.model, trainer.runs
     model.eval()
-    loss = torch.zeros((), device=x.device)
-    correct = torch.zeros((), device=x.device)
+    fn = over_runs(lambda p, s, xb: functional_call(model, {**p, **s}, (xb,)), runs,
+                   in_dims=(0, 0, None))
+    loss = x.new_zeros(runs)
+    correct = x.new_zeros(runs)
+    batch = max(1, EVAL_IMAGES // runs)
     for i in range(0, len(x), batch):
-        out = model(x[i : i + batch])
-        loss += F.nll_loss(out, y[i : i + batch], reduction="sum")
-        correct += (out.argmax(1) == y[i : i + batch]).sum()
+        out = fn(trainer.state.params, trainer.state.stats, x[i : i + batch])  # (R, B, classes)
+        yb = y[i : i + batch].expand(runs, -1)
+        loss += F.nll_loss(out.transpose(1, 2), yb, reduction="none").sum(1)
+        correct += (out.argmax(2) == yb).sum(1)
     model.train()
-    return (correct / len(x)).item(), (loss / len(x)).item()
-
-
-class _AugmentedBatches(ClientBatches):
-    """Client batches with batched on-device random crop (pad 4) and horizontal flip."""
-
-    def sample(self) -> tuple[Tensor, Tensor]:
-        x, y = super().sample()
-        return random_crop_flip(x, padding=4, generator=self.generator), y
+    return correct / len(x), loss / len(x)
 
 
 def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
           force_fedavg: bool = False) -> TrainResult:
-    """Train one run; a non-finite training or test loss stops it with status 'diverged'."""
-    device = torch.device(device)
-    torch.manual_seed(cfg.seed)  # model initialization and dropout
+    """Train one run (a bundle of one)."""
+    return train_bundle([cfg], data, device, force_fedavg=force_fedavg)[0]
+
+
+def _check_bundle(cfgs: Sequence[RunConfig]) -> None:
+    if not cfgs:
+        raise ValueError("a bundle needs at least one run")
+    keys = {bundle_key(c) for c in cfgs}
+    if len(keys) > 1:
+        raise ValueError(f"the runs of a bundle must share fednorm.config.bundle_key; these "
+                         f"{len(cfgs)} runs have {len(keys)} different keys")
+
+
+def train_bundle(
+    cfgs: Sequence[RunConfig], data: Arrays, device: str | torch.device = "cpu",
+    on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
+) -> list[TrainResult]:
+    """Train the runs ``cfgs`` together; ``on_finish(i, result)`` is called the moment run i
+    finishes (diverged, or at the last step). Returns the results in the order of ``cfgs``."""
+    _check_bundle(cfgs)
+    cfg, device = cfgs[0], torch.device(device)
     data = data.to(device)
-    model = build_model(cfg, data.n_classes).to(device)
-    parts = partition(data.train_y.cpu(), cfg.partition, cfg.n_clients, cfg.heterogeneity,
-                      cfg.seed)
-    generator = torch.Generator(device=device).manual_seed(cfg.seed + 1)
-    batches_cls = _AugmentedBatches if cfg.augment == "crop_flip" else ClientBatches
-    batches = batches_cls(data.train_x, data.train_y, parts, cfg.batch_size, generator)
-    trainer = make_trainer(cfg, model, normalizer_for(cfg), batches, force_fedavg)
+    models = []
+    for c in cfgs:
+        torch.manual_seed(c.seed)  # model initialization, as the run alone would have it
+        models.append(build_model(c, data.n_classes).to(device))
+    parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
+             for c in cfgs]
+    seeds = [c.seed for c in cfgs]
+    padding = CROP_PADDING if cfg.augment == "crop_flip" else None
+    batches = ClientBatches(data.train_x, data.train_y, parts, cfg.batch_size, seeds,
+                            rng.SAMPLE, padding)
+    trainer = make_trainer(cfgs, models, normalizer_for(cfg), batches, force_fedavg)
     if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
         trainer.calibrate()
-
-    # The normalization error is measured on separate draws of the clients' batches, so that
-    # measuring never changes the training trajectory. Under attack the reference is the union
-    # of the honest clients' batches (the first n - f): what a robust server can at best recover.
+    # The normalization error is measured on separate draws of the clients' batches (their own
+    # stream), so measuring never changes the training trajectory. Under attack the reference is
+    # the union of the honest clients' batches (the first n - f): what a robust server can at
+    # best recover.
     honest = cfg.n_clients - (cfg.f if cfg.attack != "none" else 0)
-    probe = ClientBatches(data.train_x, data.train_y, parts[:honest], cfg.batch_size,
-                          torch.Generator(device=device).manual_seed(cfg.seed + 2))
-    result = TrainResult(model=model)
-
-    def record(step: int, train_loss: float) -> bool:
-        """Append an evaluation row; False when the run has diverged."""
-        acc, test_loss = math.nan, math.nan
-        if math.isfinite(train_loss) or step == 0:
-            acc, test_loss = evaluate(model, data.test_x, data.test_y)
-        if not math.isfinite(test_loss):
-            acc = math.nan  # argmax over NaN outputs is not an accuracy
-        errors = norm_error(model, trainer.layers, probe, honest)
-        result.layer_rows += [{"step": step, **row} for row in errors]
-        result.rows.append(dict(
-            step=step, test_accuracy=acc, test_loss=test_loss, train_loss=train_loss,
-            norm_error_mean=_mean([r["mean_error"] for r in errors]),
-            norm_error_var=_mean([r["var_error"] for r in errors]),
-        ))
-        return math.isfinite(test_loss) and (step == 0 or math.isfinite(train_loss))
-
-    record(0, math.nan)
-    loss_sum, since = torch.zeros((), device=device), 0
-    for first in range(0, cfg.steps, cfg.local_steps):
-        loss_sum += trainer.round(first)
-        since += cfg.local_steps
-        step = first + cfg.local_steps
-        if step // cfg.eval_every == first // cfg.eval_every and step != cfg.steps:
-            continue
-        # the only host sync: at evaluation points
-        if not record(step, (loss_sum / since).item()):
-            result.status = "diverged"
-            break
-        loss_sum, since = torch.zeros((), device=device), 0
-    return result
+    probe = ClientBatches(data.train_x, data.train_y, [p[:honest] for p in parts],
+                          cfg.batch_size, seeds, rng.PROBE)
+    return _Loop(cfgs, data, trainer, probe, on_finish).run()
 
 
-def norm_error(model: nn.Module, layers: list[FedBatchNorm2d], probe: ClientBatches,
-               n_clients: int) -> list[dict]:
-    if not layers:
-        return []
-    x, _ = probe.sample()
-    return layer_errors(layers, union_statistics(model, layers, x, n_clients))
+class _Loop:
+    """The evaluation schedule of a bundle: train between evaluation points, record every run
+    still going, finish and drop the runs that diverged."""
+
+    def __init__(self, cfgs, data, trainer, probe, on_finish) -> None:
+        self.cfg, self.data, self.trainer, self.probe = cfgs[0], data, trainer, probe
+        self.results = [TrainResult(model=m) for m in trainer.models]
+        self.active = list(range(len(cfgs)))  # bundle index of each run still training
+        self.on_finish = on_finish or (lambda i, result: None)
+        self.started = self.last_time = time.perf_counter()
+
+    def run(self) -> list[TrainResult]:
+        cfg, trainer = self.cfg, self.trainer
+        self.record(0, torch.full((trainer.runs,), math.nan, device=self.data.test_x.device))
+        loss_sum, since = 0.0, 0
+        for first in range(0, cfg.steps, cfg.local_steps):
+            loss_sum = loss_sum + trainer.round(first)
+            since += cfg.local_steps
+            step = first + cfg.local_steps
+            if step // cfg.eval_every == first // cfg.eval_every and step != cfg.steps:
+                continue
+            # the only host syncs: at evaluation points
+            going = self.record(step, loss_sum / since)
+            self.progress(step, since)
+            if not going:
+                return self.results
+            loss_sum, since = 0.0, 0
+        self.finish(list(range(trainer.runs)))
+        return self.results
+
+    def record(self, step: int, train_loss: Tensor) -> bool:
+        """Append an evaluation row to every active run; finish and drop those that diverged.
+        False when no run is left."""
+        trainer = self.trainer
+        acc, test_loss = evaluate(trainer, self.data.test_x, self.data.test_y)
+        trained = torch.isfinite(train_loss) | (step == 0)
+        test_loss = torch.where(trained, test_loss, math.nan)
+        acc = torch.where(torch.isfinite(test_loss), acc, math.nan)  # argmax over NaN: no acc
+        mean_err = var_err = acc.new_zeros(trainer.runs, 0)  # no BN layer: nothing to measure
+        if trainer.layers:
+            central = union_statistics(trainer, self.probe.sample(step)[0],
+                                       rng.fold(self.probe.keys, step))
+            mean_err, var_err = layer_errors(trainer, central)
+        names = [layer.key for layer in trainer.layers]
+        self.mean_accuracy = _mean([a for a in acc.tolist() if math.isfinite(a)])
+        columns = zip(self.active, acc.tolist(), test_loss.tolist(), train_loss.tolist(),
+                      mean_err.tolist(), var_err.tolist(), strict=True)
+        for i, a, tl, trl, me, ve in columns:
+            result = self.results[i]
+            result.layer_rows += [{"step": step, "layer": name, "mean_error": m, "var_error": v}
+                                  for name, m, v in zip(names, me, ve, strict=True)]
+            result.rows.append(dict(
+                step=step, test_accuracy=a, test_loss=tl, train_loss=trl,
+                norm_error_mean=_mean(me), norm_error_var=_mean(ve)))
+        ok = torch.isfinite(test_loss) & trained
+        if bool(ok.all()):
+            return True
+        diverged = (~ok).nonzero().flatten().tolist()
+        for r in diverged:
+            self.results[self.active[r]].status = "diverged"
+        self.finish(diverged)
+        kept = ok.nonzero().flatten()
+        self.active = [self.active[r] for r in kept.tolist()]
+        if not self.active:
+            return False
+        trainer.keep(kept)
+        self.probe = self.probe.select(kept)
+        return True
+
+    def finish(self, positions: list[int]) -> None:
+        """Hand the runs at these positions of the trainer to ``on_finish``, with their model."""
+        self.trainer.write_back()
+        for r in positions:
+            i = self.active[r]
+            self.on_finish(i, self.results[i])
+
+    def progress(self, step: int, since: int) -> None:
+        """One log line per evaluation point, so that a user watching a long job sees it move."""
+        cfg, now = self.cfg, time.perf_counter()
+        images = len(self.active) * cfg.n_clients * cfg.batch_size * since
+        rate = images / max(now - self.last_time, 1e-9)
+        left = (now - self.started) * (cfg.steps - step) / step
+        log.info("step %d/%d  runs going %d/%d  mean accuracy %.3f  %.0f images/s  %.0f s left",
+                 step, cfg.steps, len(self.active), len(self.results), self.mean_accuracy, rate,
+                 left)
+        self.last_time = now
 
 
 def _mean(values: list[float]) -> float:

@@ -1,6 +1,8 @@
 """The CNN of the FBN paper's Table 1 (Appendix C.1), with the normalization as a parameter.
 
-Note the order of the paper's table: convolution, ReLU, *then* normalization.
+Note the order of the paper's table: convolution, ReLU, *then* normalization. Dropout masks
+come from the run's key (fednorm.models.dropout), so a run drops the same units alone or in a
+bundle.
 With width 64, hidden 128 and 32x32 inputs it has 1,310,922 parameters (BN affine included).
 """
 
@@ -10,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+
+from fednorm.models.dropout import KeyedDropout
 
 
 class FBNCNN(nn.Module):
@@ -30,8 +34,8 @@ class FBNCNN(nn.Module):
             return [nn.Conv2d(c_in, c_out, 3, padding=1), nn.ReLU(), norm(c_out)]
 
         self.features = nn.Sequential(
-            *conv(in_channels, w1), *conv(w1, w1), nn.MaxPool2d(2), nn.Dropout(dropout),
-            *conv(w1, w2), *conv(w2, w2), nn.MaxPool2d(2), nn.Dropout(dropout),
+            *conv(in_channels, w1), *conv(w1, w1), nn.MaxPool2d(2), KeyedDropout(dropout, 0),
+            *conv(w1, w2), *conv(w2, w2), nn.MaxPool2d(2), KeyedDropout(dropout, 1),
         )
         flat = w2 * (image_size // 4) ** 2
         self.classifier = nn.Sequential(
