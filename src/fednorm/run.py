@@ -1,10 +1,12 @@
-"""``train_and_evaluate(config, out_dir)``: one run in, its files out.
+"""``train_and_evaluate(config, out_dir)``: one run in, its files out; ``train_bundle``: the
+runs of a bundle in, each run's files out the moment it finishes.
 
 Writes ``metrics.csv`` (one row per evaluation point, columns ``fednorm.fl.train.METRIC_COLUMNS``;
 the ``norm_error_*`` columns average the layers of ``norm_error.csv``, one row per evaluation
 point and BN layer, see :mod:`fednorm.fl.norm_error`)
 and ``run.json`` (resolved config, run_id, seed, git commit, library versions, device, wall time,
-status), each atomically. The Snakemake rule and ``fednorm run`` both call this function.
+status, the bundle it trained in), each atomically, run.json last. The Snakemake rule calls
+``train_bundle``; ``fednorm run`` calls ``train_and_evaluate``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import torch
 from fednorm import __version__
 from fednorm.config import RunConfig
 from fednorm.data import load_dataset
-from fednorm.fl.train import LAYER_COLUMNS, METRIC_COLUMNS, train
+from fednorm.fl import train as training
+from fednorm.fl.train import LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
 from fednorm.io import write_csv, write_json
 
 
@@ -68,36 +71,45 @@ def train_bundle(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
     data_dir: str | Path = "data", device: str = "auto",
 ) -> list[str]:
-    """Train the runs of one bundle together and write each run's files into its ``out_dir``
-    the moment it finishes; ``run.json`` names the bundle. Returns the runs' statuses.
-
-    PLACEHOLDER (interface only): trains the runs one after the other.
+    """Train the runs of one bundle together (:func:`fednorm.fl.train.train_bundle`) and write
+    each run's files into its ``out_dir`` the moment it finishes (a diverged run at its last
+    evaluation point, the others at the end), so a job killed mid-way loses no finished run.
+    ``run.json`` names the bundle (``bundle_id``, default: the first run's id) and its size;
+    ``wall_time_s`` is the time from the bundle's start to that run's end. Returns the statuses.
     """
-    return [train_and_evaluate(c, d, data_dir, device, bundle_id=bundle_id)
-            for c, d in zip(cfgs, out_dirs, strict=True)]
-
-
-def train_and_evaluate(
-    cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto",
-    bundle_id: str = "",
-) -> str:
-    """Train one run and write its files into ``out_dir``; returns the run's status."""
-    out_dir = Path(out_dir)
+    if len(cfgs) != len(out_dirs):
+        raise ValueError(f"one output directory per run: {len(cfgs)} runs, {len(out_dirs)} dirs")
     dev = resolve_device(device)
     start = time.perf_counter()
-    data = load_dataset(cfg, data_dir)
-    result = train(cfg, data, dev)
-    wall = time.perf_counter() - start
+    env = environment(dev)
+    bundle = {"id": bundle_id or cfgs[0].run_id, "size": len(cfgs)}
+
+    def write(i: int, result: TrainResult) -> None:
+        _write_run(cfgs[i], Path(out_dirs[i]), result, time.perf_counter() - start,
+                   {**env, "bundle": bundle})
+
+    results = training.train_bundle(cfgs, load_dataset(cfgs[0], data_dir), dev, on_finish=write)
+    return [r.status for r in results]
+
+
+def _write_run(cfg: RunConfig, out_dir: Path, result: TrainResult, wall: float,
+               meta: dict[str, Any]) -> None:
     write_csv(out_dir / "metrics.csv", pd.DataFrame(result.rows, columns=list(METRIC_COLUMNS)))
     write_csv(out_dir / "norm_error.csv",
               pd.DataFrame(result.layer_rows, columns=list(LAYER_COLUMNS)))
-    write_json(out_dir / "run.json", {
+    write_json(out_dir / "run.json", {  # last: its presence marks the run complete
         "run_id": cfg.run_id,
         "seed": cfg.seed,
         "status": result.status,
-        "bundle": {"id": bundle_id or cfg.run_id, "size": 1},
         "wall_time_s": round(wall, 3),
         "config": cfg.identity(),
-        **environment(dev),
+        **meta,
     })
-    return result.status
+
+
+def train_and_evaluate(
+    cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto"
+) -> str:
+    """Train one run (a bundle of one) and write its files into ``out_dir``; returns its
+    status."""
+    return train_bundle([cfg], [out_dir], data_dir=data_dir, device=device)[0]

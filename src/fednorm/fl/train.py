@@ -88,14 +88,15 @@ def train_bundle(
     on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
 ) -> list[TrainResult]:
     """Train the runs ``cfgs`` together; ``on_finish(i, result)`` is called the moment run i
-    finishes (diverged, or at the last step). Returns the results in the order of ``cfgs``."""
+    finishes (diverged, or at the last step). Returns the results in the order of ``cfgs``.
+    The models take the data's floating dtype (float32; float64 for exact comparisons)."""
     _check_bundle(cfgs)
     cfg, device = cfgs[0], torch.device(device)
     data = data.to(device)
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)  # model initialization, as the run alone would have it
-        models.append(build_model(c, data.n_classes).to(device))
+        models.append(build_model(c, data.n_classes).to(device, data.train_x.dtype))
     parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
              for c in cfgs]
     seeds = [c.seed for c in cfgs]

@@ -82,9 +82,10 @@ def nearest_neighbour_mixing(x: Tensor, f: int) -> Tensor:
     n = _check_matrix(x)
     check_byzantine(n, f)
     dist = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")
-    neighbours = dist.sort(dim=1, stable=True).indices[:, : n - f]  # (n, n - f)
-    weights = torch.zeros(n, n, dtype=x.dtype, device=x.device)
-    weights.scatter_(1, neighbours, 1.0 / (n - f))
+    # rank[i, k]: the place of client k in client i's neighbours, nearest first (stable sort);
+    # computed out of place (no scatter into a fresh tensor) so that it vmaps over runs.
+    rank = dist.sort(dim=1, stable=True).indices.argsort(dim=1)
+    weights = (rank < n - f).to(x.dtype) / (n - f)
     return weights @ x
 
 
