@@ -85,9 +85,8 @@ def engine(args, x, y, normalizer: str, **byzantine):
     })
     model = build_model(cfg).to(x.device)
     parts = list(torch.arange(len(x), device=x.device).chunk(args.clients))
-    gen = torch.Generator(device=x.device).manual_seed(0)
-    trainer = make_trainer(cfg, model, normalizer_for(cfg), ClientBatches(x, y, parts,
-                                                                          args.batch, gen))
+    trainer = make_trainer([cfg], [model], normalizer_for(cfg),
+                           ClientBatches(x, y, [parts], args.batch, [0]))
     return lambda: trainer.round(0)
 
 
