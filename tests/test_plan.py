@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fednorm.config import ConfigError
-from fednorm.plan import load_plan, merge
+from fednorm.config import ConfigError, bundle_key, run_config
+from fednorm.plan import RUN_FILES, load_plan, merge
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,3 +122,94 @@ def test_a_figure_takes_the_union_of_experiments_filtered_by_lists():
     assert fig.experiments == ("clean", "attacked")
     assert dict(fig.where) == {"normalizer": ("bn", "fbn"), "attack": ("none", "sf")}
     assert fig.hue == ("scenario", "normalizer")
+
+
+# Run bundles: which runs train together in one job.
+SMALL = {"steps": 10, "eval_every": 5, "lr": [0.1], "lr_milestones": []}
+
+
+def _bundle_config(size, seeds=(0, 1), **execution):
+    return {"run": SMALL, "execution": {"bundle_size": size, **execution}, "experiments": {
+        "gamma": {"set": {"partition": "gamma"}, "grid": {
+            "normalizer": ["bn", "fbn"], "heterogeneity": [0, 0.5, 1], "lr": [[0.1], [0.05]],
+            "seed": list(seeds)}},
+        "dirichlet": {"set": {"partition": "dirichlet"}, "grid": {
+            "normalizer": ["bn", "fbn"], "heterogeneity": [0.1], "seed": list(seeds)}},
+        "frozen": {"set": {"fixbn_freeze": 0.25}, "grid": {"normalizer": ["fbn"]}}}}
+
+
+def test_bundle_key_ignores_seed_split_and_lr_values_only():
+    cfg = run_config(SMALL)
+    same = [{"seed": 3}, {"partition": "dirichlet", "heterogeneity": 0.1}, {"lr": [1.0e6]}]
+    for values in same:
+        assert bundle_key(run_config({**SMALL, **values})) == bundle_key(cfg)
+    other = [{"normalizer": "bn"}, {"lr": [0.1, 0.05], "lr_milestones": [5]}, {"width": 8},
+             {"momentum": 0.0}]
+    for values in other:
+        assert bundle_key(run_config({**SMALL, **values})) != bundle_key(cfg)
+
+
+@pytest.mark.parametrize("size", [1, 5, 100])
+def test_bundles_partition_the_runs_by_key_within_the_size(size):
+    plan = load_plan(_bundle_config(size))
+    members = [r for ids in plan.bundles.values() for r in ids]
+    assert sorted(members) == sorted(plan.runs)  # every run in exactly one bundle
+    for bid, ids in plan.bundles.items():
+        cfgs = [plan.runs[r] for r in ids]
+        assert 1 <= len(ids) <= size
+        assert len({bundle_key(c) for c in cfgs}) == 1
+        assert bid.startswith(f"{cfgs[0].normalizer}-E1-x{len(ids)}-")
+    # bn and fbn each: 3 gammas x 2 lr x 2 seeds + 2 dirichlet seeds = 14 runs that differ only
+    # in seed, split and lr, so they fill ceil(14 / size) bundles; the frozen fbn run is alone
+    assert len(plan.bundles) == 2 * -(-14 // size) + 1
+    if size == 100:
+        fbn = next(ids for bid, ids in plan.bundles.items() if bid.startswith("fbn-E1-x14-"))
+        assert {plan.runs[r].partition for r in fbn} == {"gamma", "dirichlet"}
+        assert {plan.runs[r].lr for r in fbn} == {(0.1,), (0.05,)}
+
+
+def test_a_new_seed_leaves_the_full_bundles_as_they_were():
+    before = load_plan(_bundle_config(4)).bundles
+    after = load_plan(_bundle_config(4, seeds=(0, 1, 2))).bundles
+    full = {bid: ids for bid, ids in before.items() if len(ids) == 4}
+    assert len(full) == 6  # bn and fbn: 14 runs -> 4 + 4 + 4 + 2
+    assert all(after[bid] == ids for bid, ids in full.items())
+    partial = [bid for bid, ids in before.items() if len(ids) == 2]
+    assert partial and not set(partial) & set(after)  # the new runs joined these
+
+
+def test_pending_bundles_declare_only_the_unfinished_runs(tmp_path):
+    config = merge(_bundle_config(5), {"paths": {"results": str(tmp_path)}})
+    plan = load_plan(config)
+    done, *others = next(ids for ids in plan.bundles.values() if len(ids) == 5)
+    alone = next(ids[0] for ids in plan.bundles.values() if len(ids) == 1)
+    half = others[0]
+    for run_id in (done, alone):
+        for path in plan.run_files((run_id,)):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text("x")
+    Path(plan.run_files((half,))[0]).parent.mkdir(parents=True)
+    Path(plan.run_files((half,))[0]).write_text("x")  # killed before run.json: not complete
+    pending = load_plan(config).pending_bundles()
+    assert [r for ids in pending.values() for r in ids] == [
+        r for ids in plan.bundles.values() for r in ids if r not in (done, alone)]
+    assert set(plan.bundles) - set(pending) == {next(b for b, ids in plan.bundles.items()
+                                                     if ids == (alone,))}
+    assert plan.run_files((half,)) == [f"{tmp_path}/runs/{half}/{n}" for n in RUN_FILES]
+
+
+@pytest.mark.parametrize(("execution", "expected"), [
+    ({"bundle_size": 0}, r"execution: key 'bundle_size' has value 0; allowed: an integer >= 1"),
+    ({"bundle_size": "a"}, r"key 'bundle_size' has value 'a'; allowed: an integer >= 1"),
+    ({"bundle_size": 2.5}, r"key 'bundle_size' has value 2.5; allowed: an integer >= 1"),
+    ({"threads": 0}, r"execution: key 'threads' has value 0"),
+    ({"bundle": 4}, r"execution: unknown key 'bundle'; allowed keys: \['device'"),
+])
+def test_bad_execution_values_are_config_errors(execution, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_plan(_bundle_config(1, **execution))
+
+
+def test_profiles_choose_their_bundle_sizes():
+    assert load_plan(_config("config/config.yaml")).execution.bundle_size == 16
+    assert load_plan(_config("config/config.yaml", "config/quick.yaml")).execution.bundle_size == 8

@@ -1,14 +1,20 @@
-"""The Snakemake DAG end to end on the smallest grid (.test/), and a dry run at paper scale."""
+"""The Snakemake DAG end to end on the smallest grid (.test/), a dry run at paper scale, and
+run bundles: only new runs train, and a killed bundle job loses no finished run."""
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+
+from fednorm.plan import load_plan, merge
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -19,42 +25,79 @@ def _snakemake(*args, cwd=ROOT):
                           timeout=900)
 
 
-def test_paper_dry_run_counts_the_training_jobs():
-    out = _snakemake("--dry-run", "--quiet", "rules", "--cores", "1")
-    assert out.returncode == 0, out.stderr
-    counts = dict(line.split()[:2] for line in out.stdout.splitlines()
-                  if len(line.split()) == 2 and line.split()[1].isdigit())
+def _job_counts(out):
+    """Snakemake's job stats ('--quiet rules'): rule name -> number of jobs."""
+    return {line.split()[0]: int(line.split()[1]) for line in out.splitlines()
+            if len(line.split()) == 2 and line.split()[1].isdigit()}
+
+
+def _bundle_jobs(counts):
+    return sum(n for rule, n in counts.items() if rule.startswith("train_"))
+
+
+@pytest.mark.parametrize(("bundle_size", "jobs"), [
     # Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13; tests/test_plan.py)
-    assert counts["train"] == str(144 + 72 + 144 + 72)
-    assert counts["cifar10"] == "1" and counts["figure"] == "18" and counts["toy"] == "1"
-
-
-@pytest.mark.parametrize(("experiment", "message"), [
-    ({"fbn_gamma": {"grid": {"heterogeneity": [0, 1.5]}}}, "key 'heterogeneity' has value 1.5"),
-    ({"fbn_byzantine_gamma": {"set": {"f": 5}}}, "key 'f' has value 5"),  # not < n/2 = 5
-    ({"fbn_byzantine_gamma": {"set": {"f": -1}}}, "key 'f' has value -1"),
-    ({"fbn_byzantine_gamma": {"grid": {"attack": ["sf", "lie"]}}}, "key 'attack' has value 'lie'"),
+    (1, 144 + 72 + 144 + 72),
+    # per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; Byzantine: 6 keys of 12
+    # runs (no defense) and 12 keys of 12 + 6 runs (defended: gamma + Dirichlet) -> 16 + 2
+    (16, 4 * 3 + 6 * 1 + 12 * 2),
 ])
-def test_bad_config_fails_before_any_job(tmp_path, experiment, message):
+def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
+    size = tmp_path / "size.yaml"
+    size.write_text(yaml.safe_dump({"execution": {"bundle_size": bundle_size}}))
+    out = _snakemake("--dry-run", "--quiet", "rules", "--cores", "1", "--configfile", str(size))
+    assert out.returncode == 0, out.stderr
+    counts = _job_counts(out.stdout)
+    assert _bundle_jobs(counts) == jobs
+    assert all(n == 1 for rule, n in counts.items() if rule.startswith("train_"))
+    assert counts["cifar10"] == 1 and counts["figure"] == 18 and counts["toy"] == 1
+
+
+@pytest.mark.parametrize(("patch", "message"), [
+    ({"experiments": {"fbn_gamma": {"grid": {"heterogeneity": [0, 1.5]}}}},
+     "key 'heterogeneity' has value 1.5"),
+    ({"experiments": {"fbn_byzantine_gamma": {"set": {"f": 5}}}}, "key 'f' has value 5"),
+    ({"experiments": {"fbn_byzantine_gamma": {"set": {"f": -1}}}}, "key 'f' has value -1"),
+    ({"experiments": {"fbn_byzantine_gamma": {"grid": {"attack": ["sf", "lie"]}}}},
+     "key 'attack' has value 'lie'"),
+    ({"execution": {"bundle_size": 0}},
+     "execution: key 'bundle_size' has value 0; allowed: an integer >= 1"),
+])
+def test_bad_config_fails_before_any_job(tmp_path, patch, message):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({
-        "paths": {"results": str(tmp_path / "results")}, "experiments": experiment}))
+    bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")}, **patch}))
     out = _snakemake("--cores", "1", "--configfile", str(bad))
     assert out.returncode != 0
     assert message in out.stderr
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.slow
-def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
+def _work_copy(tmp_path):
+    """The repository without its outputs, to run Snakemake in."""
     work = tmp_path / "repo"
     shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(
         ".git", ".snakemake", "results", "figures", ".venv", "*.egg-info", "__pycache__",
         ".test"))
     shutil.copytree(ROOT / ".test", work / ".test", ignore=shutil.ignore_patterns(
         "results", "figures", "data"))
+    return work
+
+
+@pytest.mark.slow
+def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
+    work = _work_copy(tmp_path)
     out = _snakemake("--cores", "2", "--configfile", ".test/config.yaml", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
+    config = merge(*(yaml.safe_load((work / f).read_text())
+                     for f in ("config/config.yaml", ".test/config.yaml")))
+    plan = load_plan(config)
+    assert _bundle_jobs(_job_counts(out.stderr)) == len(plan.bundles) < len(plan.runs)
+    for bundle_id, run_ids in plan.bundles.items():  # each job names its bundle
+        log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
+        assert f"bundle {bundle_id}: training {len(run_ids)} runs" in log
+        for run_id in run_ids:
+            meta = json.loads((work / plan.paths.run_dir(run_id) / "run.json").read_text())
+            assert meta["bundle"]["id"] == bundle_id
     figures = work / ".test/figures/fbn"
     for name in ("fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
                  "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14)),
@@ -98,3 +141,83 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert set(dirichlet.scenario) == {"no attack", "SF, trimmed mean + NNM"}
     leftovers = [p for p in (work / ".test").rglob(".*") if p.is_file()]
     assert leftovers == []  # no temporary file left behind
+
+
+# Run bundles, end to end on a config of a few tiny runs (no figures): what trains, what is kept.
+TINY = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, "width": 4,
+        "hidden": 8, "batch_size": 8, "steps": 20, "lr": [0.1], "lr_milestones": [],
+        "eval_every": 10, "partition": "gamma"}
+
+
+def _tiny_config(work, bundle_size, experiment, **run):
+    """Replace the work copy's config/config.yaml: one experiment, its runs and the summary."""
+    config = {"paths": {"results": "results", "figures": "figures", "data": "data"},
+              "execution": {"device": "cpu", "threads": 1, "gpus_per_job": 0,
+                            "bundle_size": bundle_size},
+              "run": {**TINY, **run}, "experiments": {"e": experiment}}
+    (work / "config/config.yaml").write_text(yaml.safe_dump(config))
+    return load_plan(config)
+
+
+def _run_json(work, plan, run_ids):
+    """run_id -> (bytes, mtime in ns) of its run.json, for those that exist."""
+    paths = {r: work / plan.paths.run_dir(r) / "run.json" for r in run_ids}
+    return {r: (p.read_bytes(), p.stat().st_mtime_ns) for r, p in paths.items() if p.exists()}
+
+
+@pytest.mark.slow
+def test_a_new_seed_trains_only_the_new_runs(tmp_path):
+    work = _work_copy(tmp_path)
+    grid = {"normalizer": ["fbn"], "heterogeneity": [0, 1]}
+    before = _tiny_config(work, 3, {"grid": {**grid, "seed": [0]}})
+    out = _snakemake("--cores", "2", cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    old = _run_json(work, before, before.runs)
+    assert len(old) == 2
+
+    after = _tiny_config(work, 3, {"grid": {**grid, "seed": [0, 1]}})
+    new = set(after.runs) - set(before.runs)
+    # bundles of 3 in (seed, run_id) order: both old runs and one new run share the first
+    mixed = next(ids for ids in after.bundles.values() if len(ids) == 3)
+    assert set(mixed) - new == set(old) and len(set(mixed) & new) == 1
+    out = _snakemake("--cores", "2", cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _run_json(work, before, before.runs) == old  # byte for byte, not even rewritten
+    trained = {r: json.loads(meta) for r, (meta, _) in _run_json(work, after, new).items()}
+    assert set(trained) == new and _bundle_jobs(_job_counts(out.stderr)) == 2
+    for run_id, meta in trained.items():
+        assert run_id in after.bundles[meta["bundle"]["id"]]
+    summary = pd.read_csv(work / after.paths.summary())
+    assert set(summary.run_id) == set(after.runs)
+
+
+@pytest.mark.slow
+def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
+    work = _work_copy(tmp_path)
+    # one bundle (lr is not in the key) whose diverged run finishes at once and whose other two
+    # train long: whatever the order, once one run.json exists, another run is still training
+    plan = _tiny_config(work, 4, {"set": {"momentum": 0.0}, "grid": {
+        "normalizer": ["fbn"], "heterogeneity": [0], "lr": [[1.0e6], [0.1], [0.05]]}},
+        steps=400, eval_every=200)
+    ((bundle_id, run_ids),) = plan.bundles.items()
+    with open(tmp_path / "killed.log", "w") as log:
+        job = subprocess.Popen([*SNAKEMAKE, "--cores", "1"], cwd=work, stdout=log, stderr=log,
+                               start_new_session=True)
+        deadline = time.monotonic() + 300
+        while job.poll() is None and time.monotonic() < deadline:
+            if 0 < len(_run_json(work, plan, run_ids)) < len(run_ids):
+                break
+            time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGKILL)  # Snakemake and its job
+        job.wait(timeout=60)
+    finished = _run_json(work, plan, run_ids)
+    assert 0 < len(finished) < len(run_ids), (tmp_path / "killed.log").read_text()[-3000:]
+
+    assert _snakemake("--unlock", cwd=work).returncode == 0
+    out = _snakemake("--cores", "1", "--rerun-incomplete", cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert {r: v for r, v in _run_json(work, plan, run_ids).items() if r in finished} == finished
+    log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
+    assert f"bundle {bundle_id}: training {len(run_ids) - len(finished)} runs" in log
+    statuses = [json.loads(meta)["status"] for meta, _ in _run_json(work, plan, run_ids).values()]
+    assert sorted(statuses) == ["diverged", "ok", "ok"]

@@ -330,6 +330,16 @@ def with_values(cfg: RunConfig, **values: Any) -> RunConfig:
     return run_config({**cfg.identity(), **values})
 
 
+def bundle_key(cfg: RunConfig) -> tuple:
+    """Which runs may train together in one bundle (one process, vectorized over runs): those
+    with equal keys share the shape of their computation. Every field counts except the run's
+    ``seed``, its data split (``partition``, ``heterogeneity``) and its ``lr`` values (a stacked
+    hyper-parameter; ``lr_milestones`` must match, they decide when every run's lr moves).
+    """
+    free = ("seed", "partition", "heterogeneity", "lr")
+    return tuple((name, getattr(cfg, name)) for name in FIELDS if name not in free)
+
+
 @dataclass(frozen=True)
 class Paths:
     """Where outputs go; derived from the top-level ``paths`` section, never from results."""

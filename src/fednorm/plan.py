@@ -3,7 +3,9 @@
 The configuration has four top-level sections (see ``config/config.yaml``):
 
 ``paths``        where results, figures and downloaded data go;
-``execution``    how jobs run: ``device`` (auto, cpu, cuda) and ``threads`` per training job;
+``execution``    how jobs run (:class:`Execution`): ``device``, ``threads`` and ``gpus_per_job``
+                 of a training job, and ``bundle_size``: at most that many runs train together
+                 in one job (see :func:`bundles`);
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``;
@@ -17,17 +19,30 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  ``gammas``, ``seeds``, ``figures`` (the folder under ``paths.figures``).
 
 A run that two experiments need is planned (and trained) once: runs are keyed by their run_id,
-which derives from the run's config alone. Every error is raised here, before any job starts.
+which derives from the run's config alone. Runs train in bundles, which derive from the config
+alone too. Every error is raised here, before any job starts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fednorm.config import DERIVED, FIELDS, ConfigError, Figure, Paths, RunConfig, run_config
+from fednorm.config import (
+    DERIVED,
+    FIELDS,
+    ConfigError,
+    Figure,
+    Paths,
+    RunConfig,
+    bundle_key,
+    int_at_least,
+    run_config,
+)
 
 FIGURE_KINDS = ("curves", "final_vs")
 FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var")
@@ -35,6 +50,29 @@ FIGURE_EXTENSIONS = ("pdf", "png", "csv")
 _TOP = ("paths", "execution", "run", "experiments", "figures", "toy")
 COLUMNS = FIELDS + DERIVED  # what a figure may filter on or tell its lines apart by
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
+RUN_FILES = ("metrics.csv", "norm_error.csv", "run.json")  # each atomic; run.json written last
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How training jobs run (the ``execution`` section); none of it changes a run's result."""
+
+    device: str = "auto"  # auto (cuda when available), cpu, cuda, cuda:1, ...
+    threads: int = 1  # CPU threads per training job
+    gpus_per_job: int = 0  # the job's Snakemake resource `gpu` (limit with --resources gpu=N)
+    bundle_size: int = 1  # at most this many runs train together in one job; 1: one run a job
+
+
+def _device(value: Any) -> str | None:
+    return None if isinstance(value, str) and value else "a device name: auto, cpu, cuda, cuda:1"
+
+
+_EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
+    "device": _device,
+    "threads": int_at_least(1),
+    "gpus_per_job": int_at_least(0),
+    "bundle_size": int_at_least(1),
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +92,8 @@ class Plan:
     runs: dict[str, RunConfig]  # run_id -> config, each run once
     experiments: dict[str, tuple[str, ...]]  # experiment -> its run_ids, in grid order
     figures: dict[str, Figure]
+    execution: Execution
+    bundles: dict[str, tuple[str, ...]]  # bundle id -> its member run_ids (see `bundles`)
     toy: ToyPlan | None = None
 
     def groups(self, run_id: str) -> str:
@@ -69,6 +109,29 @@ class Plan:
 
     def metrics_files(self) -> list[str]:
         return [f"{self.paths.run_dir(r)}/metrics.csv" for r in self.runs]
+
+    def run_files(self, run_ids: tuple[str, ...]) -> list[str]:
+        """The files the runs write, run by run in ``RUN_FILES`` order."""
+        return [f"{self.paths.run_dir(r)}/{name}" for r in run_ids for name in RUN_FILES]
+
+    def is_complete(self, run_id: str) -> bool:
+        """A run is complete when all its files exist: each is written atomically, run.json last,
+        so a run killed mid-way never looks complete (and a file deleted by hand retrains it)."""
+        return all(os.path.exists(f) for f in self.run_files((run_id,)))
+
+    def pending_bundles(self) -> dict[str, tuple[str, ...]]:
+        """Bundle id -> its members that are not complete; bundles with none are left out.
+
+        What the workflow trains, read at parse time: a bundle job declares only these runs'
+        files as its outputs. Snakemake deletes a job's outputs before it runs, and a killed
+        job's outputs count as incomplete on a restart; a finished run is never among them, so
+        it is never deleted nor trained again, not even when a new run joins its bundle. The
+        membership comes from the config alone, so a cluster job that parses the workflow again
+        finds the same bundle.
+        """
+        pending = {bid: tuple(r for r in members if not self.is_complete(r))
+                   for bid, members in self.bundles.items()}
+        return {bid: members for bid, members in pending.items() if members}
 
     def needs_cifar10(self) -> bool:
         return any(cfg.dataset == "cifar10" for cfg in self.runs.values())
@@ -235,10 +298,48 @@ def _toy(spec: Any) -> ToyPlan | None:
                    str(spec.get("figures", "fbn")))
 
 
+def _execution(spec: Any) -> Execution:
+    spec = _keys(spec, "execution", tuple(_EXECUTION_RULES))
+    for key, value in spec.items():
+        problem = _EXECUTION_RULES[key](value)
+        if problem is not None:
+            raise ConfigError(f"execution: key '{key}' has value {value!r}; allowed: {problem}")
+    return Execution(**spec)
+
+
+def bundle_label(cfg: RunConfig) -> str:
+    """The readable part of a bundle id: what its runs share, e.g. 'fbn-E1' or
+    'bn-E1-sf3-median+nnm'."""
+    return f"{cfg.normalizer}-E{cfg.local_steps}{cfg.byzantine_tag}"
+
+
+def bundles(runs: Mapping[str, RunConfig], size: int) -> dict[str, tuple[str, ...]]:
+    """Runs that may train together, from their configs alone: bundle id -> member run_ids.
+
+    Runs are grouped by :func:`~fednorm.config.bundle_key`; within a group they are ordered by
+    ``(seed, run_id)`` and cut into consecutive chunks of at most ``size``. Adding a higher seed
+    therefore appends runs at the end of each group and leaves the earlier full chunks (their
+    members and ids) as they were. A bundle's id is ``{label}-x{members}-{hash}``, the hash
+    (10 hex digits of SHA-1) of its member run_ids.
+    """
+    groups: dict[tuple, list[RunConfig]] = {}
+    for cfg in runs.values():
+        groups.setdefault(bundle_key(cfg), []).append(cfg)
+    out: dict[str, tuple[str, ...]] = {}
+    for group in groups.values():
+        group.sort(key=lambda c: (c.seed, c.run_id))
+        for start in range(0, len(group), size):
+            members = tuple(c.run_id for c in group[start:start + size])
+            digest = hashlib.sha1(",".join(members).encode()).hexdigest()[:10]
+            out[f"{bundle_label(group[start])}-x{len(members)}-{digest}"] = members
+    return out
+
+
 def load_plan(config: Mapping[str, Any]) -> Plan:
     """Validate the whole configuration and expand it into runs and figures."""
     config = _keys(config, "config", _TOP)
     paths = Paths(**_keys(config.get("paths"), "paths", ("results", "figures", "data")))
+    execution = _execution(config.get("execution"))
     defaults = dict(_keys(config.get("run"), "run", FIELDS))
     experiments_spec = _keys(config.get("experiments"), "experiments", tuple(config.get(
         "experiments") or ()))
@@ -256,5 +357,7 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         experiments={n: tuple(dict.fromkeys(c.run_id for c in cfgs)) for n, cfgs in
                      expanded.items()},
         figures=figures,
+        execution=execution,
+        bundles=bundles(runs, execution.bundle_size),
         toy=_toy(config.get("toy")),
     )

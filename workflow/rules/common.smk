@@ -1,25 +1,27 @@
 # Input functions and settings shared by the rules. Paths come from PLAN.paths alone.
+import re
+
 from fednorm.data.cifar import CACHE_NAME
 
 RESULTS = PLAN.paths.results
 FIGURES = PLAN.paths.figures
 DATA = PLAN.paths.data
-EXECUTION = config.get("execution", {})
+EXECUTION = PLAN.execution
 
 
 wildcard_constraints:
-    run_id=r"[^/]+",
     figure=r"[^.]+(/[^.]+)*",
 
 
-def get_dataset(wildcards):
-    """A CIFAR-10 run waits for the data rule; synthetic runs need no input."""
-    cfg = PLAN.runs[wildcards.run_id]
-    return [f"{DATA}/{CACHE_NAME}"] if cfg.dataset == "cifar10" else []
+def bundle_rule_name(bundle_id):
+    """A bundle's rule: 'train_' and its id as an identifier (e.g. train_fbn_E1_x16_3f2a9c1d7e)."""
+    return "train_" + re.sub(r"\W", "_", bundle_id)
 
 
-def get_run_config(wildcards):
-    return PLAN.runs[wildcards.run_id].identity()
+def bundle_dataset(run_ids):
+    """A bundle of CIFAR-10 runs waits for the data rule; synthetic runs need no input."""
+    cifar10 = any(PLAN.runs[r].dataset == "cifar10" for r in run_ids)
+    return [f"{DATA}/{CACHE_NAME}"] if cifar10 else []
 
 
 def get_figure(wildcards):

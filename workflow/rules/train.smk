@@ -1,19 +1,26 @@
-rule train:
-    """One training run: metrics.csv and run.json, written atomically."""
-    input:
-        get_dataset,
-    output:
-        metrics=f"{RESULTS}/runs/{{run_id}}/metrics.csv",
-        meta=f"{RESULTS}/runs/{{run_id}}/run.json",
-        norm_error=f"{RESULTS}/runs/{{run_id}}/norm_error.csv",
-    params:
-        run=get_run_config,
-        data_dir=DATA,
-        device=EXECUTION.get("device", "auto"),
-    threads: EXECUTION.get("threads", 1)
-    resources:
-        gpu=EXECUTION.get("gpus_per_job", 0),
-    log:
-        f"{RESULTS}/logs/train/{{run_id}}.log",
-    script:
-        "../scripts/train.py"
+# One job per bundle of runs that train together (fednorm.plan.bundles: from the config alone,
+# at most execution.bundle_size runs). A job's outputs are the files of its members that are
+# not complete yet (PLAN.pending_bundles), so Snakemake never deletes, marks incomplete or
+# retrains a finished run; a bundle whose members are all complete gets no rule.
+for bundle_id, run_ids in PLAN.pending_bundles().items():
+
+    rule:
+        name:
+            bundle_rule_name(bundle_id)
+        input:
+            bundle_dataset(run_ids),
+        output:
+            PLAN.run_files(run_ids),
+        params:
+            bundle_id=bundle_id,
+            runs=[PLAN.runs[r].identity() for r in run_ids],
+            out_dirs=[PLAN.paths.run_dir(r) for r in run_ids],
+            data_dir=DATA,
+            device=EXECUTION.device,
+        threads: EXECUTION.threads
+        resources:
+            gpu=EXECUTION.gpus_per_job,
+        log:
+            f"{RESULTS}/logs/train/{bundle_id}.log",
+        script:
+            "../scripts/train_bundle.py"
