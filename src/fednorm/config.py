@@ -311,23 +311,13 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     return cfg
 
 
-# What may differ between the runs of one bundle (trained together, fednorm.fl.train): the seed,
-# the split of the data and the learning rates (not their milestones). Everything else shapes
-# the computation (model, normalizer, E, batch, steps, attack, server rule, data) or is a
-# scalar shared by the whole bundle.
-BUNDLE_FREE = ("seed", "partition", "heterogeneity", "lr")
-
-
-def bundle_key(cfg: RunConfig) -> tuple:
-    """The runs that may train together in one bundle have equal keys: every field but
-    ``BUNDLE_FREE``, as sorted (key, value) pairs."""
-    return tuple(sorted((k, v) for k, v in dataclasses.asdict(cfg).items()
-                        if k not in BUNDLE_FREE))
-
-
 def with_values(cfg: RunConfig, **values: Any) -> RunConfig:
     """A validated copy of ``cfg`` with some keys replaced."""
     return run_config({**cfg.identity(), **values})
+
+
+# What may differ between the runs of one bundle (fednorm.fl.train.train_bundle).
+BUNDLE_FREE = ("seed", "partition", "heterogeneity", "lr")
 
 
 def bundle_key(cfg: RunConfig) -> tuple:
@@ -336,8 +326,7 @@ def bundle_key(cfg: RunConfig) -> tuple:
     ``seed``, its data split (``partition``, ``heterogeneity``) and its ``lr`` values (a stacked
     hyper-parameter; ``lr_milestones`` must match, they decide when every run's lr moves).
     """
-    free = ("seed", "partition", "heterogeneity", "lr")
-    return tuple((name, getattr(cfg, name)) for name in FIELDS if name not in free)
+    return tuple((name, getattr(cfg, name)) for name in FIELDS if name not in BUNDLE_FREE)
 
 
 @dataclass(frozen=True)
