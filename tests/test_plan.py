@@ -212,4 +212,4 @@ def test_bad_execution_values_are_config_errors(execution, expected):
 
 def test_profiles_choose_their_bundle_sizes():
     assert load_plan(_config("config/config.yaml")).execution.bundle_size == 16
-    assert load_plan(_config("config/config.yaml", "config/quick.yaml")).execution.bundle_size == 8
+    assert load_plan(_config("config/config.yaml", "config/quick.yaml")).execution.bundle_size == 16
