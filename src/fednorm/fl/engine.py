@@ -140,24 +140,24 @@ class _Trainer:
         self.n = self.cfg.n_clients
         self.model = models[0]  # the template that functional_call runs
         self.layers = bn_layers(self.model)
-        for m in models[1:]:
-            bn_layers(m)
         self.names = [name for name, _ in self.model.named_parameters()]
         self.stat_names = [f"{la.key}.{s}" for la in self.layers
                            for s in ("running_mean", "running_var")]
         self.server = Server.from_config(self.cfg)
         params = [dict(m.named_parameters()) for m in models]
         buffers = [dict(m.named_buffers()) for m in models]
+        stacked = {k: _stack([p[k] for p in params]) for k in self.names}
         self.state = State(
-            params={k: _stack([p[k] for p in params]) for k in self.names},
+            params=stacked,
             stats={k: _stack([b[k] for b in buffers]) for k in self.stat_names},
-            momenta={},
+            momenta={k: self._zero_momentum(p) for k, p in stacked.items()},
         )
-        self.state.momenta = {k: self._zero_momentum(self.state.params[k]) for k in self.names}
-        device = self.state.params[self.names[0]].device
-        # Per-run learning rates (the schedule's milestones are shared): (R, len(lr)).
-        self.lrs = torch.tensor([c.lr for c in cfgs], device=device)
-        self.dropout_keys = rng.fold(rng.run_key(torch.tensor([c.seed for c in cfgs]), device),
+        first = stacked[self.names[0]]
+        # Per-run learning rates (the schedule's milestones are shared), (R, len(lr)), in the
+        # parameters' dtype so that a float64 run is not stepped with float32-rounded rates.
+        self.lrs = torch.tensor([c.lr for c in cfgs], device=first.device, dtype=first.dtype)
+        self.dropout_keys = rng.fold(rng.run_key(torch.tensor([c.seed for c in cfgs]),
+                                                 first.device),
                                      rng.DROPOUT)
 
     @property
@@ -179,9 +179,9 @@ class _Trainer:
 
     def write_back(self) -> None:
         """Copy each run's parameters and statistics into its own model."""
+        tensors = {**self.state.params, **self.state.stats}
         with torch.no_grad():
             for r, model in enumerate(self.models):
-                tensors = {**self.state.params, **self.state.stats}
                 for k, t in {**dict(model.named_parameters()), **dict(model.named_buffers())
                              }.items():
                     if k in tensors and t.data_ptr() != tensors[k].data_ptr():

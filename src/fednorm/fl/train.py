@@ -160,8 +160,9 @@ class _Loop:
                                        rng.fold(self.probe.keys, step))
             mean_err, var_err = layer_errors(trainer, central)
         names = [layer.key for layer in trainer.layers]
-        self.mean_accuracy = _mean([a for a in acc.tolist() if math.isfinite(a)])
-        columns = zip(self.active, acc.tolist(), test_loss.tolist(), train_loss.tolist(),
+        accuracies = acc.tolist()
+        self.mean_accuracy = _mean([a for a in accuracies if math.isfinite(a)])
+        columns = zip(self.active, accuracies, test_loss.tolist(), train_loss.tolist(),
                       mean_err.tolist(), var_err.tolist(), strict=True)
         for i, a, tl, trl, me, ve in columns:
             result = self.results[i]
