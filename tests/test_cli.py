@@ -20,11 +20,12 @@ def test_run_writes_metrics_and_metadata_bit_identically(tmp_path):
     first, second = ((tmp_path / o / "metrics.csv").read_bytes() for o in ("a", "b"))
     assert first == second
     assert first.decode().splitlines()[0] == (
-        "step,test_accuracy,test_loss,train_loss,norm_error_mean,norm_error_var")
+        "step,test_accuracy,test_loss,train_loss,norm_error_mean,norm_error_var,stat_change,"
+        "stat_deviation,stat_variance")
     meta = json.loads((tmp_path / "a" / "run.json").read_text())
     assert meta["status"] == "ok" and meta["config"]["steps"] == 6 and meta["device"] == "cpu"
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert files == ["metrics.csv", "norm_error.csv", "run.json"]
+    assert files == ["dynamics.csv", "metrics.csv", "norm_error.csv", "run.json"]
 
 
 def test_run_rejects_a_bad_config_naming_the_key(tmp_path, capsys):

@@ -1,10 +1,18 @@
 """Run configuration: defaults are the paper's, and every bad value is named before a job runs."""
 
+import hashlib
 import re
 
 import pytest
 
-from fednorm.config import FIELDS, ConfigError, RunConfig, run_config, with_values
+from fednorm.config import (
+    FIELDS,
+    ConfigError,
+    RunConfig,
+    changed_fields,
+    run_config,
+    with_values,
+)
 
 
 def test_defaults_are_the_fbn_paper_table_2():
@@ -79,6 +87,46 @@ def test_run_id_derives_from_config_alone():
     assert a.run_id.startswith("fbn-gamma0.01-E1-s2-")
     assert a.run_id != with_values(a, lr=[0.2, 0.05, 0.033]).run_id
     assert a.run_id != with_values(a, bn_momentum=0.2).run_id
+
+
+# Every RunConfig default as released. A run_id hashes only the fields that differ from their
+# defaults, so a changed default would give a run that left the key alone the same id for a
+# different computation (stale results reused). Never edit a value here: add a field instead.
+PINNED_DEFAULTS = {
+    "dataset": "cifar10", "n_train": None, "n_test": None, "image_size": 32,
+    "synthetic_separation": 1.0, "augment": "none", "crop_padding": 4, "model": "fbn_cnn",
+    "width": 64, "hidden": 128, "dropout": 0.25, "normalizer": "fbn", "bn_momentum": 0.1,
+    "bn_eps": 1e-05, "gn_groups": 32, "fbn_init": "zero_one", "fixbn_freeze": 0.5,
+    "fixbn_fix": "stats", "n_clients": 10, "participation": 1.0, "partition": "gamma",
+    "heterogeneity": 0.0, "batch_size": 50, "local_steps": 1, "steps": 3000,
+    "lr": [0.1, 0.05, 0.033], "lr_milestones": [1000, 2000], "momentum": 0.99,
+    "momentum_convention": "ema", "weight_decay": 0.0, "client_momentum": "local",
+    "attack": "none", "f": 0, "aggregator": "mean", "nnm": False, "foe_eps": 1.1,
+    "alie_z": None, "var_floor": 1e-05, "attack_stats": "mean_var", "attack_updates": False,
+    "eval_every": 50, "record_dynamics": False, "dynamics_window": 200, "seed": 0,
+}
+
+
+def test_defaults_never_change_their_meaning():
+    """A field added later may only be added (with the default that keeps the old behaviour):
+    the defaults that existed stay as they were."""
+    defaults = RunConfig().identity()
+    changed = {k: (PINNED_DEFAULTS[k], defaults[k]) for k in PINNED_DEFAULTS
+               if k in defaults and defaults[k] != PINNED_DEFAULTS[k]}
+    assert not changed, f"defaults changed (pinned, now): {changed}"
+    assert set(PINNED_DEFAULTS) <= set(defaults), "a field was removed"
+    assert set(defaults) <= set(PINNED_DEFAULTS), "pin the new field's default here"
+
+
+def test_run_id_hashes_only_the_fields_that_differ_from_their_defaults():
+    cfg = run_config({"seed": 2, "heterogeneity": 0.01, "record_dynamics": False})
+    assert changed_fields(cfg) == {"seed": 2, "heterogeneity": 0.01}
+    digest = hashlib.sha1(b'{"heterogeneity": 0.01, "seed": 2}').hexdigest()[:10]
+    assert cfg.run_id == f"fbn-gamma0.01-E1-s2-{digest}"
+    # every field set away from its default changes the id
+    for key, value in (("record_dynamics", True), ("dynamics_window", 50), ("dropout", 0.5),
+                       ("lr", [0.2, 0.05, 0.033]), ("alie_z", 1.0)):
+        assert with_values(cfg, **{key: value}).run_id != cfg.run_id, key
 
 
 def test_every_field_round_trips_through_identity():

@@ -106,6 +106,11 @@ class RunConfig:
     attack_updates: bool = False
     # evaluation
     eval_every: int = 50
+    # the FixBN paper's training dynamics (its Fig. 3, fednorm.fl.dynamics): at every evaluation
+    # point, how much the global BN statistics moved per round, how far the clients' mini-batch
+    # statistics are from them, and the variance of those over the last `dynamics_window` steps
+    record_dynamics: bool = False
+    dynamics_window: int = 200
     seed: int = 0
 
     def identity(self) -> dict[str, Any]:
@@ -114,9 +119,11 @@ class RunConfig:
 
     @property
     def run_id(self) -> str:
-        """A name derived from the config alone: readable axes plus a hash of every field."""
+        """A name derived from the config alone: readable axes plus a hash of every field that
+        differs from its default (:func:`changed_fields`), so that a new field, added with a
+        default that keeps the old behaviour, leaves every existing run's id as it was."""
         digest = hashlib.sha1(
-            json.dumps(self.identity(), sort_keys=True).encode()
+            json.dumps(changed_fields(self), sort_keys=True).encode()
         ).hexdigest()[:10]
         het = "" if self.partition == "iid" else f"{self.heterogeneity:g}"
         return (
@@ -177,6 +184,16 @@ def participants_per_round(participation: float, n_clients: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+
+def changed_fields(cfg: RunConfig) -> dict[str, Any]:
+    """The fields of ``cfg`` (as plain JSON types) whose value differs from RunConfig's default:
+    what a run_id hashes. A default must therefore never change its meaning: a run that left a
+    key at its default would keep its id with a different result (tests/test_config.py pins the
+    defaults)."""
+    default = _DEFAULT_IDENTITY
+    return {k: v for k, v in cfg.identity().items() if v != default[k]}
+
+
 # Validation: one rule per key, and the rules that tie keys together.
 
 
@@ -270,9 +287,12 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "attack_stats": _one_of(ATTACK_STATS),
     "attack_updates": _boolean,
     "eval_every": int_at_least(1),
+    "record_dynamics": _boolean,
+    "dynamics_window": int_at_least(2),
     "seed": int_at_least(0),
 }
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+_DEFAULT_IDENTITY = RunConfig().identity()
 # Columns derived from a run's config (properties of RunConfig), usable like keys in figures.
 DERIVED = ("scenario", "split")
 assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"
@@ -337,6 +357,10 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
         return
     why = (f"participation {cfg.participation!r} < 1 is implemented as a masked mean over the "
            f"drawn clients")
+    if cfg.record_dynamics:
+        raise _fail(where, "record_dynamics", True,
+                    f"false with participation {cfg.participation!r} < 1 (the dynamics average "
+                    f"over every client of a round)")
     if cfg.normalizer == "central":
         raise _fail(where, "participation", cfg.participation,
                     "1.0 with normalizer 'central' (it normalizes over the union of all "

@@ -64,7 +64,8 @@ from fednorm.config import (
     run_config,
 )
 
-FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var")
+FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var",
+                  "stat_change", "stat_deviation", "stat_variance")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
 TABLE_EXTENSIONS = ("csv", "md")  # a table is data and text, no picture
 _TOP = ("paths", "execution", "run", "experiments", "figures", "toy")
@@ -72,7 +73,8 @@ RUN_KEYS = FIELDS + BUDGET_KEYS  # what `run`, `set` and `grid` may set
 SETTINGS = "settings"  # a grid axis whose values set several keys together
 COLUMNS = FIELDS + DERIVED  # what a figure may filter on or tell its lines apart by
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
-RUN_FILES = ("metrics.csv", "norm_error.csv", "run.json")  # each atomic; run.json written last
+# each written atomically; run.json last
+RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
 
 
 def extensions(kind: str) -> tuple[str, ...]:

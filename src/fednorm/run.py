@@ -3,7 +3,9 @@ runs of a bundle in, each run's files out the moment it finishes.
 
 Writes ``metrics.csv`` (one row per evaluation point, columns ``fednorm.fl.train.METRIC_COLUMNS``;
 the ``norm_error_*`` columns average the layers of ``norm_error.csv``, one row per evaluation
-point and BN layer, see :mod:`fednorm.fl.norm_error`)
+point and BN layer, see :mod:`fednorm.fl.norm_error`; the ``stat_*`` columns sum the layers of
+``dynamics.csv``, the FixBN paper's training dynamics, recorded when the run asks for them: see
+:mod:`fednorm.fl.dynamics`, NaN and no rows otherwise)
 and ``run.json`` (resolved config, run_id, seed, git commit, library versions, device, wall time,
 status, the bundle it trained in), each atomically, run.json last. The Snakemake rule calls
 ``train_bundle``; ``fednorm run`` calls ``train_and_evaluate``.
@@ -24,7 +26,7 @@ from fednorm import __version__
 from fednorm.config import RunConfig
 from fednorm.data import load_dataset
 from fednorm.fl import train as training
-from fednorm.fl.train import LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
+from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
 from fednorm.io import write_csv, write_json
 
 
@@ -97,6 +99,8 @@ def _write_run(cfg: RunConfig, out_dir: Path, result: TrainResult, wall: float,
     write_csv(out_dir / "metrics.csv", pd.DataFrame(result.rows, columns=list(METRIC_COLUMNS)))
     write_csv(out_dir / "norm_error.csv",
               pd.DataFrame(result.layer_rows, columns=list(LAYER_COLUMNS)))
+    write_csv(out_dir / "dynamics.csv",
+              pd.DataFrame(result.dynamics_rows, columns=list(DYNAMICS_COLUMNS)))
     write_json(out_dir / "run.json", {  # last: its presence marks the run complete
         "run_id": cfg.run_id,
         "seed": cfg.seed,

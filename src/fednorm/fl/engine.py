@@ -74,6 +74,13 @@ which cannot represent idle clients that keep their own (``local``). Refused by 
 rows is not implemented), ``central`` (one union batch of all clients), and FBN's first-batch
 calibration.
 
+Training dynamics (``record_dynamics``; the FixBN paper's Fig. 3): when the trainer has a
+:class:`fednorm.fl.dynamics.Dynamics` recorder (``self.dynamics``, set by the training loop), the
+normalization layers also report each client's raw mini-batch statistics, which every local
+step hands to the recorder with the global statistics of the round's start, and every
+aggregation hands it the global statistics before and after. Without one, the layers record
+nothing and nothing else runs.
+
 FixBN's variants (``fixbn_fix``, Table H): the normalizer names the parameters frozen at a step
 (:meth:`fednorm.norms.Normalizer.frozen_params_at`); they are left out of the optimizer step
 and out of the server's average, so they stay bit-identical on every client and globally.
@@ -84,7 +91,8 @@ depend on its seed and the step only, so a run gets the same draws alone or in a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -96,6 +104,7 @@ from torch.utils._pytree import tree_map
 from fednorm import rng
 from fednorm.config import CLIENT_MOMENTA, RunConfig
 from fednorm.fl.batches import ClientBatches
+from fednorm.fl.dynamics import Dynamics
 from fednorm.fl.optim import momentum_step
 from fednorm.fl.participation import participant_mask, participation_keys
 from fednorm.norms import (
@@ -244,6 +253,7 @@ class _Trainer:
         # masked means
         self.part_count = torch.tensor([c.participants for c in cfgs], device=first.device,
                                        dtype=first.dtype)
+        self.dynamics: Dynamics | None = None  # the training dynamics' recorder, when asked
 
     @property
     def runs(self) -> int:
@@ -263,6 +273,8 @@ class _Trainer:
         self.lrs, self.dropout_keys = self.lrs[runs], self.dropout_keys[runs]
         self.server_of, self.momentum_mode = self.server_of[runs], self.momentum_mode[runs]
         self.part_keys, self.part_count = self.part_keys[runs], self.part_count[runs]
+        if self.dynamics is not None:
+            self.dynamics.select(runs)
 
     def participants(self, first_step: int) -> Tensor | None:
         """(R, n) mask of the clients taking part in the round from ``first_step``; None when
@@ -287,30 +299,37 @@ class _Trainer:
                     if k in tensors and t.data_ptr() != tensors[k].data_ptr():
                         t.copy_(tensors[k][r])
 
-    def forward_fn(self, rule: StatRule | None, n_groups: int, beta: float) -> Callable:
+    def forward_fn(self, rule: StatRule | None, n_groups: int, beta: float,
+                   record: bool = False) -> Callable:
         """One run's training-mode forward: (params, stats, x, key[, n_union]) -> (log-probs,
-        reports); ``n_union`` (a 0-dim tensor: the round's participants) replaces n_clients
-        as the n of the rules' Kn/(Kn-1)."""
+        reports, batches); ``n_union`` (a 0-dim tensor: the round's participants) replaces
+        n_clients as the n of the rules' Kn/(Kn-1). ``batches`` holds each layer's raw
+        mini-batch statistics per client when ``record``, else nothing."""
         model, n = self.model, self.n
 
         def forward(params: dict[str, Tensor], stats: dict[str, Tensor], x: Tensor,
-                    key: Tensor, n_union: Tensor | None = None) -> tuple[Tensor, Reports]:
-            ctx = NormContext(rule, n_groups, n if n_union is None else n_union, beta)
+                    key: Tensor, n_union: Tensor | None = None
+                    ) -> tuple[Tensor, Reports, Reports]:
+            ctx = NormContext(rule, n_groups, n if n_union is None else n_union, beta,
+                              batches={} if record else None)
             with norm_context(ctx), rng.dropout_key(key):
                 out = functional_call(model, {**params, **stats}, (x,))
-            return out, {k: (s.mean, s.var) for k, s in ctx.reports.items()}
+            batches = {k: (s.mean, s.var) for k, s in (ctx.batches or {}).items()}
+            return out, {k: (s.mean, s.var) for k, s in ctx.reports.items()}, batches
 
         return forward
 
     def grad_fn(self, rule: StatRule | None, n_groups: int) -> Callable:
         """One run's (or client's) gradient: (params, stats, x, y, key) -> (grads, (loss,
-        reports)); the loss is the mean over the batch (= the mean of the clients' losses)."""
-        forward = self.forward_fn(rule, n_groups, self.cfg.bn_momentum)
+        reports, batches)); the loss is the mean over the batch (= the mean of the clients'
+        losses); ``batches``: see :meth:`forward_fn` (recorded when the run has a recorder)."""
+        forward = self.forward_fn(rule, n_groups, self.cfg.bn_momentum,
+                                  record=self.dynamics is not None)
 
         def loss_fn(params, stats, x, y, key, *n_union):
-            out, reports = forward(params, stats, x, key, *n_union)
+            out, reports, batches = forward(params, stats, x, key, *n_union)
             loss = F.nll_loss(out, y)
-            return loss, (loss.detach(), reports)
+            return loss, (loss.detach(), reports, batches)
 
         return grad(loss_fn, has_aux=True)
 
@@ -360,13 +379,24 @@ class _Trainer:
         draw of step -1, before training."""
         x, _ = self.batches.sample(-1)
         forward = over_runs(self.forward_fn(UnionStats(), self.n, 1.0), self.runs)
-        _, reports = forward(self.state.params, self.state.stats, x,
-                             rng.fold(self.dropout_keys, -1))
+        _, reports, _ = forward(self.state.params, self.state.stats, x,
+                                rng.fold(self.dropout_keys, -1))
         self._commit(reports, UnionStats(), 1.0)
 
     def round(self, first_step: int) -> Tensor:
         """Train every run for one round from ``first_step``; returns the (R,) summed losses."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _observed_round(self) -> Iterator[None]:
+        """Around the server's aggregation of the statistics: hands the recorder (if any) the
+        global statistics before and after it."""
+        if self.dynamics is None:
+            yield
+            return
+        before = {k: s.clone() for k, s in self.state.stats.items()}
+        yield
+        self.dynamics.observe_round(before, self.state.stats)
 
     def _runs_with(self, mode: str) -> Tensor | None:
         """(R,) mask of the runs whose ``client_momentum`` is ``mode``; None when none is (a
@@ -408,13 +438,16 @@ class DSGD(_Trainer):
         rule = self.normalizer.rule_at(first_step)
         x, y = self.batches.sample(first_step)
         step = over_runs(self.grad_fn(rule, self.n), self.runs)
-        grads, (loss, reports) = step(self.state.params, self.state.stats, x, y,
-                                      rng.fold(self.dropout_keys, first_step))
+        grads, (loss, reports, batches) = step(self.state.params, self.state.stats, x, y,
+                                               rng.fold(self.dropout_keys, first_step))
+        if self.dynamics is not None:
+            self.dynamics.observe_step(batches, self.state.stats)
         names = self.trainable(first_step)
         self._optimize([self.state.params[k] for k in names], [grads[k] for k in names],
                        [self.state.momenta[k] for k in names], first_step)
         if self.layers:
-            self._commit(reports, rule, self.cfg.bn_momentum)
+            with self._observed_round():
+                self._commit(reports, rule, self.cfg.bn_momentum)
         self.end_round()
         return loss
 
@@ -452,8 +485,12 @@ class FedAvg(_Trainer):
         for e in range(E):
             x, y = self.batches.sample(first_step + e)
             keys = rng.fold(self.dropout_keys[:, None], first_step + e, clients)  # (R, n)
-            grads, (losses, reports) = step(params, stats, x.reshape(R, n, b, *x.shape[2:]),
-                                            y.reshape(R, n, b), keys, *extra)
+            grads, (losses, reports, batches) = step(
+                params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys,
+                *extra)
+            if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
+                self.dynamics.observe_step({k: (m.squeeze(2), v.squeeze(2))
+                                            for k, (m, v) in batches.items()}, self.state.stats)
             self._optimize([params[k] for k in names], [grads[k] for k in names],
                            [self.state.momenta[k] for k in names], first_step + e)
             for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
@@ -492,7 +529,8 @@ class FedAvg(_Trainer):
         # After E local updates a client's running mean has moved by 1 - (1 - beta)^E towards
         # its batches; FBN's correction divides by that effective momentum (= beta when E = 1).
         beta_eff = 1.0 - (1.0 - self.cfg.bn_momentum) ** self.cfg.local_steps
-        self._commit(reports, rule, beta_eff, part)
+        with self._observed_round():
+            self._commit(reports, rule, beta_eff, part)
 
     def _combine_updates(self, clients: dict[str, Tensor],
                          start: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -32,7 +32,7 @@ def union_statistics(trainer: _Trainer, x: Tensor, key: Tensor) -> dict[str, tup
     layer normalizes with the union statistics). A pure function: no state changes."""
     groups = x.shape[1] // trainer.cfg.batch_size
     forward = over_runs(trainer.forward_fn(UnionStats(), groups, 1.0), trainer.runs)
-    _, reports = forward(trainer.state.params, trainer.state.stats, x, key)
+    _, reports, _ = forward(trainer.state.params, trainer.state.stats, x, key)
     # With beta = 1 a report is the union batch's mean and Kn/(Kn-1)-unbiased variance; every
     # client row holds the same union statistics.
     return {k: (mean[:, 0], var[:, 0]) for k, (mean, var) in reports.items()}

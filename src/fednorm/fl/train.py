@@ -28,14 +28,16 @@ from fednorm.config import RunConfig, bundle_key
 from fednorm.data import Arrays
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
+from fednorm.fl.dynamics import QUANTITIES, Dynamics
 from fednorm.fl.engine import _Trainer, make_trainer, over_runs
 from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
 METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
-                  "norm_error_var")
+                  "norm_error_var", *QUANTITIES)
 LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
+DYNAMICS_COLUMNS = ("step", "layer", *QUANTITIES)  # fednorm.fl.dynamics, when recorded
 EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
 log = logging.getLogger("fednorm.train")
 
@@ -44,6 +46,7 @@ log = logging.getLogger("fednorm.train")
 class TrainResult:
     rows: list[dict[str, float]] = field(default_factory=list)  # METRIC_COLUMNS
     layer_rows: list[dict] = field(default_factory=list)  # LAYER_COLUMNS: normalization error
+    dynamics_rows: list[dict] = field(default_factory=list)  # DYNAMICS_COLUMNS
     status: str = "ok"  # "ok" or "diverged"
     model: nn.Module | None = None
 
@@ -101,6 +104,9 @@ def train_bundle(
     seeds = [c.seed for c in cfgs]
     batches = training_batches(cfgs, data, parts)
     trainer = make_trainer(cfgs, models, normalizer_for(cfg), batches, force_fedavg)
+    if cfg.record_dynamics and trainer.layers:  # a bundle_key field: all runs or none
+        trainer.dynamics = Dynamics([la.key for la in trainer.layers], cfg.dynamics_window,
+                                    len(cfgs), device)
     if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
         trainer.calibrate()
     # The normalization error is measured on separate draws of the clients' batches (their own
@@ -167,17 +173,27 @@ class _Loop:
                                        rng.fold(self.probe.keys, step))
             mean_err, var_err = layer_errors(trainer, central)
         names = [layer.key for layer in trainer.layers]
+        dynamics = ({q: v.tolist() for q, v in trainer.dynamics.take().items()}
+                    if trainer.dynamics is not None else None)
         accuracies = acc.tolist()
         self.mean_accuracy = _mean([a for a in accuracies if math.isfinite(a)])
         columns = zip(self.active, accuracies, test_loss.tolist(), train_loss.tolist(),
                       mean_err.tolist(), var_err.tolist(), strict=True)
-        for i, a, tl, trl, me, ve in columns:
+        for r, (i, a, tl, trl, me, ve) in enumerate(columns):
             result = self.results[i]
             result.layer_rows += [{"step": step, "layer": name, "mean_error": m, "var_error": v}
                                   for name, m, v in zip(names, me, ve, strict=True)]
+            # the dynamics sum over layers: the L1 norm over every statistic of the network
+            totals = dict.fromkeys(QUANTITIES, math.nan)
+            if dynamics is not None:
+                per_layer = [dynamics[q][r] for q in QUANTITIES]
+                result.dynamics_rows += [{"step": step, "layer": name,
+                                          **dict(zip(QUANTITIES, values, strict=True))}
+                                         for name, *values in zip(names, *per_layer, strict=True)]
+                totals = {q: sum(v) for q, v in zip(QUANTITIES, per_layer, strict=True)}
             result.rows.append(dict(
                 step=step, test_accuracy=a, test_loss=tl, train_loss=trl,
-                norm_error_mean=_mean(me), norm_error_var=_mean(ve)))
+                norm_error_mean=_mean(me), norm_error_var=_mean(ve), **totals))
         ok = torch.isfinite(test_loss) & trained
         if bool(ok.all()):
             return True

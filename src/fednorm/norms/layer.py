@@ -31,6 +31,9 @@ class NormContext:
     n_clients: int  # clients in the federation (the n of Kn/(Kn-1))
     beta: float  # running-statistics momentum: weight of the new batch
     reports: dict[str, Stats] = field(default_factory=dict)  # layer key -> (g, C) statistics
+    # when not None, each layer also records its clients' raw mini-batch statistics (mean,
+    # biased variance), (g, C): what the FixBN paper's training dynamics measure (Fig. 3)
+    batches: dict[str, Stats] | None = None
 
 
 _CONTEXT: contextvars.ContextVar[NormContext | None] = contextvars.ContextVar(
@@ -96,6 +99,8 @@ class FedBatchNorm2d(nn.Module):
         xg = x.reshape(ctx.n_groups, -1, *x.shape[1:])
         running = Stats(self.running_mean, self.running_var)
         batch = self._client_stats(xg)
+        if ctx.batches is not None:
+            ctx.batches[self.key] = batch
         K = xg[0].numel() // x.shape[1]
         self.elements_per_client = K
         ctx.reports[self.key] = ctx.rule.report(batch, running, K, ctx.n_clients, ctx.beta)
