@@ -122,3 +122,29 @@ def test_heatmap_bars_and_table_follow_the_figure_orders(tmp_path):
     # bn, E = 1, seeds 0 and 1: finals 0.1 + 0.4 + 0.001 + seed / 100 -> 50.10 and 51.10
     row = paths[1].read_text().splitlines()[4]
     assert row.startswith(f"| Naive BN | {50.6:.2f} ± {np.std([50.1, 51.1], ddof=1):.2f} |")
+
+
+def test_a_parts_figure_draws_each_part_as_its_own_figure_would(tmp_path):
+    """Each part of a ``parts`` figure selects its own rows and draws exactly the numbers the
+    same figure drawn alone draws; several metrics as y are one line each."""
+    summary = _runs(splits=("IID",))
+    summary["train_loss"] = 2.0 - summary["test_accuracy"]
+    curves = Figure("c", ("fixbn",), "curves", where=(("normalizer", "bn"),),
+                    y=("test_accuracy", "train_loss"), title="(a)")
+    final = Figure("d", ("fixbn",), "final_vs", x="local_steps", title="(b)")
+    parts = Figure("p", ("fixbn",), "parts", parts=(curves, final))
+    (_, _, csv) = draw(parts, summary, tmp_path / "parts")
+    both = pd.read_csv(csv)
+    assert list(both["part"].unique()) == ["(a)", "(b)"]
+    (_, _, alone) = draw(final, summary, tmp_path / "final")
+    alone = pd.read_csv(alone)
+    mine = both[both.part == "(b)"].reset_index(drop=True)
+    assert len(mine) == len(alone) == 4  # bn and gn at E = 1, 20
+    for column in ("normalizer", "local_steps", "mean", "std", "n_seeds"):
+        assert mine[column].tolist() == alone[column].tolist(), column
+    lines = both[both.part == "(a)"]
+    assert set(lines["metric"]) == {"test_accuracy", "train_loss"}
+    for metric in ("test_accuracy", "train_loss"):
+        mine = lines[lines.metric == metric].sort_values("step")
+        bn = summary[summary.normalizer == "bn"].groupby("step")[metric].mean()
+        np.testing.assert_allclose(mine["mean"], bn.to_numpy())

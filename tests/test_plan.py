@@ -32,7 +32,8 @@ def test_paper_config_counts_the_issue_grids():
              "fixbn_e1": 5 * 3, "fixbn_table1": 4 * 3,
              "fixbn_curves": 3 * 5 * 4 * 3,  # normalizer x split x E x seed (Figs K-N)
              "fixbn_table4": 7 * 3, "fixbn_tableI": 3 * 3, "fixbn_batch": 2 * 4 * 3,
-             "fixbn_tableH": 3 * 3, "fixbn_clients": 2 * 5 * 3 * 3}
+             "fixbn_tableH": 3 * 3, "fixbn_clients": 2 * 5 * 3 * 3,
+             "fixbn_dynamics": 3, "fixbn_freeze_at": 5 * 3}  # freezing fraction x seed
     assert {name: len(plan.experiments[name]) for name in fixbn} == fixbn
     # trained once: FBN's 'no attack' runs; FixBN's E = 500 at fixed rounds is the fixed-epochs
     # run (64,000 steps); bn/gn at E = 100, reset momentum at Shards and E = 1's runs repeat
@@ -41,8 +42,9 @@ def test_paper_config_counts_the_issue_grids():
     # Table 4: bn, gn, fixbn; Table I: 2 groups; Fig J: batch 20
     shared += (2 * 5 * 4 * 3 + 5 * 3 + 3 * 3) + 3 * 3 + 3 + 2 * 3
     shared += 3 + 2 * 3  # Table H's stats = Table 4's FixBN; Fig I at M = 5, full = Fig 2a's
+    shared += 3  # Fig 3d's freezing at 0.5 = Fig 4's FixBN at Shards
     assert len(plan.runs) == 144 + sum(byzantine.values()) + sum(fixbn.values()) - shared
-    assert len(plan.runs) == 996
+    assert len(plan.runs) == 1011
     assert plan.needs_cifar10()
     names = {"fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
              "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14)),
@@ -51,7 +53,12 @@ def test_paper_config_counts_the_issue_grids():
     assert {n for n in plan.figures if n.startswith("fixbn/")} == {
         f"fixbn/{n}" for n in ("fig2a", "fig2b", "table1", "fig1", "fig4", "fig5", "fig6",
                                "figH", "table4", "tableI", "figJ", "figK", "figL", "figM",
-                               "figN", "tableH", "figI")}
+                               "figN", "tableH", "figI", "fig3")}
+    fig3 = plan.figures["fixbn/fig3"]
+    assert [p.kind for p in fig3.parts] == ["curves", "curves", "curves", "final_vs"]
+    assert fig3.parts[0].y == ("stat_change", "stat_deviation")
+    assert fig3.experiments == ("fixbn_dynamics", "fixbn_freeze_at")
+    assert all(plan.runs[r].record_dynamics for r in plan.experiments["fixbn_dynamics"])
     assert dict(plan.figures["fbn/fig5c"].where) == {"heterogeneity": 0.05}  # 'min' resolved
     curves = plan.figures["fbn/norm_error_curves"]
     assert (curves.y, curves.panel, curves.panel_values, curves.logy) == (
@@ -118,6 +125,26 @@ def test_a_run_needed_twice_is_planned_once():
         ({"experiments": {"e": {"set": {"attack": "sf", "f": -1}}}}, r"key 'f' has value -1"),
         ({"experiments": {"e": {"set": {"attack": "lie", "f": 3}}}},
          r"key 'attack' has value 'lie'.*'sf', 'foe', 'alie'"),
+        ({"figures": {"f": {"experiment": "e", "kind": "final_vs",
+                            "y": ["test_accuracy", "test_loss"]}}},
+         r"'y' has value \['test_accuracy', 'test_loss'\]; allowed.*curves: or a list"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves", "y": ["test_loss"] * 2}}},
+         r"'y' has value"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves", "y": ["test_loss"],
+                            "hue": ["scenario", "normalizer"]}}}, r"'hue'.*one column"),
+        ({"figures": {"f": {"experiment": "e", "kind": "parts", "parts": []}}},
+         r"figures.f: key 'parts' has value \[\]"),
+        ({"figures": {"f": {"experiment": "e", "kind": "parts", "parts": [{"kind": "table"}]}}},
+         r"figures.f.parts\[0\]: key 'kind' has value 'table'"),
+        ({"figures": {"f": {"experiment": "e", "kind": "parts", "parts": [
+            {"kind": "curves"}, {"kind": "curves", "panels": {"seed": [0]}}]}}},
+         r"figures.f.parts\[1\]: key 'panels' is not allowed"),
+        ({"figures": {"f": {"experiment": "e", "kind": "parts", "y": "test_loss",
+                            "parts": [{"kind": "curves"}]}}}, r"key 'y' is not one of kind"),
+        ({"figures": {"f": {"kind": "parts", "parts": [{"kind": "curves", "where": {"seed": 3}}]}}},
+         r"figures.f.parts\[0\]: key 'experiment'"),
+        ({"figures": {"f": {"experiment": "e", "kind": "parts", "parts": [
+            {"kind": "curves", "where": {"seed": 3}}]}}}, r"f.parts\[0\].where.*value 3"),
         ({"toy": {"settings": {"rounds": 0}}}, r"toy.settings.*'rounds' has value 0"),
         ({"toy": {"settings": {"points": 3}}}, r"toy.settings: unknown key 'points'"),
         ({"toy": {"gammas": [0, 2]}}, r"toy: key 'gammas' has value \[0, 2\]"),

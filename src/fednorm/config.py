@@ -575,7 +575,7 @@ class Figure:
     # (key, value): rows whose key equals value; a tuple value: rows whose key is one of them
     where: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     x: str | None = None
-    y: str = "test_accuracy"
+    y: str | tuple[str, ...] = "test_accuracy"  # curves: or several metrics, one line each
     hue: tuple[str, ...] = ("normalizer",)  # one column, or two: colour then dash
     panel: str | None = None  # one axes per value of this key, side by side
     panel_values: tuple[Any, ...] = ()
@@ -588,3 +588,4 @@ class Figure:
     compare_values: tuple[Any, ...] = ()  # (A, B): panels A, B and B - A
     # (column, values): the order of a column's values along an axis (rows, cols, bar groups)
     orders: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    parts: tuple[Figure, ...] = ()  # parts: figures side by side in one file, one axes each

@@ -8,13 +8,18 @@ from pathlib import Path
 import pandas as pd
 
 from fednorm.config import Figure
-from fednorm.plots import make_figure, make_heatmap, make_table
+from fednorm.plots import Part, make_figure, make_heatmap, make_parts_figure, make_table
 from fednorm.plots.cells import value_label
 
 _X_LABELS = {"gamma": "heterogeneity γ (1 = iid)", "dirichlet": "Dirichlet α (small = non-iid)"}
 _SYMBOLS = {"gamma": "γ", "dirichlet": "Dirichlet α"}  # heterogeneity's meaning per partition
 _CURVE_X_LABELS = {"round": "communication round", "progress": "training progress"}
 _LOGX = {True: "log", False: "linear", None: "auto"}  # Figure.logx -> plot_final_vs's logx
+# How a metric reads in a legend when several share one axes (the FixBN paper's Fig. 3a)
+METRIC_NAMES = {
+    "stat_change": "‖S̄(t+1) − S̄(t)‖₁ (global statistics)",
+    "stat_deviation": "‖S_m,B − S̄(t)‖₁ (local mini-batch)",
+}
 
 
 def _one_partition(rows: pd.DataFrame) -> str | None:
@@ -40,23 +45,60 @@ def _panels(fig: Figure, rows: pd.DataFrame) -> dict:
             "logy": fig.logy, "hue": list(fig.hue), "title": fig.title or fig.name}
 
 
-def _curves(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
+def _metric_lines(fig: Figure, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """A curves figure with several metrics as ``y``: the rows once per metric, its name in a
+    column ``metric`` (the lines' colour; the hue, their dash) and its value in ``value``."""
+    frames = [rows.assign(metric=METRIC_NAMES.get(m, m), value=rows[m],
+                          run_id=rows["run_id"] + ":" + m)  # a line per run and metric
+              for m in fig.y]
+    hue = ["metric", *fig.hue] if rows[fig.hue[0]].nunique() > 1 else ["metric"]
+    return pd.concat(frames, ignore_index=True), {"y": "value", "hue": hue,
+                                                  "ylabel": ", ".join(map(str, fig.y))}
+
+
+def _curves_args(fig: Figure, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     x = fig.x or "step"
-    return make_figure("curves", rows, stem, x=x, y=fig.y, xlabel=_CURVE_X_LABELS.get(x),
-                       **_panels(fig, rows))
+    args = {"x": x, "y": fig.y, "xlabel": _CURVE_X_LABELS.get(x), **_panels(fig, rows)}
+    if isinstance(fig.y, tuple):
+        rows, metric = _metric_lines(fig, rows)
+        args.update(metric)
+    return rows, args
 
 
-def _final_vs(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
+def _final_vs_args(fig: Figure, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     partition = _one_partition(rows)
     x = fig.x or "heterogeneity"
     xlabel = _X_LABELS.get(partition, x) if x == "heterogeneity" else x
-    return make_figure("final_vs", rows, stem, x=x, y=fig.y, xlabel=xlabel,
-                       logx=_LOGX[fig.logx], **_panels(fig, rows))
+    return rows, {"x": x, "y": fig.y, "xlabel": xlabel, "logx": _LOGX[fig.logx],
+                  **_panels(fig, rows)}
 
 
-def _bars(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
-    return make_figure("bars", rows, stem, x=fig.x, y=fig.y, ylabel=value_label(fig.y),
-                       order=dict(fig.orders), **_panels(fig, rows))
+def _bars_args(fig: Figure, rows: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    return rows, {"x": fig.x, "y": fig.y, "ylabel": value_label(fig.y),
+                  "order": dict(fig.orders), **_panels(fig, rows)}
+
+
+# A kind drawn by make_figure: its rows and keywords from the figure and its rows.
+_ARGS: dict[str, Callable[[Figure, pd.DataFrame], tuple[pd.DataFrame, dict]]] = {
+    "curves": _curves_args,
+    "final_vs": _final_vs_args,
+    "bars": _bars_args,
+}
+
+
+def _plain(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
+    rows, args = _ARGS[fig.kind](fig, rows)
+    return make_figure(fig.kind, rows, stem, **args)
+
+
+def _parts(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
+    parts = []
+    for i, part in enumerate(fig.parts):
+        rows, args = _ARGS[part.kind](part, figure_rows(part, summary))
+        for key in ("panel", "panel_values", "panel_label", "title"):
+            args.pop(key)
+        parts.append(Part(part.kind, rows, part.title or f"({chr(ord('a') + i)})", args))
+    return make_parts_figure(parts, stem, title=fig.title or fig.name)
 
 
 def _heatmap(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
@@ -75,9 +117,7 @@ def _table(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
 
 
 DRAW: dict[str, Callable[[Figure, pd.DataFrame, str | Path], list[Path]]] = {
-    "curves": _curves,
-    "final_vs": _final_vs,
-    "bars": _bars,
+    **dict.fromkeys(_ARGS, _plain),
     "heatmap": _heatmap,
     "table": _table,
 }
@@ -85,4 +125,6 @@ DRAW: dict[str, Callable[[Figure, pd.DataFrame, str | Path], list[Path]]] = {
 
 def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     """Write ``fig``'s files under ``stem`` (see fednorm.plan.extensions) from the summary."""
+    if fig.kind == "parts":  # each part selects its own rows
+        return _parts(fig, summary, stem)
     return DRAW[fig.kind](fig, figure_rows(fig, summary), stem)

@@ -21,7 +21,8 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                                (colour, then dash), that tells lines apart (default normalizer;
                                ``scenario``, e.g. 'SF, median + NNM', is derived from attack, f,
                                aggregator and nnm); ``panels: {key: [values]}`` one axes per
-                               value; ``logy``;
+                               value; ``logy``; ``y`` may list several metrics: one line each
+                               (colour), the hue (one column) as dash;
                  ``final_vs``  final y against a run key ``x``: as curves, plus ``logx`` (true:
                                log axis, false: linear; default: chosen from the values);
                  ``bars``      final y, grouped by ``x`` (any column, e.g. split), one bar per
@@ -30,7 +31,10 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                                ``compare: {key: [A, B]}``: panels A, B and B - A; ``row_order``,
                                ``col_order``;
                  ``table``     final y as "mean ± std" over ``rows`` x ``cols``, written as .csv
-                               and .md; ``row_order``, ``col_order``.
+                               and .md; ``row_order``, ``col_order``;
+                 ``parts``     ``parts: [figure, ...]``: figures of kinds curves, final_vs or
+                               bars side by side in one file, one axes each (no panels), each
+                               with its own experiment (default the parent's), where, y, title.
                  An order key lists every value the figure's runs have for that axis, in the
                  order to draw; without it, numbers ascend and anything else keeps the order of
                  first appearance in the runs;
@@ -48,7 +52,7 @@ import hashlib
 import itertools
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fednorm.config import (
@@ -291,8 +295,11 @@ FIGURE_KEYS: dict[str, dict[str, Any]] = {
     "heatmap": {"rows": REQUIRED, "cols": REQUIRED, "compare": REQUIRED, "row_order": None,
                 "col_order": None},
     "table": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None},
+    "parts": {"parts": REQUIRED},
 }
 FIGURE_KINDS = tuple(FIGURE_KEYS)
+# What a part of a ``parts`` figure may be: a kind drawn on one axes (no panels of its own).
+PART_KINDS = ("curves", "final_vs", "bars")
 # The x a kind's axis may show: curves also the steps and the x computed from them
 # (fednorm.plots.curves.COMPUTED_X: round = step / local_steps, progress = step / steps).
 CURVE_X = ("step", "round", "progress")
@@ -309,6 +316,8 @@ class _FigureSpec:
     kind: str
     runs: list[RunConfig]  # the runs that pass the figure's filters
     fields: dict[str, Any]
+    raw: Mapping[str, Any] = field(default_factory=dict)  # the figure's keys as configured
+    experiments: dict[str, list[RunConfig]] = field(default_factory=dict)  # all of them
 
     def error(self, key: str, value: Any, allowed: str) -> ConfigError:
         return ConfigError(f"figures.{self.name}: key '{key}' has value {value!r}; allowed: "
@@ -385,6 +394,27 @@ def _compare(spec: _FigureSpec, value: Any) -> dict[str, Any]:
     return {"compare": key, "compare_values": pair}
 
 
+def _parts(spec: _FigureSpec, value: Any) -> dict[str, Any]:
+    """``parts``: figures drawn side by side in one file, each a mapping of a figure's keys of
+    one of PART_KINDS (its own ``experiment``, default the parent's; ``where``, ``y``,
+    ``title`` and its kind's keys but ``panels``)."""
+    if not (isinstance(value, list) and value and all(isinstance(p, Mapping) for p in value)):
+        raise spec.error("parts", value, f"a non-empty list of figures (mappings of figure "
+                         f"keys), each of kind {list(PART_KINDS)}")
+    parts = []
+    for i, part in enumerate(value):
+        where = f"{spec.name}.parts[{i}]"
+        if part.get("kind") not in PART_KINDS:
+            raise ConfigError(f"figures.{where}: key 'kind' has value {part.get('kind')!r}; "
+                              f"allowed: {list(PART_KINDS)}")
+        if "panels" in part:
+            raise ConfigError(f"figures.{where}: key 'panels' is not allowed in a part (one "
+                              f"axes each); allowed keys: those of kind '{part['kind']}'")
+        inherited = {k: spec.raw[k] for k in ("experiment", "where") if k in spec.raw}
+        parts.append(_figure(where, {**inherited, **part}, spec.experiments))
+    return {"parts": tuple(parts)}
+
+
 def _order(key: str) -> Callable[[_FigureSpec, Any], dict[str, Any]]:
     """``row_order`` / ``col_order`` / ``x_order``: every value of the axis's column that the
     figure's runs have, once each, in the order to draw them."""
@@ -412,6 +442,7 @@ _KEY_RULES: dict[str, Callable[[_FigureSpec, Any], dict[str, Any]]] = {
     "rows": _column("rows"),
     "cols": _column("cols"),
     "compare": _compare,
+    "parts": _parts,
     **{key: _order(key) for key in ORDER_OF},
 }
 assert {k for keys in FIGURE_KEYS.values() for k in keys} == set(_KEY_RULES)
@@ -421,8 +452,6 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
     where = f"figures.{name}"
     spec = _keys(spec, where, (*COMMON_KEYS, *dict.fromkeys(
         k for keys in FIGURE_KEYS.values() for k in keys)))
-    names = _experiments(name, spec.get("experiment"), experiments)
-    runs = [cfg for n in names for cfg in experiments[n]]
     kind = spec.get("kind")
     if kind not in FIGURE_KINDS:
         raise ConfigError(f"{where}: key 'kind' has value {kind!r}; allowed: {FIGURE_KINDS}")
@@ -431,9 +460,19 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
         if key not in COMMON_KEYS and key not in own:
             raise ConfigError(f"{where}: key '{key}' is not one of kind '{kind}'; allowed keys: "
                               f"{[*COMMON_KEYS, *own]}")
-    y = spec.get("y", "test_accuracy")
-    if y not in FIGURE_METRICS:
-        raise ConfigError(f"{where}: key 'y' has value {y!r}; allowed: {FIGURE_METRICS}")
+    if kind == "parts":  # the parts have the experiments, filters and metrics
+        if "y" in spec:
+            raise ConfigError(f"{where}: key 'y' is not one of kind 'parts' (each part has "
+                              f"its own); allowed keys: {['experiment', 'where', 'title', *own]}")
+        checked = _FigureSpec(name, kind, [], {}, spec, experiments)
+        checked.fields.update(_parts(checked, spec.get("parts")))
+        names = tuple(dict.fromkeys(e for part in checked.fields["parts"]
+                                    for e in part.experiments))
+        return Figure(name=name, experiments=names, kind=kind,
+                      title=str(spec.get("title", "")), **checked.fields)
+    names = _experiments(name, spec.get("experiment"), experiments)
+    runs = [cfg for n in names for cfg in experiments[n]]
+    y = _y(where, kind, spec.get("y", "test_accuracy"))
     filters = _resolve_where(name, spec.get("where"), runs)
     checked = _FigureSpec(name, kind, [r for r in runs if _matches(r, filters)], {})
     for key, default in own.items():
@@ -441,8 +480,24 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
             raise ConfigError(f"{where}: key '{key}' is missing; kind '{kind}' needs "
                               f"{[k for k, d in own.items() if d == REQUIRED]}")
         checked.fields.update(_KEY_RULES[key](checked, spec.get(key, default)))
+    if isinstance(y, tuple) and len(checked.fields["hue"]) > 1:
+        raise ConfigError(f"{where}: key 'hue' has value {list(checked.fields['hue'])}; "
+                          f"allowed: one column with a list of metrics as y (the metric is "
+                          f"the lines' colour, the hue their dash)")
     return Figure(name=name, experiments=names, kind=kind, where=filters, y=y,
                   title=str(spec.get("title", "")), **checked.fields)
+
+
+def _y(where: str, kind: str, value: Any) -> str | tuple[str, ...]:
+    """``y``: a metric; curves also take a list of different metrics, one line each."""
+    if isinstance(value, list) and kind == "curves":
+        if value and len(set(value)) == len(value) and all(v in FIGURE_METRICS for v in value):
+            return tuple(value)
+    elif value in FIGURE_METRICS:
+        return value
+    lists = " (curves: or a list of different ones)"
+    raise ConfigError(f"{where}: key 'y' has value {value!r}; allowed: one of "
+                      f"{list(FIGURE_METRICS)}{lists}")
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 from fednorm.plots.bars import bar_data, plot_bars
 from fednorm.plots.cells import cell_stats
 from fednorm.plots.curves import curve_data, plot_curves
-from fednorm.plots.figure import make_figure
+from fednorm.plots.figure import Part, make_figure, make_parts_figure
 from fednorm.plots.final import final_data, plot_final_vs
 from fednorm.plots.heatmap import heatmap_data, heatmap_figure, make_heatmap
 from fednorm.plots.save import save_figure, save_table
@@ -17,6 +17,7 @@ from fednorm.plots.style import colour, label, marker
 from fednorm.plots.table import make_table, table_data
 
 __all__ = [
+    "Part",
     "bar_data",
     "cell_stats",
     "colour",
@@ -28,6 +29,7 @@ __all__ = [
     "label",
     "make_figure",
     "make_heatmap",
+    "make_parts_figure",
     "make_table",
     "marker",
     "plot_bars",
