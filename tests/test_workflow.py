@@ -38,8 +38,8 @@ def _bundle_jobs(counts):
 
 @pytest.mark.parametrize(("bundle_size", "jobs"), [
     # FBN: Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13); FixBN:
-    # 564 runs (tests/test_plan.py)
-    (1, 144 + 72 + 144 + 72 + 564),
+    # 579 runs (tests/test_plan.py)
+    (1, 144 + 72 + 144 + 72 + 579),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -48,8 +48,10 @@ def _bundle_jobs(counts):
     # centralized BN 1; Table 1 (no momentum): central, gn, bn -> 3. Figs K-N add 12 fixbn runs
     # at E = 1, 20, 500 (-> 2 bundles each); Table 4: gn_ws, ln, in, fixup -> 4; Table I: 4 and
     # 8 groups -> 2; Fig J: bn, fixbn x 3 other batch sizes -> 6; Table H: affine, both -> 2;
-    # Fig I, per normalizer: 4 more client counts x (full, partial) + partial at M = 5 -> 9.
-    (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 9)),
+    # Fig I, per normalizer: 4 more client counts x (full, partial) + partial at M = 5 -> 9;
+    # Fig 3: the dynamics runs -> 1, FixBN freezing at 4 more fractions -> 4.
+    (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 9)
+     + (1 + 4)),
 ])
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"
@@ -59,7 +61,7 @@ def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     counts = _job_counts(out.stdout)
     assert _bundle_jobs(counts) == jobs
     assert all(n == 1 for rule, n in counts.items() if rule.startswith("train_"))
-    assert counts["cifar10"] == 1 and counts["figure"] == 18 + 13 and counts["toy"] == 1
+    assert counts["cifar10"] == 1 and counts["figure"] == 18 + 14 and counts["toy"] == 1
     assert counts["table"] == 4
 
 
@@ -117,9 +119,11 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
 
     fixbn = work / ".test/figures/fixbn"
     for name in ("fig2a", "fig2b", "fig1", "fig4", "fig5", "fig6", "figH", "figI", "figJ",
-                 "figK", "figL", "figM", "figN"):
+                 "figK", "figL", "figM", "figN", "fig3"):
         for ext in ("pdf", "png", "csv"):
             assert (fixbn / f"{name}.{ext}").stat().st_size > 0
+    fig3 = pd.read_csv(fixbn / "fig3.csv")  # four parts; (a) and (b) from the recorded dynamics
+    assert fig3["part"].nunique() == 4
     for name, ext in itertools.product(("table1", "table4", "tableH", "tableI"), ("csv", "md")):
         assert (fixbn / f"{name}.{ext}").stat().st_size > 0
     table4 = pd.read_csv(fixbn / "table4.csv")
@@ -133,6 +137,10 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert set(toy.scheme) == {"bn", "fbn", "fixbn"} and set(toy.gamma) == {0, 1}
 
     summary = pd.read_csv(work / ".test/results/summary.csv")
+    dynamics = summary[summary.record_dynamics & (summary.step > 0)]
+    assert dynamics.run_id.nunique() == 1
+    assert (dynamics[["stat_change", "stat_deviation", "stat_variance"]] > 0).all().all()
+    assert summary.loc[~summary.record_dynamics, "stat_change"].isna().all()
     for column in ("run_id", "figure_group", "model", "normalizer", "partition",
                    "heterogeneity", "local_steps", "attack", "f", "aggregator", "nnm",
                    "scenario", "seed", "step", "test_accuracy", "test_loss", "train_loss",
@@ -144,7 +152,8 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     # + 7 for the other analyses: fixbn on IID at E = 1, 4 normalizers of Table 4, GN with 4
     # groups, BN with batch 10
     # + 5: Table H's affine and both, Fig I's partial and 10-client runs
-    assert summary["run_id"].nunique() == 7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5
+    # + 2: Fig 3's dynamics run and FixBN freezing at 0.25
+    assert summary["run_id"].nunique() == 7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
     ok = summary[summary.status == "ok"]
     assert ok.test_accuracy.between(0, 1).all()
     fbn_runs = ok[ok.batch_size == 8]  # FixBN's runs (batch 20 or 10) evaluate every 4 steps
