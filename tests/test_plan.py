@@ -343,8 +343,7 @@ def test_a_table_is_written_as_csv_and_markdown_only():
         "fixbn/f4": {"experiment": ["iid", "shards"], "kind": "bars", "x": "split"}}}))
     assert plan.figure_files() == [f"figures/fixbn/t1.{e}" for e in ("csv", "md")] + [
         f"figures/fixbn/f4.{e}" for e in ("pdf", "png", "csv")]
-    assert plan.figure_names(tables=True) == ["fixbn/t1"]
-    assert plan.figure_names(tables=False) == ["fixbn/f4"]
+    assert plan.figure_folders() == {"fixbn": ["fixbn/t1", "fixbn/f4"]}
 
 
 def test_curve_x_names_are_the_computed_columns():

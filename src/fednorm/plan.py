@@ -134,12 +134,18 @@ class Plan:
         return "|".join(name for name, ids in self.experiments.items() if run_id in ids)
 
     def figure_files(self) -> list[str]:
-        return [self.paths.figure(n, e) for n, fig in self.figures.items()
-                for e in extensions(fig.kind)]
+        return self.figure_files_of(list(self.figures))
 
-    def figure_names(self, *, tables: bool) -> list[str]:
-        """The tables' names (``tables``), or the other figures'."""
-        return [n for n, fig in self.figures.items() if (fig.kind == "table") == tables]
+    def figure_files_of(self, names: list[str]) -> list[str]:
+        return [self.paths.figure(n, e) for n in names for e in extensions(self.figures[n].kind)]
+
+    def figure_folders(self) -> dict[str, list[str]]:
+        """Figure names by folder (the name up to its last '/', '' for none): one job draws a
+        folder's figures (a paper's), in one process."""
+        folders: dict[str, list[str]] = {}
+        for name in self.figures:
+            folders.setdefault(name.rpartition("/")[0], []).append(name)
+        return folders
 
     def toy_files(self) -> list[str]:
         stems = self.toy.stems(self.paths) if self.toy else []

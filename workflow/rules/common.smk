@@ -9,10 +9,6 @@ DATA = PLAN.paths.data
 EXECUTION = PLAN.execution
 
 
-wildcard_constraints:
-    figure=r"[^.]+(/[^.]+)*",
-
-
 def bundle_rule_name(bundle_id):
     """A bundle's rule: 'train_' and its id as an identifier (e.g. train_fbn_E1_x16_3f2a9c1d7e)."""
     return "train_" + re.sub(r"\W", "_", bundle_id)
@@ -22,12 +18,3 @@ def bundle_dataset(run_ids):
     """A bundle of CIFAR-10 runs waits for the data rule; synthetic runs need no input."""
     cifar10 = any(PLAN.runs[r].dataset == "cifar10" for r in run_ids)
     return [f"{DATA}/{CACHE_NAME}"] if cifar10 else []
-
-
-def one_of(names):
-    """A wildcard constraint that matches exactly these names (none: matches nothing)."""
-    return "|".join(re.escape(n) for n in names) or "(?!)"
-
-
-def get_figure(wildcards):
-    return PLAN.figures[wildcards.figure]

@@ -1,23 +1,21 @@
-rule figure:
-    """One figure as .pdf, .png and the plotted numbers as .csv."""
-    input:
-        PLAN.paths.summary(),
-    output:
-        multiext(f"{FIGURES}/{{figure}}", ".pdf", ".png", ".csv"),
-    wildcard_constraints:
-        figure=one_of(PLAN.figure_names(tables=False)),
-    params:
-        figure=get_figure,
-        stem=lambda wildcards: f"{FIGURES}/{wildcards.figure}",
-    log:
-        f"{RESULTS}/logs/figures/{{figure}}.log",
-    script:
-        "../scripts/figure.py"
+# One job per folder of figures (figures/fbn, figures/fixbn, ...: a paper's figures and tables):
+# it draws each of them from the summary, a figure as .pdf, .png and the plotted numbers as
+# .csv, a table as .csv and .md. One process per folder, not per figure: drawing a figure takes
+# well under a second, starting a Snakemake script about three. Changing a figure's keys in
+# the config redraws its folder (the rule's params change).
+for folder, names in PLAN.figure_folders().items():
 
-
-# One table as .csv (tidy numbers) and .md (the table as read); names decide the rule.
-use rule figure as table with:
-    output:
-        multiext(f"{FIGURES}/{{figure}}", ".csv", ".md"),
-    wildcard_constraints:
-        figure=one_of(PLAN.figure_names(tables=True)),
+    rule:
+        name:
+            "figures_" + (re.sub(r"\W", "_", folder) or "top")
+        input:
+            PLAN.paths.summary(),
+        output:
+            PLAN.figure_files_of(names),
+        params:
+            figures=[PLAN.figures[n] for n in names],
+            stems=[f"{FIGURES}/{n}" for n in names],
+        log:
+            f"{RESULTS}/logs/figures/{folder or 'top'}.log",
+        script:
+            "../scripts/figure.py"
