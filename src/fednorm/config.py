@@ -20,7 +20,7 @@ from typing import Any
 
 DATASETS = ("cifar10", "synthetic")
 MODELS = ("fbn_cnn", "resnet20", "lenet")
-NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup")
+NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup", "fedtan")
 PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
 MOMENTUM_CONVENTIONS = ("ema", "pytorch")
 FBN_INITS = ("zero_one", "first_batch")
@@ -361,10 +361,10 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
         raise _fail(where, "record_dynamics", True,
                     f"false with participation {cfg.participation!r} < 1 (the dynamics average "
                     f"over every client of a round)")
-    if cfg.normalizer == "central":
+    if cfg.normalizer in ("central", "fedtan"):
         raise _fail(where, "participation", cfg.participation,
-                    "1.0 with normalizer 'central' (it normalizes over the union of all "
-                    "clients' batches in one fused pass)")
+                    f"1.0 with normalizer '{cfg.normalizer}' (it normalizes over the union of "
+                    f"all clients' batches in one fused pass)")
     if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
         raise _fail(where, "fbn_init", cfg.fbn_init,
                     f"'zero_one' with participation {cfg.participation!r} < 1 (the "

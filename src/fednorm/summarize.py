@@ -7,8 +7,9 @@ run-config key (lists written as text), ``scenario`` (the Byzantine setting in w
 metrics (``step``, ``test_accuracy`` as a fraction, ``test_loss``, ``train_loss``,
 ``norm_error_mean``, ``norm_error_var``: the normalization error averaged over BN layers, NaN
 without BN; ``stat_change``, ``stat_deviation``, ``stat_variance``: the FixBN paper's training
-dynamics summed over BN layers, fednorm.fl.dynamics, NaN unless the run recorded them), and the
-run's ``status`` and ``wall_time_s``.
+dynamics summed over BN layers, fednorm.fl.dynamics, NaN unless the run recorded them;
+``comm_rounds``: client-server exchanges so far, fednorm.fl.engine), and the run's ``status``
+and ``wall_time_s``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from fednorm.plan import Plan
 FIRST_COLUMNS = ("run_id", "figure_group", "model", "normalizer", "partition", "heterogeneity",
                  "local_steps", "attack", "f", "aggregator", "nnm", "scenario", "split", "seed")
 METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
-           "norm_error_var", "stat_change", "stat_deviation", "stat_variance", "status",
-           "wall_time_s")
+           "norm_error_var", "stat_change", "stat_deviation", "stat_variance", "comm_rounds",
+           "status", "wall_time_s")
 
 
 def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:

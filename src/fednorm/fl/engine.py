@@ -319,17 +319,19 @@ class _Trainer:
 
         return forward
 
-    def grad_fn(self, rule: StatRule | None, n_groups: int) -> Callable:
+    def grad_fn(self, rule: StatRule | None, n_groups: int, loss_scale: float = 1.0
+                ) -> Callable:
         """One run's (or client's) gradient: (params, stats, x, y, key) -> (grads, (loss,
         reports, batches)); the loss is the mean over the batch (= the mean of the clients'
-        losses); ``batches``: see :meth:`forward_fn` (recorded when the run has a recorder)."""
+        losses), differentiated times ``loss_scale``; ``batches``: see :meth:`forward_fn`
+        (recorded when the run has a recorder)."""
         forward = self.forward_fn(rule, n_groups, self.cfg.bn_momentum,
                                   record=self.dynamics is not None)
 
         def loss_fn(params, stats, x, y, key, *n_union):
             out, reports, batches = forward(params, stats, x, key, *n_union)
             loss = F.nll_loss(out, y)
-            return loss, (loss.detach(), reports, batches)
+            return loss * loss_scale, (loss.detach(), reports, batches)
 
         return grad(loss_fn, has_aux=True)
 
@@ -386,6 +388,11 @@ class _Trainer:
     def round(self, first_step: int) -> Tensor:
         """Train every run for one round from ``first_step``; returns the (R,) summed losses."""
         raise NotImplementedError
+
+    def communication_rounds(self, steps: int) -> int:
+        """Client-server exchanges in the first ``steps`` local steps: one per round (E = 1:
+        one per step), carrying the weights, or the gradients, and the BN statistics."""
+        return steps // self.cfg.local_steps
 
     @contextlib.contextmanager
     def _observed_round(self) -> Iterator[None]:
@@ -464,11 +471,8 @@ class FedAvg(_Trainer):
         E, n, b, R = self.cfg.local_steps, self.n, self.cfg.batch_size, self.runs
         rule = self.normalizer.rule_at(first_step)  # one rule for the whole round
 
-        def per_client(t: Tensor) -> Tensor:  # (R, ...) -> (R, n, ...)
-            return t.unsqueeze(1).expand(R, n, *t.shape[1:]).clone()
-
-        params = {k: per_client(p) for k, p in self.state.params.items()}
-        stats = {k: per_client(s) for k, s in self.state.stats.items()}
+        params = {k: self._per_client(p) for k, p in self.state.params.items()}
+        stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
         part = self.participants(first_step)  # (R, n) or None: every client takes part
         if part is None:
             step = over_runs(vmap(self.grad_fn(rule, 1)), R)
@@ -505,13 +509,16 @@ class FedAvg(_Trainer):
         self.end_round(part)
         return total
 
+    def _per_client(self, t: Tensor) -> Tensor:
+        """(R, ...) global state -> (R, n, ...): every client starts the round from it."""
+        return t.unsqueeze(1).expand(t.shape[0], self.n, *t.shape[1:]).clone()
+
     @torch.no_grad()
-    def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
-                   rule: StatRule | None, part: Tensor | None = None,
-                   trained: set[str] | None = None) -> None:
-        """The server's round: parameters (the participants' ``part`` only, when given; those
-        not ``trained`` this round keep their global value exactly), then BN statistics."""
-        trained = set(self.names) if trained is None else trained
+    def _average_params(self, params: dict[str, Tensor], part: Tensor | None,
+                        trained: set[str]) -> None:
+        """The server's new parameters from the clients' (R, n, ...): their average (over the
+        participants ``part`` only, when given) or, with ``attack_updates``, the robust rule
+        on their updates; those not ``trained`` this round keep their global value exactly."""
         if self.cfg.attack_updates:
             combined = over_runs(self._combine_updates, self.runs)(params, self.state.params)
             for k, p in combined.items():
@@ -522,6 +529,14 @@ class FedAvg(_Trainer):
                 if k in trained:
                     self.state.params[k].copy_(
                         p.mean(1) if part is None else masked_mean(p, part, self.part_count))
+
+    @torch.no_grad()
+    def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
+                   rule: StatRule | None, part: Tensor | None = None,
+                   trained: set[str] | None = None) -> None:
+        """The server's round: parameters (the participants' ``part`` only, when given; those
+        not ``trained`` this round keep their global value exactly), then BN statistics."""
+        self._average_params(params, part, set(self.names) if trained is None else trained)
         if not self.layers:
             return
         reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
@@ -545,6 +560,61 @@ class FedAvg(_Trainer):
                 for k, part in zip(self.names, delta.split(sizes), strict=True)}
 
 
+class FedTAN(FedAvg):
+    """FedTAN (Wang, Shi, Chang 2023, "Why Batch Normalization Damage Federated Learning on
+    Non-IID Data?"): FedAvg whose clients normalize, in every local step and every BN layer,
+    with the statistics of the union of all clients' current batches, each client through its
+    own weights; the gradients with respect to those statistics are aggregated across clients
+    in the backward pass (layer-wise aggregation: 3L exchanges per local step for L BN layers,
+    plus the round's model average: :meth:`communication_rounds`).
+
+    Design: a BN layer's statistics reduce across clients inside the forward pass, which vmap
+    over clients cannot express. So the client dimension is explicit through the layers
+    (fednorm.models.clientwise): per run, one forward of the n clients' stacked batches
+    (n*b, ...) with client-stacked weights (n, *shape); layers with weights apply client i's to
+    client i's rows, the BN layers reduce over all rows and apply each client's own affine.
+    Runs stay a vmap (over_runs) around it. The gradient is that of J = sum_i L_i (the clients'
+    mean losses; ``loss_scale`` n on the union's mean) with respect to the client-stacked
+    weights: client i's gradient is dL_i/dw_i through its own activations plus, through the
+    shared statistics, the other clients' losses' gradients: exactly what FedTAN's aggregation
+    of the statistics' gradients hands client i. At E = 1 every client holds the global weights
+    and the average of these gradients is the gradient of the union batch's mean loss, so
+    FedTAN equals centralized BN (``central``; tests/fl/test_fedtan.py). The union statistics
+    are every client's, so the server's running statistics are their moving average, updated
+    every local step as nn.BatchNorm2d's on the union batch; dropout masks are drawn for the
+    union batch as ``central`` draws them.
+    """
+
+    def round(self, first_step: int) -> Tensor:
+        E, R = self.cfg.local_steps, self.runs
+        rule = self.normalizer.rule_at(first_step)  # the union's statistics
+        params = {k: self._per_client(p) for k, p in self.state.params.items()}
+        step = over_runs(self.grad_fn(rule, self.n, loss_scale=float(self.n)), R)
+        names = self.trainable(first_step)
+        self.start_round()
+        total = torch.zeros(R, device=self.dropout_keys.device)
+        for e in range(E):
+            x, y = self.batches.sample(first_step + e)
+            grads, (loss, reports, batches) = step(params, self.state.stats, x, y,
+                                                   rng.fold(self.dropout_keys, first_step + e))
+            if self.dynamics is not None:
+                self.dynamics.observe_step(batches, self.state.stats)
+            self._optimize([params[k] for k in names], [grads[k] for k in names],
+                           [self.state.momenta[k] for k in names], first_step + e)
+            if self.layers:
+                with self._observed_round():
+                    self._commit(reports, rule, self.cfg.bn_momentum)
+            total = total + loss
+        self._average_params(params, None, set(names))
+        self.end_round()
+        return total
+
+    def communication_rounds(self, steps: int) -> int:
+        """3L per local step (each BN layer: the clients' means, their variances, then the
+        gradients with respect to the union's statistics) plus one model average per round."""
+        return 3 * len(self.layers) * steps + steps // self.cfg.local_steps
+
+
 def make_trainer(
     cfgs: Sequence[RunConfig], models: Sequence[nn.Module], normalizer: Normalizer,
     batches: ClientBatches, force_fedavg: bool = False,
@@ -554,6 +624,8 @@ def make_trainer(
     partial participation: ``participation`` < 1). ``cfgs`` share a bundle key; ``models``
     are their initialized models, one per run."""
     cfg = cfgs[0]
+    if normalizer.clientwise:  # FedTAN: one forward over all clients' stacked batches
+        return FedTAN(cfgs, models, normalizer, batches)
     fedavg = cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
     cls = FedAvg if force_fedavg or fedavg else DSGD
     return cls(cfgs, models, normalizer, batches)

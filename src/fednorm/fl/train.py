@@ -35,7 +35,7 @@ from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
 METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
-                  "norm_error_var", *QUANTITIES)
+                  "norm_error_var", *QUANTITIES, "comm_rounds")
 LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
 DYNAMICS_COLUMNS = ("step", "layer", *QUANTITIES)  # fednorm.fl.dynamics, when recorded
 EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
@@ -193,7 +193,8 @@ class _Loop:
                 totals = {q: sum(v) for q, v in zip(QUANTITIES, per_layer, strict=True)}
             result.rows.append(dict(
                 step=step, test_accuracy=a, test_loss=tl, train_loss=trl,
-                norm_error_mean=_mean(me), norm_error_var=_mean(ve), **totals))
+                norm_error_mean=_mean(me), norm_error_var=_mean(ve), **totals,
+                comm_rounds=trainer.communication_rounds(step)))
         ok = torch.isfinite(test_loss) & trained
         if bool(ok.all()):
             return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from fednorm.config import ConfigError, RunConfig
+from fednorm.models.clientwise import clientwise
 from fednorm.models.cnn import FBNCNN
 from fednorm.models.fixup import FixupResNet20
 from fednorm.models.lenet import LeNet
@@ -23,8 +24,10 @@ def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
                               f"with normalizer '{cfg.normalizer}'")
         return FixupResNet20(cfg.width, n_classes)
     if cfg.model == "fbn_cnn":
-        return FBNCNN(norm, cfg.width, cfg.hidden, cfg.dropout, cfg.image_size, n_classes,
-                      conv=conv)
-    if cfg.model == "lenet":
-        return LeNet(norm, cfg.width, cfg.image_size, n_classes, conv=conv)
-    return ResNet20(norm, cfg.width, n_classes, conv=conv)
+        model = FBNCNN(norm, cfg.width, cfg.hidden, cfg.dropout, cfg.image_size, n_classes,
+                       conv=conv)
+    elif cfg.model == "lenet":
+        model = LeNet(norm, cfg.width, cfg.image_size, n_classes, conv=conv)
+    else:
+        model = ResNet20(norm, cfg.width, n_classes, conv=conv)
+    return clientwise(model) if normalizer.clientwise else model

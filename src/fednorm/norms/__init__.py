@@ -14,6 +14,7 @@
 | `ln`      | LayerNorm2d                     | none (per-sample, nothing to aggregate)  |
 | `in`      | InstanceNorm2d                  | none (per-sample, nothing to aggregate)  |
 | `fixup`   | none: FixupResNet20             | none (no normalization at all)           |
+| `fedtan`  | FedBatchNorm2d, clientwise model| UnionStats through each client's weights |
 
 The four questions (fednorm.norms.rules) for the BN family are answered by its rule. The
 others (rule None) answer them alike: (1) a client normalizes each sample with that sample's
@@ -28,6 +29,17 @@ and bias of every FedBatchNorm2d (selected by type) from ``freeze_affine_at`` on
 ``both``), nothing otherwise. The engine leaves those parameters out of the optimizer step
 (no gradient, momentum or weight-decay update) and out of the server's average, so they keep
 their value at the freeze step exactly, on every client and in the global model.
+
+FedTAN (``fedtan``; Wang et al. 2023) answers them as centralized BN does, with the clients
+keeping their own weights between aggregations: (1) each client normalizes its batch with the
+statistics of the union of all clients' current batches, computed layer by layer through each
+client's own weights (the clients send their batch means and variances, the server returns the
+union's), and in the backward pass the gradients with respect to those statistics are
+aggregated across clients too; (2) every client reports the same union statistics; (3) the
+server's running statistics are their moving average, as nn.BatchNorm2d's on the union batch;
+(4) the global model normalizes with them. ``clientwise`` (True for FedTAN only) asks
+fednorm.models.build_model for layers that take client-stacked weights
+(fednorm.models.clientwise); the engine's FedTAN trainer runs one forward over all clients.
 
 ``conv`` is the convolution the models build (fednorm.models take it as ``conv=``): a normalizer
 that changes the weights rather than the activations (GN+WS) needs it, since the norm factory
@@ -86,6 +98,7 @@ class Normalizer:
     rule_at: Callable[[int], StatRule | None]  # 0-based step -> rule active during that step
     conv: Callable[..., nn.Conv2d] = nn.Conv2d  # the models' convolution (nn.Conv2d signature)
     freeze_affine_at: int | None = None  # first step with BN's gamma, beta frozen; None: never
+    clientwise: bool = False  # layers take client-stacked weights (FedTAN's one forward pass)
 
     def frozen_params_at(self, step: int, model: nn.Module) -> frozenset[str]:
         """Names (as in ``model.named_parameters()``) of the parameters that do not train
@@ -116,6 +129,10 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
     if cfg.normalizer in per_sample:
         make_layer, conv = per_sample[cfg.normalizer]
         return Normalizer(cfg.normalizer, make_layer, _no_rule, conv)
+    if cfg.normalizer == "fedtan":
+        union = UnionStats()
+        return Normalizer(cfg.normalizer, lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps),
+                          lambda step: union, clientwise=True)
     fixed = {"central": UnionStats(), "bn": BatchStats(), "fbn": FederatedStats()}
     if cfg.normalizer in fixed:
         rule = fixed[cfg.normalizer]

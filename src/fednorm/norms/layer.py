@@ -62,6 +62,8 @@ class FedBatchNorm2d(nn.Module):
 
     Buffers ``running_mean`` (init 0) and ``running_var`` (init 1) are the shared statistics
     the server last aggregated; eval mode normalizes with them, as nn.BatchNorm2d does.
+    ``weight`` and ``bias`` may carry a client dimension, (g, C): each client's own affine
+    parameters over the union's statistics (FedTAN; fednorm.models.clientwise).
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5) -> None:
@@ -107,8 +109,14 @@ class FedBatchNorm2d(nn.Module):
         mode = ctx.rule.normalize_with
         if mode == "running":  # constants: no gradient through the statistics
             return self._affine(xg, running.mean, running.var).reshape(x.shape)
-        if mode == "union" or ctx.n_groups == 1:  # BatchNorm on everything in this pass
+        if (mode == "union" or ctx.n_groups == 1) and self.weight.dim() == 1:
+            # BatchNorm on everything in this pass
             return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
+        if mode == "union":  # FedTAN: the union's statistics, each client's own gamma, beta
+            normed = F.batch_norm(x, None, None, None, None, True, 0.0, self.eps)
+            xg = normed.reshape(xg.shape)
+            return torch.addcmul(_per_channel(self.bias, xg.dim()), xg,
+                                 _per_channel(self.weight, xg.dim())).reshape(x.shape)
         return self._per_client_batch_norm(xg).reshape(x.shape)
 
     @torch.no_grad()

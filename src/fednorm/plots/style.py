@@ -40,6 +40,7 @@ KNOWN: dict[str, Look] = {
     "ln": Look("LayerNorm", "#c51b7d", "<", (0, (5, 2))),
     "in": Look("InstanceNorm", "#6b8e23", ">", (0, (2, 2))),
     "fixup": Look("Fixup", "#00688b", "X", (0, (4, 1, 1, 1, 1, 1))),
+    "fedtan": Look("FedTAN", "#b8860b", "*", (0, (6, 2, 1, 2))),
 }
 FALLBACK_COLOURS = ("#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 FALLBACK_MARKERS = ("P", "X", "*", "h", "<", ">")
