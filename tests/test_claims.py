@@ -135,13 +135,16 @@ def test_a_ledger_without_any_of_our_numbers_still_draws(tmp_path):
     assert paths[3].stat().st_size > 0
 
 
+SETTING = r"claim 'c', recipe 'tiny' \+ setting: "  # the recipe's keys, then the claim's
+
+
 @pytest.mark.parametrize(("change", "expected"), [
     ({"setting": {"heterogeneity": 1.5}},
-     r"claim 'c', setting: key 'heterogeneity' has value 1.5; allowed: gamma in \[0, 1\]"),
+     SETTING + r"key 'heterogeneity' has value 1.5; allowed: gamma in \[0, 1\]"),
     ({"setting": {"normalizer": "fedtan"}},
-     r"claim 'c', setting: key 'normalizer' has value 'fedtan'; allowed: one of \['central'"),
-    ({"setting": {"colour": "red"}}, r"claim 'c', setting: unknown key 'colour'; allowed keys"),
-    ({"setting": {"epochs": 0}}, r"claim 'c', setting: key 'epochs' has value 0"),
+     SETTING + r"key 'normalizer' has value 'fedtan'; allowed: one of \['central'"),
+    ({"setting": {"colour": "red"}}, SETTING + r"unknown key 'colour'; allowed keys"),
+    ({"setting": {"epochs": 0}}, SETTING + r"key 'epochs' has value 0"),
     ({"setting": {}}, r"claim 'c': key 'setting' has value \{\}; allowed: a non-empty mapping"),
     ({"recipe": "paper"}, r"claim 'c': key 'recipe' has value 'paper'; allowed: one of \['tiny'"),
     ({"at": "best"}, r"claim 'c': key 'at' has value 'best'; allowed: one of \['final', 'max'\]"),
