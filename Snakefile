@@ -1,12 +1,14 @@
 # fednorm-repro: the table of contents. Paper scale by default; the quick profile overrides it:
 #   snakemake --cores N                                   (paper scale, needs CIFAR-10 and a GPU)
 #   snakemake --cores 2 --configfile config/quick.yaml    (CPU, offline, minutes)
+from fednorm.claims import NAME as CLAIMS_NAME, ledger_files, load_claims
 from fednorm.plan import load_plan
 
 configfile: "config/config.yaml"
 
-# The whole configuration is validated here, before any job starts.
+# The whole configuration, the claims file included, is validated here, before any job starts.
 PLAN = load_plan(config)
+CLAIMS = load_claims(PLAN.claims, PLAN) if PLAN.claims else ()
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
@@ -19,8 +21,14 @@ if PLAN.toy:
     include: "workflow/rules/toy.smk"
 
 
+if CLAIMS:
+
+    include: "workflow/rules/claims.smk"
+
+
 rule all:
     input:
         PLAN.figure_files(),
         PLAN.toy_files(),
         PLAN.paths.summary(),
+        ledger_files(PLAN),

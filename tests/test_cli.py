@@ -1,6 +1,7 @@
 """`fednorm run CONFIG --out DIR`: one run without Snakemake, reproducible to the bit on CPU."""
 
 import json
+from pathlib import Path
 
 import yaml
 
@@ -52,3 +53,17 @@ def test_download_offline_prints_its_message_alone(tmp_path, capsys, monkeypatch
     assert err.startswith("fednorm: CIFAR-10 is not available in ")
     assert "fednorm download-cifar10 --root" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_plan_checks_the_claims_file_too(tmp_path, capsys, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    assert main(["plan", "config/config.yaml"]) == 0
+    assert "36 claims in config/claims.yaml (fbn 12, fixbn 24)" in capsys.readouterr().out
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(yaml.safe_dump({"claims": [{"id": "c", "paper": "fbn", "source": "Fig 3a",
+                                               "setting": {"normalizer": "fedtan"}, "value": 1}]}))
+    override = tmp_path / "override.yaml"
+    override.write_text(yaml.safe_dump({"claims": str(bad)}))
+    assert main(["plan", "config/config.yaml", str(override)]) == 2
+    assert "claim 'c', setting: key 'normalizer' has value 'fedtan'" in capsys.readouterr().err

@@ -61,7 +61,7 @@ def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     counts = _job_counts(out.stdout)
     assert _bundle_jobs(counts) == jobs
     assert all(n == 1 for rule, n in counts.items() if rule.startswith("train_"))
-    assert counts["cifar10"] == 1 and counts["toy"] == 1
+    assert counts["cifar10"] == 1 and counts["toy"] == 1 and counts["claims"] == 1
     assert (counts["figures_fbn"], counts["figures_fixbn"]) == (1, 1)  # a job per folder
 
 
@@ -81,6 +81,20 @@ def test_bad_config_fails_before_any_job(tmp_path, patch, message):
     out = _snakemake("--cores", "1", "--configfile", str(bad))
     assert out.returncode != 0
     assert message in out.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_bad_claim_fails_before_any_job(tmp_path):
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump({"claims": [
+        {"id": "fbn-fig3-bn", "paper": "fbn", "source": "Fig 3a", "value": 40,
+         "setting": {"normalizer": "bn", "heterogeneity": 2}}]}))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")},
+                                   "claims": str(claims)}))
+    out = _snakemake("--cores", "1", "--configfile", str(bad))
+    assert out.returncode != 0
+    assert "claim 'fbn-fig3-bn', setting: key 'heterogeneity' has value 2" in out.stderr
     assert not (tmp_path / "results").exists()
 
 
@@ -176,6 +190,17 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
                      ("SF, median + NNM", "bn"), ("SF, median + NNM", "fbn")}
     dirichlet = pd.read_csv(figures / "fig13.csv")
     assert set(dirichlet.scenario) == {"no attack", "SF, trimmed mean + NNM"}
+    ledger = pd.read_csv(work / ".test/figures/claims.csv").set_index("id")  # .test/claims.yaml
+    assert dict(ledger.verdict) == {"tiny-fbn-iid": "reproduced", "tiny-fbn-diverged": "differs",
+                                    "tiny-bn-paper-scale": "not comparable",
+                                    "tiny-bn-gamma0.5": "not run"}
+    (iid,) = [r for r, cfg in plan.runs.items() if (cfg.normalizer, cfg.heterogeneity,
+                                                     cfg.attack) == ("fbn", 1, "none")]
+    final = summary[summary.run_id == iid].sort_values("step").test_accuracy.iloc[-1]
+    assert ledger.loc["tiny-fbn-iid", "ours_mean"] == pytest.approx(100 * final)
+    assert ledger.loc["tiny-fbn-diverged", "n_diverged"] == 1
+    for ext in ("md", "pdf", "png"):
+        assert (work / f".test/figures/claims.{ext}").stat().st_size > 0
     leftovers = [p for p in (work / ".test").rglob(".*") if p.is_file()]
     assert leftovers == []  # no temporary file left behind
 

@@ -1,7 +1,8 @@
 """Command line: ``fednorm run CONFIG --out DIR`` trains one run without Snakemake.
 
-Other commands: ``fednorm plan CONFIG`` validates a pipeline configuration and prints what it
-would train and draw; ``fednorm download-cifar10 --root DIR`` fetches the dataset once.
+Other commands: ``fednorm plan CONFIG`` validates a pipeline configuration (its claims file
+included) and prints what it would train and draw; ``fednorm download-cifar10 --root DIR``
+fetches the dataset once.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from fednorm.claims import load_claims
     from fednorm.plan import load_plan, merge
 
     config: dict = {}
@@ -41,6 +43,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for name, ids in plan.experiments.items():
         print(f"experiment {name}: {len(ids)} runs")
     print(f"{len(plan.runs)} distinct training runs, {len(plan.figures)} figures")
+    if plan.claims:
+        claims = load_claims(plan.claims, plan)
+        papers = {c.paper: sum(d.paper == c.paper for d in claims) for c in claims}
+        print(f"{len(claims)} claims in {plan.claims} ("
+              + ", ".join(f"{paper} {n}" for paper, n in papers.items()) + ")")
     return 0
 
 

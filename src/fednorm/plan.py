@@ -39,7 +39,9 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  order to draw; without it, numbers ascend and anything else keeps the order of
                  first appearance in the runs;
 ``toy``          the FBN paper's 2-D normalization toy (Figs 1, 2): ``settings`` (ToyConfig keys),
-                 ``gammas``, ``seeds``, ``figures`` (the folder under ``paths.figures``).
+                 ``gammas``, ``seeds``, ``figures`` (the folder under ``paths.figures``);
+``claims``       the path of the claims ledger's file (each paper number beside ours), or null
+                 for none; the file itself is read and checked by ``fednorm.claims``.
 
 A run that two experiments need is planned (and trained) once: runs are keyed by their run_id,
 which derives from the run's config alone. Runs train in bundles, which derive from the config
@@ -72,7 +74,7 @@ FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean",
                   "stat_change", "stat_deviation", "stat_variance")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
 TABLE_EXTENSIONS = ("csv", "md")  # a table is data and text, no picture
-_TOP = ("paths", "execution", "run", "experiments", "figures", "toy")
+_TOP = ("paths", "execution", "run", "experiments", "figures", "toy", "claims")
 RUN_KEYS = FIELDS + BUDGET_KEYS  # what `run`, `set` and `grid` may set
 SETTINGS = "settings"  # a grid axis whose values set several keys together
 COLUMNS = FIELDS + DERIVED  # what a figure may filter on or tell its lines apart by
@@ -128,6 +130,7 @@ class Plan:
     execution: Execution
     bundles: dict[str, tuple[str, ...]]  # bundle id -> its member run_ids (see `bundles`)
     toy: ToyPlan | None = None
+    claims: str | None = None  # the claims file (fednorm.claims reads it); None: no ledger
 
     def groups(self, run_id: str) -> str:
         """The experiments a run belongs to, joined by '|' (the summary's figure_group)."""
@@ -542,6 +545,13 @@ def _toy(spec: Any) -> ToyPlan | None:
                    str(spec.get("figures", "fbn")))
 
 
+def _claims_path(value: Any) -> str | None:
+    if value is not None and not (isinstance(value, str) and value):
+        raise ConfigError(f"config: key 'claims' has value {value!r}; allowed: the path of a "
+                          "claims file (e.g. config/claims.yaml) or null")
+    return value
+
+
 def _execution(spec: Any) -> Execution:
     spec = _keys(spec, "execution", tuple(_EXECUTION_RULES))
     for key, value in spec.items():
@@ -608,4 +618,5 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         execution=execution,
         bundles=bundles(runs, execution.bundle_size),
         toy=_toy(config.get("toy")),
+        claims=_claims_path(config.get("claims")),
     )

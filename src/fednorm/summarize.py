@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from fednorm.config import DERIVED, FIELDS
+from fednorm.config import DERIVED, FIELDS, RunConfig
 from fednorm.io import write_csv
 from fednorm.plan import Plan
 
@@ -30,15 +31,20 @@ METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean"
            "status", "wall_time_s")
 
 
+def config_columns(cfg: RunConfig) -> dict[str, Any]:
+    """A run's config as the summary writes it: every key (lists as text, e.g. '[0.1, 0.05]')
+    and the DERIVED columns."""
+    columns = {key: str(value) if isinstance(value, list) else value
+               for key, value in cfg.identity().items()}
+    return {**columns, **{key: getattr(cfg, key) for key in DERIVED}}
+
+
 def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:
     run_dir = Path(plan.paths.run_dir(run_id))
     rows = pd.read_csv(run_dir / "metrics.csv")
     meta = json.loads((run_dir / "run.json").read_text())
-    cfg = plan.runs[run_id]
-    for key, value in cfg.identity().items():
-        rows[key] = str(value) if isinstance(value, list) else value
-    for key in DERIVED:
-        rows[key] = getattr(cfg, key)
+    for key, value in config_columns(plan.runs[run_id]).items():
+        rows[key] = value
     rows["run_id"] = run_id
     rows["figure_group"] = plan.groups(run_id)
     rows["status"] = meta["status"]

@@ -1,0 +1,453 @@
+"""The claims ledger: each number a paper states, beside ours, with a verdict.
+
+A claims file (the config's ``claims:``, e.g. ``config/claims.yaml``) has two sections::
+
+    recipes:                   # named settings that claims share (a paper's scale and recipe)
+      fbn_paper: {dataset: cifar10, model: fbn_cnn, width: 64, steps: 3000, ...}
+    claims:
+      - id: fbn-fig3a-bn-gamma0.01      # unique; names the claim in every message
+        paper: fbn                      # fbn | fixbn | fedtan
+        source: Fig 3a                  # the figure or table
+        recipe: fbn_paper               # optional: its keys, under the claim's own setting
+        setting: {normalizer: bn, partition: gamma, heterogeneity: 0.01}
+        metric: test_accuracy           # a summary metric (default test_accuracy)
+        at: final                       # final: the last evaluation point; max: the best one
+        value: 40                       # the paper's number (in % for an accuracy)
+        spread: null                    # its ± when the paper gives one
+        tolerance: 2                    # optional: points within which a number reproduces
+        note: "§4 Results: ..."         # where the paper says it
+
+A setting is RunConfig keys (and the budget keys ``epochs``, ``rounds``, ``lr_decay_at``) as a
+config writes them; it is validated by :func:`fednorm.config.run_config` over RunConfig's
+defaults, so a key or value the config cannot express is a :class:`ConfigError` naming the
+claim, the key, the value and what is allowed. A run *matches* a claim when it equals the
+setting on every key the setting names (budgets resolved to ``steps``, ``lr_milestones``).
+
+Ours is the mean ± std (over seeds) of the matching runs' value ``at`` their final (or best)
+evaluation point in ``results/summary.csv``. Verdicts:
+
+- ``reproduced``: no seed diverged and |ours − paper| ≤ max(tolerance, √(σ_paper² + σ_ours²));
+- ``differs``: otherwise; a diverged seed (status ``diverged``) is left out of the mean, as in
+  every figure, and makes the verdict ``differs``: the paper reports no diverged run;
+- ``not comparable``: no run matches, but runs match the setting's keys outside SCALE_KEYS
+  (the same method at another scale, e.g. the quick profile's synthetic data);
+- ``not run``: not even those.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from fednorm.config import FIELDS, ConfigError, resolve_budget, run_config
+from fednorm.io import write_csv, write_text
+from fednorm.plan import FIGURE_METRICS, Plan
+from fednorm.plots.cells import percent, value_label
+from fednorm.plots.save import PNG_DPI, save_together
+from fednorm.plots.table import cell_text
+from fednorm.summarize import config_columns
+
+PAPERS = {
+    "fbn": "FBN: Guerraoui et al., arXiv 2405.14670",
+    "fixbn": "FixBN: Zhong, Chen, Chao, arXiv 2303.06530",
+    "fedtan": "FedTAN: Wang, Shi, Chang, arXiv 2301.02982",
+}
+# The keys that set a run's scale, not its method: what the quick profile shrinks to fit a CPU.
+# The data (dataset, n_train, n_test, image_size, synthetic_separation), the model's size
+# (model, width, hidden), the budget and its schedule (batch_size, local_steps, steps, lr,
+# lr_milestones) and the evaluation grid (eval_every).
+SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separation", "model",
+              "width", "hidden", "batch_size", "local_steps", "steps", "lr", "lr_milestones",
+              "eval_every")
+AT = {"final": "last", "max": "max"}  # a run's value: its last or its best evaluation point
+TOLERANCE = 2.0  # points (of the metric as shown: % for an accuracy) within which ours agrees
+REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN = "reproduced", "differs", "not comparable", "not run"
+VERDICTS = (REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN)
+EXTENSIONS = ("csv", "md", "pdf", "png")
+NAME = "claims"  # the ledger's files: <figures>/claims.<ext>
+_REQUIRED = ("id", "paper", "source", "setting", "value")
+_OPTIONAL = {"recipe": None, "metric": "test_accuracy", "at": "final", "spread": None,
+             "tolerance": TOLERANCE, "note": ""}
+
+Pairs = tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One number of a paper and the runs that reproduce it."""
+
+    id: str
+    paper: str
+    source: str
+    setting: Pairs  # the keys a run must equal, values as the summary writes them
+    written: Pairs  # the claim's own setting as written (its recipe's keys left out)
+    value: float
+    recipe: str | None = None
+    metric: str = "test_accuracy"
+    at: str = "final"
+    spread: float | None = None
+    tolerance: float = TOLERANCE
+    note: str = ""
+
+    @property
+    def method(self) -> Pairs:
+        """The setting without its SCALE_KEYS: what a run at another scale must still equal."""
+        return tuple((k, v) for k, v in self.setting if k not in SCALE_KEYS)
+
+
+def ledger_files(plan: Plan) -> list[str]:
+    """The ledger's files under the plan's figures folder (none without a claims file)."""
+    return [plan.paths.figure(NAME, ext) for ext in EXTENSIONS] if plan.claims else []
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and checking the claims file.
+
+
+def _fail(where: str, key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{where}: key '{key}' has value {value!r}; allowed: {allowed}")
+
+
+def _number(where: str, key: str, value: Any, *, low: float | None = None) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value) and (low is None or value >= low)
+    if not ok:
+        raise _fail(where, key, value, "a finite number" + (f" >= {low:g}" if low is not None
+                                                            else ""))
+    return float(value)
+
+
+def _one_of(where: str, key: str, value: Any, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise _fail(where, key, value, f"one of {list(allowed)}")
+    return value
+
+
+def _resolved(where: str, values: Mapping[str, Any]) -> Pairs:
+    """The keys a run must equal (budgets resolved), as the summary writes their values."""
+    cfg = run_config(values, where=where)  # every key, value and cross-check, or ConfigError
+    columns = config_columns(cfg)
+    return tuple((key, columns[key]) for key in resolve_budget(values, where))
+
+
+def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int) -> Claim:
+    """One entry of ``claims``, checked; errors name the claim's id (or its index)."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"claims[{index}]: expected a mapping of claim keys, got {spec!r}")
+    named = isinstance(spec.get("id"), str) and spec["id"]
+    where = f"claims: claim '{spec['id']}'" if named else f"claims[{index}]"
+    for key in spec:
+        if key not in (*_REQUIRED, *_OPTIONAL):
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: "
+                              f"{[*_REQUIRED, *_OPTIONAL]}")
+    missing = [k for k in _REQUIRED if k not in spec]
+    if missing:
+        raise ConfigError(f"{where}: key '{missing[0]}' is missing; a claim needs {_REQUIRED}")
+    fields = {**_OPTIONAL, **spec}
+    for key in ("id", "source", "note"):
+        if not isinstance(fields[key], str) or (key != "note" and not fields[key]):
+            raise _fail(where, key, fields[key], "a non-empty text" if key != "note" else "text")
+    recipe = fields["recipe"]
+    if recipe is not None:
+        _one_of(where, "recipe", recipe, list(recipes))
+    written = fields["setting"]
+    if not isinstance(written, Mapping) or not written:
+        raise _fail(where, "setting", written, "a non-empty mapping of run keys to values")
+    values = {**(recipes[recipe] if recipe else {}), **written}
+    spread = fields["spread"]
+    return Claim(
+        id=fields["id"],
+        paper=_one_of(where, "paper", fields["paper"], list(PAPERS)),
+        source=fields["source"],
+        setting=_resolved(f"{where}, " + (f"recipe '{recipe}' + " if recipe else "") + "setting",
+                          values),
+        written=tuple(written.items()),
+        value=_number(where, "value", fields["value"]),
+        recipe=recipe,
+        metric=_one_of(where, "metric", fields["metric"], FIGURE_METRICS),
+        at=_one_of(where, "at", fields["at"], list(AT)),
+        spread=None if spread is None else _number(where, "spread", spread, low=0),
+        tolerance=_number(where, "tolerance", fields["tolerance"], low=0),
+        note=fields["note"],
+    )
+
+
+def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
+    """A claims file's content (``recipes``, ``claims``) as checked Claims, in file order."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with 'claims' (and 'recipes'), "
+                          f"got {spec!r}")
+    for key in spec:
+        if key not in ("recipes", "claims"):
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: "
+                              "['recipes', 'claims']")
+    recipes = spec.get("recipes") or {}
+    if not isinstance(recipes, Mapping) or not all(
+            isinstance(r, Mapping) for r in recipes.values()):
+        raise _fail(where, "recipes", recipes, "a mapping of names to mappings of run keys")
+    entries = spec.get("claims")
+    if not isinstance(entries, list) or not entries:
+        raise _fail(where, "claims", entries, "a non-empty list of claims")
+    claims = tuple(parse_claim(entry, recipes, i) for i, entry in enumerate(entries))
+    ids = [c.id for c in claims]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise _fail(where, "id", twice[0], "an id no other claim has")
+    return claims
+
+
+def load_claims(path: str, plan: Plan | None = None) -> tuple[Claim, ...]:
+    """Read and check a claims file; with ``plan``, also :func:`check_plan`."""
+    if not Path(path).is_file():
+        raise _fail("config", "claims", path, "the path of an existing claims file (e.g. "
+                    "config/claims.yaml) or null")
+    with open(path) as f:
+        claims = parse_claims(yaml.safe_load(f), where=f"claims file {path}")
+    if plan is not None:
+        check_plan(claims, plan)
+    return claims
+
+
+def selects(frame: pd.DataFrame, setting: Pairs) -> pd.Series:
+    """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys.
+
+    Numbers compare to a relative 1e-12 (a CSV may parse a decimal one unit in the last place
+    away); null matches an empty value; everything else exactly.
+    """
+    mask = pd.Series(True, index=frame.index)
+    for key, value in setting:
+        column = frame[key]
+        if value is None:
+            mask &= column.isna()
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            numeric = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+            mask &= np.isclose(numeric, float(value), rtol=1e-12, atol=0.0)
+        else:
+            mask &= column == value
+    return mask
+
+
+def _check_one_setting(claim: Claim, rows: pd.DataFrame) -> None:
+    """The runs a claim matches must be the seeds of one configuration."""
+    keys = [k for k in FIELDS if k != "seed" and rows[k].nunique(dropna=False) > 1]
+    if keys:
+        values = sorted(map(str, rows[keys[0]].unique()))
+        raise ConfigError(
+            f"claims: claim '{claim.id}', setting: key '{keys[0]}' is not given and its runs "
+            f"have the values {values}; allowed: a setting whose runs differ only in seed "
+            f"(add {keys} to it)")
+
+
+def check_plan(claims: Sequence[Claim], plan: Plan) -> None:
+    """Checks against the plan, before any job: the ledger's name is free, and each claim's
+    runs (if the plan has any) are the seeds of one configuration."""
+    if NAME in plan.figures:
+        raise ConfigError(f"figures: key '{NAME}' names a figure; allowed: another name "
+                          f"('{NAME}' is the claims ledger's)")
+    runs = pd.DataFrame([{**config_columns(cfg), "run_id": run_id}
+                         for run_id, cfg in plan.runs.items()])
+    for claim in claims:
+        _check_one_setting(claim, runs[selects(runs, claim.setting)])
+
+
+# ---------------------------------------------------------------------------------------------
+# The ledger: ours beside the paper's, and the verdict.
+
+
+def run_values(rows: pd.DataFrame, *, y: str, at: str) -> pd.DataFrame:
+    """One row per run: ``run_id``, ``diverged`` and ``value`` (its last or best non-NaN ``y``,
+    by step; NaN for a diverged run)."""
+    ordered = rows.sort_values("step", kind="stable")
+    per_run = ordered.groupby("run_id", sort=True)
+    out = per_run["status"].agg(lambda s: s.eq("diverged").any()).rename("diverged").to_frame()
+    measured = ordered.dropna(subset=[y]).groupby("run_id")[y].agg(AT[at])
+    out["value"] = measured.reindex(out.index).where(~out["diverged"])
+    return out.reset_index()
+
+
+def verdict(claim: Claim, mean: float, std: float, n_diverged: int) -> tuple[str, float]:
+    """(verdict, threshold) for ours = mean ± std: ``reproduced`` when no seed diverged and
+    |mean − value| ≤ threshold = max(tolerance, √(spread² + std²)) (a missing spread, or the std
+    of a single seed, counts 0), else ``differs``."""
+    spread = claim.spread or 0.0
+    threshold = max(claim.tolerance, math.hypot(spread, 0.0 if math.isnan(std) else std))
+    ok = n_diverged == 0 and not math.isnan(mean) and abs(mean - claim.value) <= threshold
+    return (REPRODUCED if ok else DIFFERS), threshold
+
+
+def _text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, numbers.Real):
+        return f"{value:g}"
+    return str(value)
+
+
+def setting_text(pairs: Pairs) -> str:
+    """'key=value, ...' (null, true/false, numbers as :g)."""
+    return ", ".join(f"{k}={_text(v)}" for k, v in pairs)
+
+
+def _other_scale(claim: Claim, like: pd.DataFrame) -> str:
+    """The scale keys on which the runs of the claim's method differ from it, in words."""
+    parts = []
+    for key, value in claim.setting:
+        if key in SCALE_KEYS and not selects(like, ((key, value),)).all():
+            ours = sorted({_text(v) for v in like[key]}, key=lambda t: (len(t), t))
+            parts.append(f"{key} {'/'.join(ours)} (claim: {_text(value)})")
+    return "ours at another scale: " + "; ".join(parts)
+
+
+def ledger_row(claim: Claim, summary: pd.DataFrame) -> dict[str, Any]:
+    """The ledger's row of one claim (see LEDGER_COLUMNS)."""
+    scale = 100.0 if percent(claim.metric) else 1.0
+    row: dict[str, Any] = {
+        "id": claim.id, "paper": claim.paper, "source": claim.source, "recipe": claim.recipe,
+        "setting": setting_text(claim.written), "metric": claim.metric, "at": claim.at,
+        "paper_value": claim.value,
+        "paper_spread": math.nan if claim.spread is None else claim.spread, "ours_mean": math.nan,
+        "ours_std": math.nan, "n_seeds": 0, "n_diverged": 0, "difference": math.nan,
+        "threshold": math.nan, "note": claim.note}
+    rows = summary[selects(summary, claim.setting)]
+    if rows.empty:
+        like = summary[selects(summary, claim.method)]
+        if like.empty:
+            return {**row, "verdict": NOT_RUN, "detail": "no run has its method's keys"}
+        return {**row, "verdict": NOT_COMPARABLE, "detail": _other_scale(claim, like)}
+    _check_one_setting(claim, rows)
+    runs = run_values(rows, y=claim.metric, at=claim.at)
+    values = runs["value"].dropna() * scale
+    mean, std = float(values.mean()), float(values.std(ddof=1))
+    n_diverged = int(runs["diverged"].sum())
+    outcome, threshold = verdict(claim, mean, std, n_diverged)
+    detail = (f"{n_diverged} of {len(runs)} seeds diverged (left out of the mean)"
+              if n_diverged else "" if len(values) else f"its runs have no {claim.metric}")
+    return {**row, "ours_mean": mean, "ours_std": std, "n_seeds": len(values),
+            "n_diverged": n_diverged, "difference": mean - claim.value,
+            "threshold": threshold, "verdict": outcome, "detail": detail}
+
+
+LEDGER_COLUMNS = ("id", "paper", "source", "recipe", "setting", "metric", "at", "paper_value",
+                  "paper_spread", "ours_mean", "ours_std", "n_seeds", "n_diverged",
+                  "difference", "threshold", "verdict", "detail", "note")
+
+
+def ledger(claims: Sequence[Claim], summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim, in file order: the paper's number, ours, their difference (ours −
+    paper), the threshold of the verdict and the verdict (see the module's docstring)."""
+    return pd.DataFrame([ledger_row(c, summary) for c in claims], columns=list(LEDGER_COLUMNS))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing it: .csv (the numbers), .md (the ledger as read), .pdf/.png (paper vs ours).
+
+
+def _paper_text(value: float, spread: float) -> str:
+    return f"{value:g}" if math.isnan(spread) else f"{value:g} ± {spread:g}"
+
+
+def _metric_text(metric: str, at: str) -> str:
+    return {"final": "final ", "max": "best "}[at] + value_label(metric)
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", r"\|")
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The ledger as Markdown: the verdict rule, the count of each verdict, one table per
+    paper (its own setting keys and recipe; ours as mean ± std, † where seeds diverged)."""
+    counts = table["verdict"].value_counts()
+    lines = [
+        "# Claims ledger", "",
+        "Each number a paper states beside ours: the mean ± std over seeds of the matching "
+        "runs' final (or best: `at: max`) evaluation point in the summary. **reproduced**: no "
+        "seed diverged and |ours − paper| ≤ max(tolerance, √(σ_paper² + σ_ours²)) (tolerance: "
+        f"{TOLERANCE:g} points unless the claim says); **differs**: otherwise; **not "
+        "comparable**: runs of the claim's method exist only at another scale (keys "
+        f"{', '.join(SCALE_KEYS)}); **not run**: none. `src/fednorm/claims.py` has the rules.",
+        "",
+        "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".",
+    ]
+    header = ["id", "source", "setting", "metric", "paper", "ours", "ours − paper", "verdict",
+              "detail"]
+    for paper, part in table.groupby("paper", sort=False):
+        lines += ["", f"## {PAPERS[paper]}", "", "| " + " | ".join(header) + " |",
+                  "|" + "---|" * 4 + "---:|" * 3 + "---|---|"]
+        for r in part.itertuples(index=False):
+            setting = r.setting + (f" ({r.recipe})" if isinstance(r.recipe, str) else "")
+            ours = cell_text(r.ours_mean, r.ours_std, r.n_seeds, r.n_diverged, y=r.metric)
+            diff = "–" if math.isnan(r.difference) else f"{r.difference:+.2f}"
+            cells = [r.id, r.source, setting, _metric_text(r.metric, r.at),
+                     _paper_text(r.paper_value, r.paper_spread), ours, diff, r.verdict,
+                     r.detail if isinstance(r.detail, str) else ""]
+            lines.append("| " + " | ".join(_escape(str(c)) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+VERDICT_COLOURS = {REPRODUCED: "#2ca02c", DIFFERS: "#d62728"}
+PAPER_MARKERS = {"fbn": "o", "fixbn": "s", "fedtan": "^"}
+
+
+def ledger_figure(table: pd.DataFrame) -> Figure:
+    """Ours against the paper's number, one point per claim with ours (error bars: the paper's
+    spread and ours over seeds), the diagonal and the ±tolerance band around it."""
+    shown = table[table["ours_mean"].notna()]
+    fig = Figure(figsize=(5.6, 5.2), layout="constrained")
+    ax = fig.subplots()
+    values = pd.concat([shown["paper_value"], shown["ours_mean"]])
+    low, high = (values.min(), values.max()) if len(values) else (0.0, 100.0)
+    pad = max(TOLERANCE, 0.05 * (high - low))
+    limits = np.array([low - pad, high + pad])
+    ax.fill_between(limits, limits - TOLERANCE, limits + TOLERANCE, color="#dddddd", lw=0)
+    ax.plot(limits, limits, color="#444444", lw=0.8)
+    for r in shown.itertuples(index=False):
+        ax.errorbar(r.paper_value, r.ours_mean, xerr=np.nan_to_num(r.paper_spread),
+                    yerr=np.nan_to_num(r.ours_std), marker=PAPER_MARKERS[r.paper],
+                    color=VERDICT_COLOURS[r.verdict], capsize=2, lw=0.8, ms=5)
+        ax.annotate(r.id, (r.paper_value, r.ours_mean), fontsize=5, xytext=(3, 3),
+                    textcoords="offset points")
+    if shown.empty:
+        ax.text(0.5, 0.5, "no claim has runs at this scale\n(see claims.md)", ha="center",
+                va="center", transform=ax.transAxes)
+    ax.set_xlim(*limits)
+    ax.set_ylim(*limits)
+    ax.set_aspect("equal")
+    ax.set_xlabel("paper")
+    ax.set_ylabel("ours (mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    handles = [Line2D([], [], ls="none", marker="o", color=c, label=v)
+               for v, c in VERDICT_COLOURS.items()]
+    handles += [Line2D([], [], ls="none", marker=m, color="#444444", label=p)
+                for p, m in PAPER_MARKERS.items() if p in set(shown["paper"])]
+    handles.append(Line2D([], [], color="#dddddd", lw=6, label=f"±{TOLERANCE:g} points"))
+    ax.legend(handles=handles, fontsize="small", loc="upper left")
+    reproduced = int(shown["verdict"].eq(REPRODUCED).sum())
+    ax.set_title(f"Paper vs ours: {len(shown)} of {len(table)} claims compared, "
+                 f"{reproduced} reproduced", fontsize="medium")
+    return fig
+
+
+def write_ledger(claims: Sequence[Claim], summary: pd.DataFrame, stem: str | Path) -> list[Path]:
+    """Write ``stem``.csv, .md, .pdf and .png, all or none (see
+    :func:`fednorm.plots.save.save_together`)."""
+    table = ledger(claims, summary)
+    fig = ledger_figure(table)
+    return save_together(stem, {
+        ".csv": lambda path: write_csv(path, table),
+        ".md": lambda path: write_text(path, markdown(table)),
+        ".pdf": lambda path: fig.savefig(path, metadata={"CreationDate": None}),
+        ".png": lambda path: fig.savefig(path, dpi=PNG_DPI),
+    })

@@ -1,0 +1,245 @@
+"""The claims ledger: claims are checked before any job, runs are matched by their setting, and
+each verdict follows from ours (mean ± std over seeds) beside the paper's number."""
+
+import math
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fednorm.claims import (
+    LEDGER_COLUMNS,
+    NOT_COMPARABLE,
+    NOT_RUN,
+    SCALE_KEYS,
+    VERDICTS,
+    ledger,
+    ledger_files,
+    load_claims,
+    parse_claims,
+    selects,
+    write_ledger,
+)
+from fednorm.config import ConfigError, run_config
+from fednorm.plan import load_plan, merge
+from fednorm.summarize import config_columns
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, "width": 4,
+        "hidden": 8, "batch_size": 8, "steps": 20, "lr": [0.1], "lr_milestones": [],
+        "partition": "gamma"}
+
+
+def _summary(tmp_path, runs):
+    """A summary as summarize writes it, read back from CSV: ``runs`` is a list of (run keys,
+    test accuracies at steps 0, 10, 20, status); a diverged run has NaN from its divergence."""
+    rows = []
+    for keys, accuracies, status in runs:
+        cfg = run_config({**TINY, **keys})
+        for step, accuracy in zip((0, 10, 20), accuracies, strict=True):
+            rows.append({**config_columns(cfg), "run_id": cfg.run_id, "step": step,
+                         "test_accuracy": accuracy, "status": status})
+    pd.DataFrame(rows).to_csv(tmp_path / "summary.csv", index=False)
+    return pd.read_csv(tmp_path / "summary.csv")
+
+
+def _claims(*entries, recipes=None):
+    return parse_claims({"recipes": recipes or {"tiny": TINY}, "claims": list(entries)})
+
+
+def _claim(id, setting, value, **more):
+    return {"id": id, "paper": "fbn", "source": "Fig 3a", "recipe": "tiny", "setting": setting,
+            "value": value, **more}
+
+
+NAN = math.nan
+RUNS = [
+    # bn at gamma = 0, three seeds: final 40, 44, 47 %
+    *(({"normalizer": "bn", "heterogeneity": 0, "seed": s}, [0.1, 0.3, a], "ok")
+      for s, a in enumerate([0.40, 0.44, 0.47])),
+    # fbn at gamma = 0, two seeds: best 80 and 76 %, final 70 and 76 %
+    ({"normalizer": "fbn", "heterogeneity": 0, "seed": 0}, [0.2, 0.8, 0.7], "ok"),
+    ({"normalizer": "fbn", "heterogeneity": 0, "seed": 1}, [0.3, 0.75, 0.76], "ok"),
+    # central at gamma = 0: final 60 and 70 %, a wide spread
+    ({"normalizer": "central", "heterogeneity": 0, "seed": 0}, [0.1, 0.5, 0.6], "ok"),
+    ({"normalizer": "central", "heterogeneity": 0, "seed": 1}, [0.1, 0.5, 0.7], "ok"),
+    # fixbn at gamma = 0: seed 1 diverges at step 10
+    ({"normalizer": "fixbn", "heterogeneity": 0, "seed": 0}, [0.1, 0.3, 0.5], "ok"),
+    ({"normalizer": "fixbn", "heterogeneity": 0, "seed": 1}, [0.1, NAN, NAN], "diverged"),
+]
+
+
+def test_each_verdict_and_its_numbers(tmp_path):
+    claims = _claims(
+        _claim("bn-final", {"normalizer": "bn", "heterogeneity": 0}, 42.93, spread=2.75),
+        _claim("fbn-best", {"normalizer": "fbn", "heterogeneity": 0}, 90, at="max"),
+        _claim("fbn-final", {"normalizer": "fbn", "heterogeneity": 0}, 73.5),
+        _claim("central-spread", {"normalizer": "central", "heterogeneity": 0}, 70, spread=1),
+        _claim("fixbn-diverged", {"normalizer": "fixbn", "heterogeneity": 0}, 50),
+        _claim("bn-paper-scale", {"normalizer": "bn", "heterogeneity": 0, "width": 64,
+                                  "steps": 3000}, 17),
+        _claim("bn-gamma0.5", {"normalizer": "bn", "heterogeneity": 0.5}, 40),
+    )
+    table = ledger(claims, _summary(tmp_path, RUNS)).set_index("id")
+    assert list(table.reset_index().columns) == list(LEDGER_COLUMNS)
+
+    def check(claim_id, values, verdict, n_diverged=0):
+        row = table.loc[claim_id]
+        assert row.ours_mean == pytest.approx(statistics.mean(values))
+        assert row.ours_std == pytest.approx(statistics.stdev(values))
+        assert row.difference == pytest.approx(statistics.mean(values) - row.paper_value)
+        assert (row.n_seeds, row.n_diverged, row.verdict) == (len(values), n_diverged, verdict)
+
+    check("bn-final", [40, 44, 47], "reproduced")  # 43.67 - 42.93 = +0.74 <= 2
+    check("fbn-best", [80, 76], "differs")  # 78 - 90 = -12 > max(2, 2.83)
+    check("fbn-final", [70, 76], "reproduced")  # 73 - 73.5, the last point, not the best
+    # 65 - 70 = -5: beyond 2 points, within the spreads combined: hypot(1, 7.07) = 7.14
+    check("central-spread", [60, 70], "reproduced")
+    assert table.loc["central-spread", "threshold"] == pytest.approx(
+        math.hypot(1, statistics.stdev([60, 70])))
+    # the diverged seed is left out of the mean, and a diverged seed is not a reproduction
+    row = table.loc["fixbn-diverged"]
+    assert (row.ours_mean, row.n_seeds, row.n_diverged, row.verdict) == (50, 1, 1, "differs")
+    assert "1 of 2 seeds diverged" in row.detail
+    row = table.loc["bn-paper-scale"]
+    assert row.verdict == NOT_COMPARABLE and math.isnan(row.ours_mean)
+    assert "width 4 (claim: 64)" in row.detail and "steps 20 (claim: 3000)" in row.detail
+    assert table.loc["bn-gamma0.5", "verdict"] == NOT_RUN
+    assert set(table.verdict) == set(VERDICTS)
+
+
+def test_the_ledger_is_written_as_csv_markdown_and_a_figure(tmp_path):
+    claims = _claims(_claim("bn-final", {"normalizer": "bn", "heterogeneity": 0}, 42.93,
+                            spread=2.75),
+                     _claim("bn-gamma0.5", {"normalizer": "bn", "heterogeneity": 0.5}, 40))
+    stem = tmp_path / "figures" / "claims"
+    paths = write_ledger(claims, _summary(tmp_path, RUNS), stem)
+    assert [p.name for p in paths] == ["claims.csv", "claims.md", "claims.pdf", "claims.png"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    written = pd.read_csv(paths[0])
+    assert list(written.verdict) == ["reproduced", "not run"]
+    assert written.ours_mean[0] == pytest.approx(statistics.mean([40, 44, 47]))
+    md = paths[1].read_text()
+    assert "Verdicts: 1 reproduced, 0 differs, 0 not comparable, 1 not run." in md
+    assert "| bn-final | Fig 3a | normalizer=bn, heterogeneity=0 (tiny) | final test accuracy " \
+           "(%) | 42.93 ± 2.75 | 43.67 ± 3.51 | +0.74 | reproduced |" in md
+    assert sorted(p.name for p in stem.parent.iterdir()) == sorted(p.name for p in paths)
+
+
+def test_a_ledger_without_any_of_our_numbers_still_draws(tmp_path):
+    claims = _claims(_claim("bn-gamma0.5", {"normalizer": "bn", "heterogeneity": 0.5}, 40))
+    paths = write_ledger(claims, _summary(tmp_path, RUNS[:1]), tmp_path / "claims")
+    assert pd.read_csv(paths[0]).verdict.tolist() == ["not run"]
+    assert paths[3].stat().st_size > 0
+
+
+SETTING = r"claim 'c', recipe 'tiny' \+ setting: "  # the recipe's keys, then the claim's
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"setting": {"heterogeneity": 1.5}},
+     SETTING + r"key 'heterogeneity' has value 1.5; allowed: gamma in \[0, 1\]"),
+    ({"setting": {"normalizer": "fedtan"}},
+     SETTING + r"key 'normalizer' has value 'fedtan'; allowed: one of \['central'"),
+    ({"setting": {"colour": "red"}}, SETTING + r"unknown key 'colour'; allowed keys"),
+    ({"setting": {"epochs": 0}}, SETTING + r"key 'epochs' has value 0"),
+    ({"setting": {}}, r"claim 'c': key 'setting' has value \{\}; allowed: a non-empty mapping"),
+    ({"recipe": "paper"}, r"claim 'c': key 'recipe' has value 'paper'; allowed: one of \['tiny'"),
+    ({"at": "best"}, r"claim 'c': key 'at' has value 'best'; allowed: one of \['final', 'max'\]"),
+    ({"metric": "accuracy"}, r"claim 'c': key 'metric' has value 'accuracy'; allowed: one of"),
+    ({"paper": "fedbn"}, r"claim 'c': key 'paper' has value 'fedbn'; allowed: one of \['fbn'"),
+    ({"value": "high"}, r"claim 'c': key 'value' has value 'high'; allowed: a finite number"),
+    ({"spread": -1}, r"claim 'c': key 'spread' has value -1; allowed: a finite number >= 0"),
+    ({"vlaue": 3}, r"claim 'c': unknown key 'vlaue'; allowed keys: \['id'"),
+    ({"id": ""}, r"claims\[0\]: key 'id' has value ''; allowed: a non-empty text"),
+])
+def test_a_bad_claim_is_an_error_naming_the_claim_the_key_the_value_and_what_is_allowed(
+        change, expected):
+    entry = {**_claim("c", {"normalizer": "bn"}, 40), **change}
+    with pytest.raises(ConfigError, match=expected):
+        _claims(entry)
+
+
+def test_a_claim_without_its_value_and_two_claims_with_one_id_are_errors():
+    entry = _claim("c", {"normalizer": "bn"}, 40)
+    with pytest.raises(ConfigError, match=r"claim 'c': key 'value' is missing"):
+        _claims({k: v for k, v in entry.items() if k != "value"})
+    with pytest.raises(ConfigError, match=r"key 'id' has value 'c'; allowed: an id no other"):
+        _claims(entry, entry)
+
+
+def _tiny_plan(tmp_path, claims_file, **grid):
+    return load_plan({"paths": {"results": str(tmp_path)}, "run": TINY, "claims": claims_file,
+                      "experiments": {"e": {"grid": {"normalizer": ["bn"], **grid,
+                                                     "seed": [0, 1]}}}})
+
+
+def test_a_claim_whose_runs_differ_in_more_than_the_seed_is_an_error(tmp_path):
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"recipes": {"tiny": TINY},
+                                    "claims": [_claim("c", {"normalizer": "bn"}, 40)]}))
+    assert len(load_claims(str(path), _tiny_plan(tmp_path, str(path)))) == 1
+    plan = _tiny_plan(tmp_path, str(path), bn_momentum=[0.01, 0.1])
+    with pytest.raises(ConfigError, match=r"claim 'c', setting: key 'bn_momentum' is not given "
+                                          r"and its runs have the values \['0.01', '0.1'\]"):
+        load_claims(str(path), plan)
+
+
+def test_the_claims_path_and_the_ledger_name_are_checked(tmp_path):
+    with pytest.raises(ConfigError, match=r"key 'claims' has value 3; allowed: the path"):
+        _tiny_plan(tmp_path, 3)
+    plan = _tiny_plan(tmp_path, str(tmp_path / "absent.yaml"))
+    with pytest.raises(ConfigError, match=r"key 'claims' has value '.*absent.yaml'; allowed"):
+        load_claims(plan.claims, plan)
+    assert ledger_files(plan) == [f"figures/claims.{e}" for e in ("csv", "md", "pdf", "png")]
+    assert ledger_files(_tiny_plan(tmp_path, None)) == []
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [_claim("c", {"normalizer": "bn"}, 40)],
+                                    "recipes": {"tiny": TINY}}))
+    config = {"run": TINY, "claims": str(path), "experiments": {"e": {"grid": {"seed": [0]}}},
+              "figures": {"claims": {"experiment": "e", "kind": "curves"}}}
+    with pytest.raises(ConfigError, match=r"figures: key 'claims' names a figure"):
+        load_claims(str(path), load_plan(config))
+
+
+def _profile(*names):
+    config = {}
+    for name in names:
+        config = merge(config, yaml.safe_load((ROOT / name).read_text()))
+    plan = load_plan(config)
+    return plan, load_claims(str(ROOT / plan.claims), plan)
+
+
+def _plan_summary(plan):
+    """The plan's runs as summary rows, one evaluation point each (accuracy 0.5)."""
+    return pd.DataFrame([{**config_columns(cfg), "run_id": run_id, "step": cfg.steps,
+                          "test_accuracy": 0.5, "status": "ok"}
+                         for run_id, cfg in plan.runs.items()])
+
+
+def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
+    plan, claims = _profile("config/config.yaml")
+    counts = {p: sum(c.paper == p for c in claims) for p in ("fbn", "fixbn", "fedtan")}
+    assert counts == {"fbn": 12, "fixbn": 24, "fedtan": 0}
+    runs = _plan_summary(plan)
+    for claim in claims:
+        seeds = sorted(runs[selects(runs, claim.setting)].seed)
+        # Table 5's FedTAN setting is not in the grid yet
+        assert seeds == ([] if claim.source == "Table 5" else [0, 1, 2]), claim.id
+    table = ledger(claims, runs)
+    assert set(table.verdict) == {"reproduced", "differs", NOT_COMPARABLE}
+
+
+def test_the_quick_profile_compares_no_claim_with_the_paper():
+    plan, claims = _profile("config/config.yaml", "config/quick.yaml")
+    table = ledger(claims, _plan_summary(plan))
+    assert set(table.verdict) == {NOT_COMPARABLE, NOT_RUN}
+    comparable = table[table.verdict == NOT_COMPARABLE]
+    assert comparable.detail.str.contains("dataset synthetic \\(claim: cifar10\\)").all()
+    # FBN's Byzantine grid at the quick scale has gamma in {0, 1}: gamma = 0.01 is not run
+    assert set(table[table.verdict == NOT_RUN].id) == {
+        "fbn-fig4-bn-sf-nodefense-g0.01", "fbn-fig4-fbn-sf-nodefense-g0.01-best",
+        "fbn-fig4-bn-sf-median-g0.01-best"}
+    assert {"dataset", "model", "width", "steps"} <= set(SCALE_KEYS)
