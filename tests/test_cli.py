@@ -62,8 +62,8 @@ def test_plan_checks_the_claims_file_too(tmp_path, capsys, monkeypatch):
     assert "36 claims in config/claims.yaml (fbn 12, fixbn 24)" in capsys.readouterr().out
     bad = tmp_path / "claims.yaml"
     bad.write_text(yaml.safe_dump({"claims": [{"id": "c", "paper": "fbn", "source": "Fig 3a",
-                                               "setting": {"normalizer": "fedtan"}, "value": 1}]}))
+                                               "setting": {"normalizer": "fedprox"}, "value": 1}]}))
     override = tmp_path / "override.yaml"
     override.write_text(yaml.safe_dump({"claims": str(bad)}))
     assert main(["plan", "config/config.yaml", str(override)]) == 2
-    assert "claim 'c', setting: key 'normalizer' has value 'fedtan'" in capsys.readouterr().err
+    assert "claim 'c', setting: key 'normalizer' has value 'fedprox'" in capsys.readouterr().err

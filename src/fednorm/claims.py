@@ -237,27 +237,24 @@ def selects(frame: pd.DataFrame, setting: Pairs) -> pd.Series:
     return mask
 
 
-def _check_one_setting(claim: Claim, rows: pd.DataFrame) -> None:
-    """The runs a claim matches must be the seeds of one configuration."""
+def ambiguity(rows: pd.DataFrame) -> str:
+    """'' when the runs a claim matches are the seeds of one configuration; else what tells
+    them apart, in words (the claim's setting must name those keys to pick one)."""
     keys = [k for k in FIELDS if k != "seed" and rows[k].nunique(dropna=False) > 1]
-    if keys:
-        values = sorted(map(str, rows[keys[0]].unique()))
-        raise ConfigError(
-            f"claims: claim '{claim.id}', setting: key '{keys[0]}' is not given and its runs "
-            f"have the values {values}; allowed: a setting whose runs differ only in seed "
-            f"(add {keys} to it)")
+    if not keys:
+        return ""
+    values = sorted(map(str, rows[keys[0]].unique()))
+    return (f"ambiguous: the matching runs differ in {keys} (e.g. {keys[0]} {values}); add "
+            f"them to the claim's setting")
 
 
 def check_plan(claims: Sequence[Claim], plan: Plan) -> None:
-    """Checks against the plan, before any job: the ledger's name is free, and each claim's
-    runs (if the plan has any) are the seeds of one configuration."""
+    """Checks against the plan, before any job: the ledger's name is free. (A claim whose
+    runs are several configurations is not an error: a user may widen a grid without
+    touching the claims; the ledger says 'not comparable' and why.)"""
     if NAME in plan.figures:
         raise ConfigError(f"figures: key '{NAME}' names a figure; allowed: another name "
                           f"('{NAME}' is the claims ledger's)")
-    runs = pd.DataFrame([{**config_columns(cfg), "run_id": run_id}
-                         for run_id, cfg in plan.runs.items()])
-    for claim in claims:
-        _check_one_setting(claim, runs[selects(runs, claim.setting)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,7 +323,9 @@ def ledger_row(claim: Claim, summary: pd.DataFrame) -> dict[str, Any]:
         if like.empty:
             return {**row, "verdict": NOT_RUN, "detail": "no run has its method's keys"}
         return {**row, "verdict": NOT_COMPARABLE, "detail": _other_scale(claim, like)}
-    _check_one_setting(claim, rows)
+    ambiguous = ambiguity(rows)
+    if ambiguous:
+        return {**row, "verdict": NOT_COMPARABLE, "detail": ambiguous}
     runs = run_values(rows, y=claim.metric, at=claim.at)
     values = runs["value"].dropna() * scale
     mean, std = float(values.mean()), float(values.std(ddof=1))
