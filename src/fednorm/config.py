@@ -20,7 +20,10 @@ from typing import Any
 
 DATASETS = ("cifar10", "synthetic")
 MODELS = ("fbn_cnn", "resnet20", "lenet")
-NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup", "fedtan")
+NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup", "fedtan",
+               "fedbn", "silobn", "heterofl_sbn")
+# Normalizers whose clients keep part of BN to themselves, never averaged (personalized).
+PERSONALIZED = ("fedbn", "silobn")
 PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
 MOMENTUM_CONVENTIONS = ("ema", "pytorch")
 FBN_INITS = ("zero_one", "first_batch")
@@ -361,6 +364,10 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
         raise _fail(where, "record_dynamics", True,
                     f"false with participation {cfg.participation!r} < 1 (the dynamics average "
                     f"over every client of a round)")
+    if cfg.normalizer in PERSONALIZED:
+        raise _fail(where, "participation", cfg.participation,
+                    f"1.0 with normalizer '{cfg.normalizer}' (its clients' own BN parts under "
+                    f"partial participation are not implemented)")
     if cfg.normalizer in ("central", "fedtan"):
         raise _fail(where, "participation", cfg.participation,
                     f"1.0 with normalizer '{cfg.normalizer}' (it normalizes over the union of "

@@ -8,8 +8,10 @@ metrics (``step``, ``test_accuracy`` as a fraction, ``test_loss``, ``train_loss`
 ``norm_error_mean``, ``norm_error_var``: the normalization error averaged over BN layers, NaN
 without BN; ``stat_change``, ``stat_deviation``, ``stat_variance``: the FixBN paper's training
 dynamics summed over BN layers, fednorm.fl.dynamics, NaN unless the run recorded them;
-``comm_rounds``: client-server exchanges so far, fednorm.fl.engine), and the run's ``status``
-and ``wall_time_s``.
+``comm_rounds``: client-server exchanges so far, fednorm.fl.engine; ``local_test_accuracy``:
+the accuracy on each client's own label distribution, averaged over the clients; with FedBN and
+SiloBN, ``test_accuracy`` is the mean of the clients' models on the global test set,
+fednorm.fl.train.evaluate), and the run's ``status`` and ``wall_time_s``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ FIRST_COLUMNS = ("run_id", "figure_group", "model", "normalizer", "partition", "
                  "local_steps", "attack", "f", "aggregator", "nnm", "scenario", "split", "seed")
 METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
            "norm_error_var", "stat_change", "stat_deviation", "stat_variance", "comm_rounds",
-           "status", "wall_time_s")
+           "local_test_accuracy", "status", "wall_time_s")
 
 
 def config_columns(cfg: RunConfig) -> dict[str, Any]:

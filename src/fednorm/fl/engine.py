@@ -108,6 +108,7 @@ from fednorm.fl.dynamics import Dynamics
 from fednorm.fl.optim import momentum_step
 from fednorm.fl.participation import participant_mask, participation_keys
 from fednorm.norms import (
+    BatchStats,
     FedBatchNorm2d,
     Normalizer,
     NormContext,
@@ -460,9 +461,34 @@ class DSGD(_Trainer):
 
 
 class FedAvg(_Trainer):
-    """E local steps per round on stacked per-client state, then server averaging."""
+    """E local steps per round on stacked per-client state, then server averaging.
+
+    Personalized BN (``normalizer.local``: FedBN, SiloBN): the parts each client keeps live in
+    ``self.local``, (R, n, ...) per parameter or statistic; a round starts every client from
+    the global state with its own parts in place, and ends with them stored back, never
+    averaged (the global copies of those parameters are left as they were). Static BN
+    (``normalizer.static``: HeteroFL) commits no statistics in training; :meth:`static_statistics`
+    computes them before each test.
+    """
 
     per_client_momenta = True
+
+    def __init__(self, cfgs, models, normalizer, batches) -> None:
+        super().__init__(cfgs, models, normalizer, batches)
+        affine = [f"{la.key}.{p}" for la in self.layers for p in ("weight", "bias")]
+        local_params = affine if "affine" in normalizer.local else []
+        local_stats = self.stat_names if "stats" in normalizer.local else []
+        self.local: dict[str, Tensor] = {
+            **{k: self._per_client(self.state.params[k]) for k in local_params},
+            **{k: self._per_client(self.state.stats[k]) for k in local_stats}}
+
+    @property
+    def personalized(self) -> bool:
+        return bool(self.local)
+
+    def keep(self, runs: Tensor) -> None:
+        super().keep(runs)
+        self.local = {k: t[runs] for k, t in self.local.items()}
 
     def _zero_momentum(self, stacked: Tensor) -> Tensor:
         return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
@@ -473,6 +499,8 @@ class FedAvg(_Trainer):
 
         params = {k: self._per_client(p) for k, p in self.state.params.items()}
         stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
+        for k, own in self.local.items():  # personalized BN: each client's own parts
+            (params if k in params else stats)[k] = own.clone()
         part = self.participants(first_step)  # (R, n) or None: every client takes part
         if part is None:
             step = over_runs(vmap(self.grad_fn(rule, 1)), R)
@@ -505,7 +533,9 @@ class FedAvg(_Trainer):
         if part is not None:
             for k, m in self.state.momenta.items():
                 m.copy_(torch.where(part.view(R, n, *[1] * (m.dim() - 2)), m, before[k]))
-        self._aggregate(params, stats, rule, part, set(names))
+        for k, own in self.local.items():  # kept by the clients, never averaged
+            own.copy_(params[k] if k in params else stats[k])
+        self._aggregate(params, stats, rule, part, set(names) - set(self.local))
         self.end_round(part)
         return total
 
@@ -537,8 +567,8 @@ class FedAvg(_Trainer):
         """The server's round: parameters (the participants' ``part`` only, when given; those
         not ``trained`` this round keep their global value exactly), then BN statistics."""
         self._average_params(params, part, set(self.names) if trained is None else trained)
-        if not self.layers:
-            return
+        if not self.layers or self.normalizer.static or "stats" in self.normalizer.local:
+            return  # nothing to aggregate: no running statistics, or the clients keep theirs
         reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
                    for la in self.layers}
         # After E local updates a client's running mean has moved by 1 - (1 - beta)^E towards
@@ -546,6 +576,34 @@ class FedAvg(_Trainer):
         beta_eff = 1.0 - (1.0 - self.cfg.bn_momentum) ** self.cfg.local_steps
         with self._observed_round():
             self._commit(reports, rule, beta_eff, part)
+
+    @torch.no_grad()
+    def static_statistics(self, x: Tensor) -> None:
+        """HeteroFL's static BN (its step (4)): every BN layer's statistics of the global model
+        over the images ``x`` (N, ...), in batches of ``batch_size`` each normalized with its
+        own statistics as in training, averaged over the batches (the cumulative average of
+        nn.BatchNorm2d with momentum None), written as every run's running statistics. A
+        last incomplete batch is left out; the batches go through in groups, one forward
+        each (no Python loop over batches)."""
+        b = self.cfg.batch_size
+        per_forward = max(1, 4096 // b)
+        total: dict[str, list[Tensor]] = {}
+        count = 0
+        usable = (len(x) // b) * b
+        for start in range(0, usable, per_forward * b):
+            chunk = x[start: min(usable, start + per_forward * b)]
+            groups = len(chunk) // b
+            forward = over_runs(self.forward_fn(BatchStats(), groups, 1.0), self.runs,
+                                in_dims=(0, 0, None, None))
+            _, reports, _ = forward(self.state.params, self.state.stats, chunk,
+                                    torch.zeros(2, dtype=torch.int64, device=x.device))
+            for key, (mean, var) in reports.items():  # (R, groups, C): each batch's own
+                sums = total.setdefault(key, [0, 0])
+                sums[0], sums[1] = sums[0] + mean.sum(1), sums[1] + var.sum(1)
+            count += groups
+        for key, (mean, var) in total.items():
+            self.state.stats[f"{key}.running_mean"].copy_(mean / count)
+            self.state.stats[f"{key}.running_var"].copy_(var / count)
 
     def _combine_updates(self, clients: dict[str, Tensor],
                          start: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -626,6 +684,7 @@ def make_trainer(
     cfg = cfgs[0]
     if normalizer.clientwise:  # FedTAN: one forward over all clients' stacked batches
         return FedTAN(cfgs, models, normalizer, batches)
-    fedavg = cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
+    fedavg = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
+              or bool(normalizer.local) or normalizer.static)
     cls = FedAvg if force_fedavg or fedavg else DSGD
     return cls(cfgs, models, normalizer, batches)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
 from fednorm import rng
 from fednorm.config import RunConfig, bundle_key
@@ -35,7 +35,7 @@ from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
 METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
-                  "norm_error_var", *QUANTITIES, "comm_rounds")
+                  "norm_error_var", *QUANTITIES, "comm_rounds", "local_test_accuracy")
 LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
 DYNAMICS_COLUMNS = ("step", "layer", *QUANTITIES)  # fednorm.fl.dynamics, when recorded
 EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
@@ -52,22 +52,48 @@ class TrainResult:
 
 
 @torch.no_grad()
-def evaluate(trainer: _Trainer, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """Test accuracy (fraction) and mean NLL of every run's global model in eval mode, (R,)."""
+def evaluate(trainer: _Trainer, x: Tensor, y: Tensor, label_dist: Tensor
+             ) -> tuple[Tensor, Tensor, Tensor]:
+    """Every run's test accuracy (fraction), mean NLL and accuracy on its clients' own label
+    distributions, (R,) each, in eval mode.
+
+    The model tested is the global one; with personalized BN (FedBN, SiloBN: the trainer's
+    ``local`` parts) there is none, and client i's model is the averaged weights with its own
+    BN parts: then the accuracy and NLL are the mean over the clients' models on the (global)
+    test set. The local accuracy is sum_c p_i(c) acc_i(c) averaged over the clients i, with
+    p_i = ``label_dist`` (R, n, classes) the label distribution of client i's training data
+    and acc_i(c) the accuracy of client i's model (or the global one) on the test images of
+    class c: its test set drawn from its own label distribution, in expectation.
+    """
     model, runs = trainer.model, trainer.runs
+    local = getattr(trainer, "local", {})
     model.eval()
-    fn = over_runs(lambda p, s, xb: functional_call(model, {**p, **s}, (xb,)), runs,
-                   in_dims=(0, 0, None))
-    loss = x.new_zeros(runs)
-    correct = x.new_zeros(runs)
-    batch = max(1, EVAL_IMAGES // runs)
+    if local:
+        def clients(p, s, own, xb):  # one run: (n, B, classes), a model per client
+            return vmap(lambda o: functional_call(model, {**p, **s, **o}, (xb,)))(own)
+
+        fn = over_runs(clients, runs, in_dims=(0, 0, 0, None))
+        state = (trainer.state.params, trainer.state.stats, local)
+        models = trainer.n
+    else:
+        fn = over_runs(lambda p, s, xb: functional_call(model, {**p, **s}, (xb,)).unsqueeze(0),
+                       runs, in_dims=(0, 0, None))
+        state, models = (trainer.state.params, trainer.state.stats), 1
+    classes = label_dist.shape[-1]
+    loss = x.new_zeros(runs, models)
+    correct = x.new_zeros(runs, models, classes)  # right answers per test class
+    batch = max(1, EVAL_IMAGES // (runs * models))
     for i in range(0, len(x), batch):
-        out = fn(trainer.state.params, trainer.state.stats, x[i : i + batch])  # (R, B, classes)
-        yb = y[i : i + batch].expand(runs, -1)
-        loss += F.nll_loss(out.transpose(1, 2), yb, reduction="none").sum(1)
-        correct += (out.argmax(2) == yb).sum(1)
+        out = fn(*state, x[i : i + batch])  # (R, models, B, classes)
+        yb = y[i : i + batch]
+        loss += F.nll_loss(out.permute(0, 3, 1, 2), yb.expand(runs, models, -1),
+                           reduction="none").sum(2)
+        right = (out.argmax(3) == yb).to(x.dtype)  # (R, models, B)
+        correct += right @ F.one_hot(yb, classes).to(x.dtype)
     model.train()
-    return correct / len(x), loss / len(x)
+    per_class = correct / torch.bincount(y, minlength=classes).clamp_min(1).to(x.dtype)
+    local_acc = (label_dist * per_class).sum(-1).mean(-1)  # (R, n) with (R, 1 or n) models
+    return (correct.sum(-1) / len(x)).mean(1), (loss / len(x)).mean(1), local_acc
 
 
 def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
@@ -116,7 +142,17 @@ def train_bundle(
     honest = cfg.n_clients - (cfg.f if cfg.attack != "none" else 0)
     probe = ClientBatches(data.train_x, data.train_y, [p[:honest] for p in parts],
                           cfg.batch_size, seeds, rng.PROBE)
-    return _Loop(cfgs, data, trainer, probe, on_finish).run()
+    loop = _Loop(cfgs, data, trainer, probe, on_finish)
+    loop.label_dist = label_distributions(data, parts)
+    return loop.run()
+
+
+def label_distributions(data: Arrays, parts: Sequence[Sequence[Tensor]]) -> Tensor:
+    """(R, n, classes): the fraction of each class in each client's training data, per run."""
+    y = data.train_y
+    return torch.stack([torch.stack([
+        torch.bincount(y[idx.to(y.device)], minlength=data.n_classes).to(data.train_x.dtype)
+        / max(len(idx), 1) for idx in run_parts]) for run_parts in parts])
 
 
 def training_batches(cfgs: Sequence[RunConfig], data: Arrays,
@@ -163,23 +199,27 @@ class _Loop:
         """Append an evaluation row to every active run; finish and drop those that diverged.
         False when no run is left."""
         trainer = self.trainer
-        acc, test_loss = evaluate(trainer, self.data.test_x, self.data.test_y)
+        if trainer.normalizer.static:  # HeteroFL: the statistics from one pass, then the test
+            trainer.static_statistics(self.data.train_x)
+        acc, test_loss, local_acc = evaluate(trainer, self.data.test_x, self.data.test_y,
+                                             self.label_dist)
         trained = torch.isfinite(train_loss) | (step == 0)
         test_loss = torch.where(trained, test_loss, math.nan)
         acc = torch.where(torch.isfinite(test_loss), acc, math.nan)  # argmax over NaN: no acc
         mean_err = var_err = acc.new_zeros(trainer.runs, 0)  # no BN layer: nothing to measure
-        if trainer.layers:
+        if trainer.layers and "stats" not in trainer.normalizer.local:  # a global model's BN
             central = union_statistics(trainer, self.probe.sample(step)[0],
                                        rng.fold(self.probe.keys, step))
             mean_err, var_err = layer_errors(trainer, central)
-        names = [layer.key for layer in trainer.layers]
+        names = [layer.key for layer in trainer.layers][: mean_err.shape[1]]  # those measured
         dynamics = ({q: v.tolist() for q, v in trainer.dynamics.take().items()}
                     if trainer.dynamics is not None else None)
         accuracies = acc.tolist()
         self.mean_accuracy = _mean([a for a in accuracies if math.isfinite(a)])
+        local_acc = torch.where(torch.isfinite(test_loss), local_acc, math.nan)
         columns = zip(self.active, accuracies, test_loss.tolist(), train_loss.tolist(),
-                      mean_err.tolist(), var_err.tolist(), strict=True)
-        for r, (i, a, tl, trl, me, ve) in enumerate(columns):
+                      mean_err.tolist(), var_err.tolist(), local_acc.tolist(), strict=True)
+        for r, (i, a, tl, trl, me, ve, la) in enumerate(columns):
             result = self.results[i]
             result.layer_rows += [{"step": step, "layer": name, "mean_error": m, "var_error": v}
                                   for name, m, v in zip(names, me, ve, strict=True)]
@@ -189,12 +229,13 @@ class _Loop:
                 per_layer = [dynamics[q][r] for q in QUANTITIES]
                 result.dynamics_rows += [{"step": step, "layer": name,
                                           **dict(zip(QUANTITIES, values, strict=True))}
-                                         for name, *values in zip(names, *per_layer, strict=True)]
+                                         for name, *values in zip(trainer.dynamics.keys, *per_layer,
+                                                                  strict=True)]
                 totals = {q: sum(v) for q, v in zip(QUANTITIES, per_layer, strict=True)}
             result.rows.append(dict(
                 step=step, test_accuracy=a, test_loss=tl, train_loss=trl,
                 norm_error_mean=_mean(me), norm_error_var=_mean(ve), **totals,
-                comm_rounds=trainer.communication_rounds(step)))
+                comm_rounds=trainer.communication_rounds(step), local_test_accuracy=la))
         ok = torch.isfinite(test_loss) & trained
         if bool(ok.all()):
             return True
@@ -208,6 +249,7 @@ class _Loop:
             return False
         trainer.keep(kept)
         self.probe = self.probe.select(kept)
+        self.label_dist = self.label_dist[kept]
         return True
 
     def finish(self, positions: list[int]) -> None:

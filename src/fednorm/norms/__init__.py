@@ -15,6 +15,10 @@
 | `in`      | InstanceNorm2d                  | none (per-sample, nothing to aggregate)  |
 | `fixup`   | none: FixupResNet20             | none (no normalization at all)           |
 | `fedtan`  | FedBatchNorm2d, clientwise model| UnionStats through each client's weights |
+| `fedbn`   | FedBatchNorm2d                  | BatchStats; statistics, gamma, beta local|
+| `silobn`  | FedBatchNorm2d                  | BatchStats; statistics local             |
+| `heterofl_sbn` | FedBatchNorm2d             | BatchStats; no running statistics: one   |
+|           |                                 | pass over the training data before tests |
 
 The four questions (fednorm.norms.rules) for the BN family are answered by its rule. The
 others (rule None) answer them alike: (1) a client normalizes each sample with that sample's
@@ -40,6 +44,19 @@ server's running statistics are their moving average, as nn.BatchNorm2d's on the
 (4) the global model normalizes with them. ``clientwise`` (True for FedTAN only) asks
 fednorm.models.build_model for layers that take client-stacked weights
 (fednorm.models.clientwise); the engine's FedTAN trainer runs one forward over all clients.
+
+FedBN (``fedbn``; Li et al. 2021) and SiloBN (``silobn``; Andreux et al. 2020) keep part of BN
+with each client (``local``): (1) a client normalizes with its own batch; (2) it reports nothing
+of what it keeps; (3) the server averages every other parameter and never touches the local
+parts: FedBN keeps the statistics and gamma, beta; SiloBN the statistics alone (its gamma, beta
+are averaged); (4) there is no global BN: client i's model is the averaged weights with its own
+BN parts, tested on the global test set and on its own label distribution (fednorm.fl.train).
+
+HeteroFL's static BN (``heterofl_sbn``; Diao et al. 2021) tracks no running statistics while
+training (``static``): (1) a client normalizes with its own batch; (2) it reports nothing; (3)
+the server averages the parameters only; (4) before the global model is tested, its statistics
+are computed in one pass over the training data, the average of the batches' statistics
+(:meth:`fednorm.fl.engine.FedAvg.static_statistics`).
 
 ``conv`` is the convolution the models build (fednorm.models take it as ``conv=``): a normalizer
 that changes the weights rather than the activations (GN+WS) needs it, since the norm factory
@@ -99,6 +116,8 @@ class Normalizer:
     conv: Callable[..., nn.Conv2d] = nn.Conv2d  # the models' convolution (nn.Conv2d signature)
     freeze_affine_at: int | None = None  # first step with BN's gamma, beta frozen; None: never
     clientwise: bool = False  # layers take client-stacked weights (FedTAN's one forward pass)
+    local: tuple[str, ...] = ()  # BN parts each client keeps: "stats", "affine" (personalized)
+    static: bool = False  # no running statistics in training; one pass before each test
 
     def frozen_params_at(self, step: int, model: nn.Module) -> frozenset[str]:
         """Names (as in ``model.named_parameters()``) of the parameters that do not train
@@ -129,6 +148,13 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
     if cfg.normalizer in per_sample:
         make_layer, conv = per_sample[cfg.normalizer]
         return Normalizer(cfg.normalizer, make_layer, _no_rule, conv)
+    make_bn = lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps)  # noqa: E731
+    own_batch = {"fedbn": {"local": ("stats", "affine")}, "silobn": {"local": ("stats",)},
+                 "heterofl_sbn": {"static": True}}
+    if cfg.normalizer in own_batch:
+        batch = BatchStats()
+        return Normalizer(cfg.normalizer, make_bn, lambda step: batch,
+                          **own_batch[cfg.normalizer])
     if cfg.normalizer == "fedtan":
         union = UnionStats()
         return Normalizer(cfg.normalizer, lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps),

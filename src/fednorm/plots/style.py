@@ -41,8 +41,11 @@ KNOWN: dict[str, Look] = {
     "in": Look("InstanceNorm", "#6b8e23", ">", (0, (2, 2))),
     "fixup": Look("Fixup", "#00688b", "X", (0, (4, 1, 1, 1, 1, 1))),
     "fedtan": Look("FedTAN", "#b8860b", "*", (0, (6, 2, 1, 2))),
+    "fedbn": Look("FedBN", "#e377c2", "h", (0, (1, 2))),
+    "silobn": Look("SiloBN", "#8c564b", "p", (0, (3, 2))),
+    "heterofl_sbn": Look("HeteroFL (static BN)", "#17becf", "d", (0, (2, 1, 2, 3))),
 }
-FALLBACK_COLOURS = ("#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+FALLBACK_COLOURS = ("#ff7f0e", "#bcbd22", "#7f7f7f", "#a6761d", "#1b9e77", "#e7298a")
 FALLBACK_MARKERS = ("P", "X", "*", "h", "<", ">")
 FALLBACK_DASHES = ("-", "--", "-.", ":", (0, (3, 1, 1, 1, 1, 1)), (0, (5, 2)))
 
