@@ -34,6 +34,7 @@ CLIENT_MOMENTA = ("local", "reset", "global")
 # the paper's FixBN), the BN affine parameters (gamma, beta) while the statistics go on as naive
 # BN, or both.
 FIXBN_FIXES = ("stats", "affine", "both")
+FEDTAN_UNIONS = ("every_step", "first_step")
 ATTACKS = ("none", "sf", "foe", "alie")  # fednorm.robust.attacks
 ATTACK_STATS = ("mean_var", "mean", "var")  # which statistics the Byzantine clients falsify
 AGGREGATORS = ("mean", "median", "trimmed_mean")  # fednorm.robust.aggregators
@@ -73,6 +74,9 @@ class RunConfig:
     fbn_init: str = "zero_one"  # shared statistics start at mean 0, var 1 (Algorithm 3, line 1)
     fixbn_freeze: float = 0.5  # FixBN's T*: fraction of the training steps before freezing
     fixbn_fix: str = "stats"  # what FixBN fixes from T*: stats (mu, sigma), affine, both
+    # FedTAN's union statistics in every local step (the paper's description) or in the first
+    # of each round only, the other steps naive BN (the authors' code; fednorm.fl.engine.FedTAN)
+    fedtan_union: str = "every_step"
     # federation
     n_clients: int = 10
     # fraction of the clients drawn (without replacement) to take part in each round (FedAvg) or
@@ -267,6 +271,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fbn_init": _one_of(FBN_INITS),
     "fixbn_freeze": number_in(0, 1),
     "fixbn_fix": _one_of(FIXBN_FIXES),
+    "fedtan_union": _one_of(FEDTAN_UNIONS),
     "n_clients": int_at_least(1),
     "participation": number_in(0, 1, low_open=True),
     "partition": _one_of(PARTITIONS),
@@ -347,6 +352,10 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         raise _fail(where, "fixbn_fix", cfg.fixbn_fix,
                     f"'stats' (the default) with normalizer '{cfg.normalizer}'; "
                     f"{list(FIXBN_FIXES)} with normalizer 'fixbn'")
+    if cfg.fedtan_union != "every_step" and cfg.normalizer != "fedtan":
+        raise _fail(where, "fedtan_union", cfg.fedtan_union,
+                    f"'every_step' (the default) with normalizer '{cfg.normalizer}'; "
+                    f"{list(FEDTAN_UNIONS)} with normalizer 'fedtan'")
     if cfg.client_momentum == "global" and cfg.attack_updates:
         # the server combines attacked updates robustly; averaging the Byzantine clients'
         # momenta as honest ones would be a threat model of its own, not implemented

@@ -18,7 +18,14 @@ from fednorm.fl.engine import FedTAN, make_trainer
 from fednorm.fl.train import train, train_bundle, training_batches
 from fednorm.models import build_model
 from fednorm.models.clientwise import ClientConv2d, ClientLinear, clientwise
-from fednorm.norms import FedBatchNorm2d, bn_layers, normalizer_for
+from fednorm.norms import (
+    BatchStats,
+    FedBatchNorm2d,
+    NormContext,
+    bn_layers,
+    norm_context,
+    normalizer_for,
+)
 from fednorm.norms.per_sample import WSConv2d
 
 N, B = 3, 4
@@ -68,18 +75,28 @@ def test_fedtan_with_more_local_steps_is_not_centralized_bn():
 
 
 def _reference_loss(models: list[nn.Module], xs: list[torch.Tensor], ys: list[torch.Tensor],
-                    eps: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                    eps: float, momentum: float | None = None
+                    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """sum_i L_i with every BN layer normalizing the concatenation of the clients' activations
     (nn.BatchNorm2d, training mode, no affine), then each client's own gamma, beta; every other
-    layer is client i's own module on client i's activations (an explicit loop)."""
+    layer is client i's own module on client i's activations (an explicit loop). With
+    ``momentum``, nn.BatchNorm2d's running statistics (started from the clients' shared ones)
+    are copied into every client's layer: the union's moving average."""
     acts = list(xs)
     stages = [[m.features for m in models], [m.classifier for m in models]]
     for seqs in stages:
         for layers in zip(*seqs, strict=True):
             if isinstance(layers[0], FedBatchNorm2d):
                 union = torch.cat(acts)
-                bn = nn.BatchNorm2d(union.shape[1], eps=eps, affine=False).double().train()
+                bn = nn.BatchNorm2d(union.shape[1], eps=eps, affine=False,
+                                    momentum=momentum or 0.1).double().train()
+                bn.running_mean.copy_(layers[0].running_mean)
+                bn.running_var.copy_(layers[0].running_var)
                 normed = bn(union).split([a.shape[0] for a in acts])
+                if momentum is not None:
+                    for la in layers:
+                        la.running_mean.copy_(bn.running_mean)
+                        la.running_var.copy_(bn.running_var)
                 acts = [z * la.weight.view(1, -1, 1, 1) + la.bias.view(1, -1, 1, 1)
                         for z, la in zip(normed, layers, strict=True)]
             else:
@@ -157,3 +174,47 @@ def test_fedtan_runs_in_a_bundle_train_as_alone():
     together = train_bundle(cfgs, DATA)
     for cfg, got in zip(cfgs, together, strict=True):
         assert_same_state(got.model, train(cfg, DATA).model, tol=1e-9)
+
+
+def test_first_step_fedtan_is_the_authors_round():
+    """``fedtan_union: first_step`` (wangyanmeng/FedTAN): one step of union BN through each
+    client's weights from the global model, E - 1 steps of naive BN on each client's batch,
+    then the server averages weights and running statistics. Plain SGD, written per client."""
+    cfg = tiny(dropout=0.0, local_steps=3, steps=3, momentum=0.0, weight_decay=0.0,
+               fedtan_union="first_step", heterogeneity=0.0)
+    torch.manual_seed(0)
+    model = build_model(cfg, 10).double()
+    reference = copy.deepcopy(model)
+    parts = [torch.arange(i * 20, (i + 1) * 20) for i in range(N)]
+    batches = training_batches([cfg], DATA, [parts])
+    trainer = make_trainer([cfg], [model], normalizer_for(cfg), batches)
+    trainer.round(0)
+    clients = [copy.deepcopy(reference) for _ in range(N)]
+    for c in clients:
+        bn_layers(c)  # each layer's key: its name, where its reports go
+    for t in range(3):
+        x, y = (v[0] for v in batches.sample(t))
+        xs, ys = list(x.split(B)), list(y.split(B))
+        if t == 0:
+            loss, _ = _reference_loss(clients, xs, ys, cfg.bn_eps, momentum=cfg.bn_momentum)
+            params = [p for c in clients for p in c.parameters()]
+            with torch.no_grad():
+                for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+                    p.sub_(cfg.lr[0] * g)
+            continue
+        for client, xb, yb in zip(clients, xs, ys, strict=True):
+            ctx = NormContext(BatchStats(), 1, N, cfg.bn_momentum)
+            with norm_context(ctx):
+                loss = F.nll_loss(client(xb), yb)
+            grads = torch.autograd.grad(loss, list(client.parameters()))
+            with torch.no_grad():
+                for p, g in zip(client.parameters(), grads, strict=True):
+                    p.sub_(cfg.lr[0] * g)
+                for layer in bn_layers(client):
+                    layer.running_mean.copy_(ctx.reports[layer.key].mean[0])
+                    layer.running_var.copy_(ctx.reports[layer.key].var[0])
+    states = [c.state_dict() for c in clients]
+    reference.load_state_dict({k: torch.stack([s[k] for s in states]).mean(0) for k in states[0]})
+    assert_same_state(model, reference, tol=1e-10)
+    layers = len(bn_layers(model))
+    assert trainer.communication_rounds(6) == 2 * (3 * layers + 1)  # two rounds of E = 3

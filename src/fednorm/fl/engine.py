@@ -494,7 +494,7 @@ class FedAvg(_Trainer):
         return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
 
     def round(self, first_step: int) -> Tensor:
-        E, n, b, R = self.cfg.local_steps, self.n, self.cfg.batch_size, self.runs
+        E, n, R = self.cfg.local_steps, self.n, self.runs
         rule = self.normalizer.rule_at(first_step)  # one rule for the whole round
 
         params = {k: self._per_client(p) for k, p in self.state.params.items()}
@@ -508,28 +508,14 @@ class FedAvg(_Trainer):
         else:  # the run's m (shared by its clients) is the n of the rules' Kn/(Kn-1)
             step = over_runs(vmap(self.grad_fn(rule, 1), in_dims=(0, 0, 0, 0, 0, None)), R)
             extra = (self.part_count,)
-        clients = torch.arange(n, device=self.dropout_keys.device)
         names = self.trainable(first_step)  # FixBN's frozen affine parameters left out
         self.start_round()
         if part is not None:  # an idle client's own momentum comes back untouched
             before = {k: m.clone() for k, m in self.state.momenta.items()}
         total = torch.zeros(R, device=self.dropout_keys.device)
         for e in range(E):
-            x, y = self.batches.sample(first_step + e)
-            keys = rng.fold(self.dropout_keys[:, None], first_step + e, clients)  # (R, n)
-            grads, (losses, reports, batches) = step(
-                params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys,
-                *extra)
-            if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
-                self.dynamics.observe_step({k: (m.squeeze(2), v.squeeze(2))
-                                            for k, (m, v) in batches.items()}, self.state.stats)
-            self._optimize([params[k] for k in names], [grads[k] for k in names],
-                           [self.state.momenta[k] for k in names], first_step + e)
-            for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
-                stats[f"{key}.running_mean"] = mean.squeeze(2)
-                stats[f"{key}.running_var"] = var.squeeze(2)
-            total = total + (losses.mean(1) if part is None
-                             else masked_mean(losses, part, self.part_count.to(losses.dtype)))
+            total = total + self._local_step(step, extra, params, stats, first_step + e, names,
+                                             part)
         if part is not None:
             for k, m in self.state.momenta.items():
                 m.copy_(torch.where(part.view(R, n, *[1] * (m.dim() - 2)), m, before[k]))
@@ -538,6 +524,30 @@ class FedAvg(_Trainer):
         self._aggregate(params, stats, rule, part, set(names) - set(self.local))
         self.end_round(part)
         return total
+
+    def _local_step(self, step: Callable, extra: tuple[Tensor, ...],
+                    params: dict[str, Tensor], stats: dict[str, Tensor], t: int,
+                    names: list[str], part: Tensor | None) -> Tensor:
+        """Local step ``t`` of every client of every run, each on its own batch with its own
+        weights (``step``: vmap over clients of the gradient); updates the clients' ``params``
+        and running ``stats`` (R, n, ...) in place; returns the (R,) mean loss of the clients
+        (of the participants ``part``)."""
+        R, n, b = self.runs, self.n, self.cfg.batch_size
+        clients = torch.arange(n, device=self.dropout_keys.device)
+        x, y = self.batches.sample(t)
+        keys = rng.fold(self.dropout_keys[:, None], t, clients)  # (R, n)
+        grads, (losses, reports, batches) = step(
+            params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys, *extra)
+        if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
+            self.dynamics.observe_step({k: (m.squeeze(2), v.squeeze(2))
+                                        for k, (m, v) in batches.items()}, self.state.stats)
+        self._optimize([params[k] for k in names], [grads[k] for k in names],
+                       [self.state.momenta[k] for k in names], t)
+        for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
+            stats[f"{key}.running_mean"] = mean.squeeze(2)
+            stats[f"{key}.running_var"] = var.squeeze(2)
+        return (losses.mean(1) if part is None
+                else masked_mean(losses, part, self.part_count.to(losses.dtype)))
 
     def _per_client(self, t: Tensor) -> Tensor:
         """(R, ...) global state -> (R, n, ...): every client starts the round from it."""
@@ -641,20 +651,28 @@ class FedTAN(FedAvg):
     are every client's, so the server's running statistics are their moving average, updated
     every local step as nn.BatchNorm2d's on the union batch; dropout masks are drawn for the
     union batch as ``central`` draws them.
+
+    ``fedtan_union: first_step`` is the authors' public code (wangyanmeng/FedTAN, its
+    ``first_local_updating``): the union statistics in the first local step of a round only
+    (all clients then hold the global weights), the other E - 1 steps naive BN on each
+    client's own batch (FedAvg's per-client vmap), the running statistics averaged with the
+    weights at the round's end: 3L + 1 exchanges per round, the count FixBN's Table 5 quotes
+    (580K = 10K rounds x 58 for ResNet-20's L = 19).
     """
 
     def round(self, first_step: int) -> Tensor:
         E, R = self.cfg.local_steps, self.runs
         rule = self.normalizer.rule_at(first_step)  # the union's statistics
         params = {k: self._per_client(p) for k, p in self.state.params.items()}
-        step = over_runs(self.grad_fn(rule, self.n, loss_scale=float(self.n)), R)
+        union_step = over_runs(self.grad_fn(rule, self.n, loss_scale=float(self.n)), R)
+        every = self.cfg.fedtan_union == "every_step"
         names = self.trainable(first_step)
         self.start_round()
         total = torch.zeros(R, device=self.dropout_keys.device)
-        for e in range(E):
+        for e in range(E if every else 1):
             x, y = self.batches.sample(first_step + e)
-            grads, (loss, reports, batches) = step(params, self.state.stats, x, y,
-                                                   rng.fold(self.dropout_keys, first_step + e))
+            grads, (loss, reports, batches) = union_step(
+                params, self.state.stats, x, y, rng.fold(self.dropout_keys, first_step + e))
             if self.dynamics is not None:
                 self.dynamics.observe_step(batches, self.state.stats)
             self._optimize([params[k] for k in names], [grads[k] for k in names],
@@ -663,14 +681,25 @@ class FedTAN(FedAvg):
                 with self._observed_round():
                     self._commit(reports, rule, self.cfg.bn_momentum)
             total = total + loss
-        self._average_params(params, None, set(names))
+        if every or E == 1:
+            self._average_params(params, None, set(names))
+        else:  # the authors' code: E - 1 steps of naive BN, then FedAvg's aggregation
+            stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
+            local = over_runs(vmap(self.grad_fn(BatchStats(), 1)), R)
+            for e in range(1, E):
+                total = total + self._local_step(local, (), params, stats, first_step + e,
+                                                 names, None)
+            self._aggregate(params, stats, BatchStats(), None, set(names))
         self.end_round()
         return total
 
     def communication_rounds(self, steps: int) -> int:
-        """3L per local step (each BN layer: the clients' means, their variances, then the
-        gradients with respect to the union's statistics) plus one model average per round."""
-        return 3 * len(self.layers) * steps + steps // self.cfg.local_steps
+        """3L per local step with the union's statistics (each BN layer: the clients' means,
+        their variances, then the gradients with respect to the union's statistics) plus one
+        model average per round; ``first_step``: the union in one step per round."""
+        rounds = steps // self.cfg.local_steps
+        union_steps = steps if self.cfg.fedtan_union == "every_step" else rounds
+        return 3 * len(self.layers) * union_steps + rounds
 
 
 def make_trainer(
