@@ -148,3 +148,17 @@ def test_a_parts_figure_draws_each_part_as_its_own_figure_would(tmp_path):
         mine = lines[lines.metric == metric].sort_values("step")
         bn = summary[summary.normalizer == "bn"].groupby("step")[metric].mean()
         np.testing.assert_allclose(mine["mean"], bn.to_numpy())
+
+
+def test_a_tables_extra_metric_is_one_more_column_of_each_rows_final_mean(tmp_path):
+    summary = _runs(local_steps=(1,))
+    summary["comm_rounds"] = summary["step"] * np.where(summary.normalizer == "bn", 3, 1)
+    table = Figure("t", ("fixbn",), "table", rows="normalizer", cols="split",
+                   extra=("comm_rounds",))
+    csv, md = draw(table, summary, tmp_path / "t")
+    data = pd.read_csv(csv)
+    assert data.groupby("normalizer")["comm_rounds"].first().to_dict() == {
+        "bn": 3 * STEPS, "gn": STEPS}
+    text = md.read_text()
+    assert "| normalizer | IID | Shards(2) | comm rounds | seeds |" in text
+    assert f"| {3 * STEPS:,} | 2 |" in text

@@ -605,3 +605,4 @@ class Figure:
     # (column, values): the order of a column's values along an axis (rows, cols, bar groups)
     orders: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     parts: tuple[Figure, ...] = ()  # parts: figures side by side in one file, one axes each
+    extra: tuple[str, ...] = ()  # table: metrics shown as one more column each (row means)

@@ -113,7 +113,7 @@ def _table(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
     if rows.empty:
         raise ValueError(f"table {stem}: no rows matched its selection")
     return make_table(rows, stem, rows=fig.rows, cols=fig.cols, y=fig.y,
-                      order=dict(fig.orders), title=fig.title or fig.name)
+                      order=dict(fig.orders), title=fig.title or fig.name, extra=fig.extra)
 
 
 DRAW: dict[str, Callable[[Figure, pd.DataFrame, str | Path], list[Path]]] = {

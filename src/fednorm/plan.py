@@ -31,7 +31,8 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                                ``compare: {key: [A, B]}``: panels A, B and B - A; ``row_order``,
                                ``col_order``;
                  ``table``     final y as "mean ± std" over ``rows`` x ``cols``, written as .csv
-                               and .md; ``row_order``, ``col_order``;
+                               and .md; ``row_order``, ``col_order``; ``extra``: metrics shown
+                               as one more column each (e.g. comm_rounds);
                  ``parts``     ``parts: [figure, ...]``: figures of kinds curves, final_vs or
                                bars side by side in one file, one axes each (no panels), each
                                with its own experiment (default the parent's), where, y, title.
@@ -304,7 +305,8 @@ FIGURE_KEYS: dict[str, dict[str, Any]] = {
     "bars": {"x": REQUIRED, "hue": "normalizer", "panels": None, "x_order": None},
     "heatmap": {"rows": REQUIRED, "cols": REQUIRED, "compare": REQUIRED, "row_order": None,
                 "col_order": None},
-    "table": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None},
+    "table": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None,
+              "extra": None},
     "parts": {"parts": REQUIRED},
 }
 FIGURE_KINDS = tuple(FIGURE_KEYS)
@@ -425,6 +427,15 @@ def _parts(spec: _FigureSpec, value: Any) -> dict[str, Any]:
     return {"parts": tuple(parts)}
 
 
+def _extra(spec: _FigureSpec, value: Any) -> dict[str, Any]:
+    """``extra``: metrics shown as one more column each (per row, its runs' final mean)."""
+    if value is None:
+        return {}
+    if not (isinstance(value, list) and all(v in FIGURE_METRICS for v in value)):
+        raise spec.error("extra", value, f"a list of metrics from {list(FIGURE_METRICS)}")
+    return {"extra": tuple(value)}
+
+
 def _order(key: str) -> Callable[[_FigureSpec, Any], dict[str, Any]]:
     """``row_order`` / ``col_order`` / ``x_order``: every value of the axis's column that the
     figure's runs have, once each, in the order to draw them."""
@@ -453,6 +464,7 @@ _KEY_RULES: dict[str, Callable[[_FigureSpec, Any], dict[str, Any]]] = {
     "cols": _column("cols"),
     "compare": _compare,
     "parts": _parts,
+    "extra": _extra,
     **{key: _order(key) for key in ORDER_OF},
 }
 assert {k for keys in FIGURE_KEYS.values() for k in keys} == set(_KEY_RULES)

@@ -67,17 +67,30 @@ def _escape(text: str) -> str:
     return text.replace("|", r"\|")
 
 
-def markdown(data: pd.DataFrame, *, rows: str, cols: str, title: str = "") -> str:
+def extra_text(value: float, y: str) -> str:
+    """A row's extra number: a count in full ('580,000'), an accuracy in %, else 3 digits."""
+    if math.isnan(value):
+        return NO_RUN
+    if y == "comm_rounds":
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if percent(y) else f"{value:.3g}"
+
+
+def markdown(data: pd.DataFrame, *, rows: str, cols: str, title: str = "",
+             extra: tuple[str, ...] = ()) -> str:
     """:func:`table_data`'s cells as a Markdown table; the seeds column gives, per row, the
-    number of seeds behind its cells (a range when they differ). Row and column headers are
-    the values' labels (:func:`fednorm.plots.style.label`)."""
+    number of seeds behind its cells (a range when they differ); each of ``extra`` (columns of
+    ``data``, one value per row) is a column before it. Row and column headers are the
+    values' labels (:func:`fednorm.plots.style.label`)."""
     columns = list(dict.fromkeys(data[cols]))
-    header = [rows.replace("_", " "), *(style.label(value_text(c)) for c in columns), SEEDS]
+    header = [rows.replace("_", " "), *(style.label(value_text(c)) for c in columns),
+              *(e.replace("_", " ") for e in extra), SEEDS]
     lines = ["| " + " | ".join(map(_escape, header)) + " |",
              "|" + "---|" + "---:|" * (len(header) - 1)]
     for value, part in data.groupby(rows, sort=False):
         cells = part.set_index(cols)["cell"].reindex(columns)
-        line = [style.label(value_text(value)), *cells, _seeds(part["n_seeds"])]
+        more = [extra_text(part[e].iloc[0], e) for e in extra]
+        line = [style.label(value_text(value)), *cells, *more, _seeds(part["n_seeds"])]
         lines.append("| " + " | ".join(map(_escape, line)) + " |")
     notes = [f"{DIVERGED_NOTE}."] if data["n_diverged"].any() else []
     head = [f"**{title}**", ""] if title else []
@@ -94,7 +107,15 @@ def make_table(
     order: Orders | None = None,
     title: str = "",
     last: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> list[Path]:
-    """Write ``stem``.csv (:func:`table_data`) and ``stem``.md (:func:`markdown`) atomically."""
+    """Write ``stem``.csv (:func:`table_data`) and ``stem``.md (:func:`markdown`) atomically.
+    Each metric of ``extra`` is a column: per row, the mean over its runs (every column's
+    seeds) of their final value, e.g. the communication rounds a scheme needs."""
     data = table_data(df, rows=rows, cols=cols, y=y, order=order, last=last)
-    return save_table(data, markdown(data, rows=rows, cols=cols, title=title), stem)
+    for metric in extra:
+        per_row = cell_stats(df, [rows], y=metric, order=order, last=last)
+        data = data.merge(per_row[[rows, "mean"]].rename(columns={"mean": metric}), on=rows,
+                          how="left")
+    return save_table(data, markdown(data, rows=rows, cols=cols, title=title, extra=extra),
+                      stem)
