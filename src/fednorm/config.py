@@ -173,6 +173,12 @@ class RunConfig:
                 "shards": f"Shards({het})"}[self.partition]
 
     @property
+    def regime(self) -> str:
+        """The split and the local steps in words, e.g. 'Dir(0.1), E=100': one column of the
+        all-methods comparison per regime."""
+        return f"{self.split}, E={self.local_steps}"
+
+    @property
     def participants(self) -> int:
         """m: the clients that take part in each round (:func:`participants_per_round`)."""
         return participants_per_round(self.participation, self.n_clients)
@@ -302,7 +308,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 _DEFAULT_IDENTITY = RunConfig().identity()
 # Columns derived from a run's config (properties of RunConfig), usable like keys in figures.
-DERIVED = ("scenario", "split")
+DERIVED = ("scenario", "split", "regime")
 assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"
 
 

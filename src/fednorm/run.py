@@ -13,6 +13,7 @@ status, the bundle it trained in), each atomically, run.json last. The Snakemake
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 import subprocess
 import time
@@ -48,10 +49,16 @@ def git_commit() -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
-def environment(device: torch.device) -> dict[str, Any]:
-    import matplotlib
-    import torchvision
+def _installed(package: str) -> str:
+    """A package's installed version, read from its metadata: importing torchvision only for
+    its version would cost every training job about two seconds."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
+
+def environment(device: torch.device) -> dict[str, Any]:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
     return {
         "device": str(device),
@@ -61,9 +68,9 @@ def environment(device: torch.device) -> dict[str, Any]:
             "fednorm": __version__,
             "python": platform.python_version(),
             "torch": torch.__version__,
-            "torchvision": torchvision.__version__,
+            "torchvision": _installed("torchvision"),
             "pandas": pd.__version__,
-            "matplotlib": matplotlib.__version__,
+            "matplotlib": _installed("matplotlib"),
         },
         "git_commit": git_commit(),
     }

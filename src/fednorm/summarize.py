@@ -3,7 +3,8 @@
 Columns: ``run_id``, ``figure_group`` (the experiments the run belongs to, joined by '|'), every
 run-config key (lists written as text), ``scenario`` (the Byzantine setting in words: 'no attack',
 'SF, no defense', 'SF, median + NNM', ...; see :attr:`fednorm.config.RunConfig.scenario`),
-``split`` (the data split in words: 'IID', 'γ=0.1', 'Dir(0.6)', 'Shards(2)'), the
+``split`` (the data split in words: 'IID', 'γ=0.1', 'Dir(0.6)', 'Shards(2)'), ``regime`` (the
+split and E: 'Dir(0.1), E=100'), the
 metrics (``step``, ``test_accuracy`` as a fraction, ``test_loss``, ``train_loss``,
 ``norm_error_mean``, ``norm_error_var``: the normalization error averaged over BN layers, NaN
 without BN; ``stat_change``, ``stat_deviation``, ``stat_variance``: the FixBN paper's training
@@ -56,7 +57,7 @@ def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:
 
 def summarize(plan: Plan, out: str | Path | None = None) -> pd.DataFrame:
     frame = pd.concat([run_rows(plan, r) for r in plan.runs], ignore_index=True)
-    rest = [c for c in FIELDS if c not in FIRST_COLUMNS]
+    rest = [c for c in (*FIELDS, *DERIVED) if c not in FIRST_COLUMNS]
     frame = frame[[*FIRST_COLUMNS, *rest, *METRICS]]
     write_csv(out or plan.paths.summary(), frame)
     return frame
