@@ -207,6 +207,58 @@ def test_fedavg_two_local_steps_equal_per_client_loop(normalizer):
 
 
 
+def test_fbn_with_local_steps_equals_per_client_loop():
+    """FBN with E > 1 (the FBN paper has E = 1 only; fednorm.fl.engine's extension): within a
+    round each client normalizes with, and moves towards its batches, its own copy of the
+    shared statistics; the server averages the running means and adds the spread of the client
+    means with the effective momentum of E steps, beta_E = 1 - (1 - beta)^E:
+        var = mean_i var_i + Kn/((Kn - 1) beta_E) mean_i (mean_i - mean)^2.
+    Written here per client, the formula by hand."""
+    cfg = tiny_config(normalizer="fbn", local_steps=3, steps=6, momentum=0.5)
+    m_avg, m_ref = twin_models(cfg)
+    x, y, parts = client_data()
+    trainer = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
+    replay = batches_for(x, y, parts, seed=4)
+    for first in range(0, cfg.steps, cfg.local_steps):
+        trainer.round(first)
+    n, E, beta = cfg.n_clients, cfg.local_steps, cfg.bn_momentum
+    beta_e = 1 - (1 - beta) ** E
+    momenta = [[torch.zeros_like(p) for p in m_ref.parameters()] for _ in range(n)]
+    step = 0
+    for _ in range(cfg.steps // E):
+        clients = [copy.deepcopy(m_ref) for _ in range(n)]
+        layers = [bn_layers(c) for c in clients]
+        for _ in range(E):
+            xb, yb = draw(replay, step)
+            step += 1
+            for i, client in enumerate(clients):
+                rows = slice(i * B, (i + 1) * B)
+                ctx = NormContext(normalizer_for(cfg).rule_at(0), 1, n, beta)
+                with norm_context(ctx):
+                    loss = F.nll_loss(client(xb[rows]), yb[rows])
+                grads = torch.autograd.grad(loss, list(client.parameters()))
+                with torch.no_grad():
+                    for p, m, g in zip(client.parameters(), momenta[i], grads, strict=True):
+                        m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)
+                        p.sub_(cfg.lr[0] * m)
+                    for layer in layers[i]:
+                        layer.running_mean.copy_(ctx.reports[layer.key].mean[0])
+                        layer.running_var.copy_(ctx.reports[layer.key].var[0])
+        with torch.no_grad():
+            states = [c.state_dict() for c in clients]
+            new = {k: torch.stack([st[k] for st in states]).mean(0) for k in states[0]}
+            for layer in layers[0]:
+                K = layer.elements_per_client
+                means = torch.stack([st[f"{layer.key}.running_mean"] for st in states])
+                spread = ((means - means.mean(0)) ** 2).mean(0)
+                new[f"{layer.key}.running_var"] = (
+                    new[f"{layer.key}.running_var"] + K * n / ((K * n - 1) * beta_e) * spread)
+            m_ref.load_state_dict(new)
+    assert_models_close(m_avg, m_ref, rtol=1e-4, atol=1e-5)
+    layer = bn_layers(m_avg)[0]
+    assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
+
+
 # --- 9. FixBN freezes its statistics at T* --------------------------------------------------
 
 

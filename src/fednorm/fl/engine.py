@@ -31,6 +31,12 @@ others; the caller drops it from the bundle at the next evaluation point (:meth:
   combines the clients' updates with its robust rule) and aggregates BN statistics with the
   normalizer's rule. With ``client_momentum: local`` client momenta persist across rounds, so
   with E = 1 it computes exactly what DSGD does.
+  FBN with E > 1 (the FBN paper has E = 1 only): within a round every client normalizes with
+  its own copy of the shared statistics (the round's start), which it moves towards each of
+  its batches (Algorithm 2, lines 5-6); the server averages the copies and adds the spread of
+  the client means with the effective momentum of E steps, beta_E = 1 - (1 - beta)^E (line 10
+  with beta_E for beta; exactly Algorithm 2 at E = 1). Tested against a per-client loop
+  (tests/fl/test_engine.py::test_fbn_with_local_steps_equals_per_client_loop).
 
 Client momentum between rounds (``client_momentum``; the FixBN paper, §7 and Fig. 5), decided in
 two places for both trainers, :meth:`_Trainer.start_round` and :meth:`_Trainer.end_round`:
