@@ -228,14 +228,13 @@ def _plan_summary(plan):
 def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
     plan, claims = _profile("config/config.yaml")
     counts = {p: sum(c.paper == p for c in claims) for p in ("fbn", "fixbn", "fedtan")}
-    assert counts == {"fbn": 12, "fixbn": 24, "fedtan": 0}
+    assert counts == {"fbn": 12, "fixbn": 29, "fedtan": 0}
     runs = _plan_summary(plan)
     for claim in claims:
         seeds = sorted(runs[selects(runs, claim.setting)].seed)
-        # Table 5's FedTAN setting is not in the grid yet
-        assert seeds == ([] if claim.source == "Table 5" else [0, 1, 2]), claim.id
+        assert seeds == [0, 1, 2], claim.id
     table = ledger(claims, runs)
-    assert set(table.verdict) == {"reproduced", "differs", NOT_COMPARABLE}
+    assert set(table.verdict) <= {"reproduced", "differs"}
 
 
 def test_the_quick_profile_compares_no_claim_with_the_paper():

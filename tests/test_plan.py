@@ -35,6 +35,12 @@ def test_paper_config_counts_the_issue_grids():
              "fixbn_tableH": 3 * 3, "fixbn_clients": 2 * 5 * 3 * 3,
              "fixbn_dynamics": 3, "fixbn_freeze_at": 5 * 3}  # freezing fraction x seed
     assert {name: len(plan.experiments[name]) for name in fixbn} == fixbn
+    fedtan = {"fedtan_methods": 6 * 2 * 3,  # normalizer x split x seed
+              "fedtan_scheme": 2 * 3, "fedtan_central": 2 * 3}
+    compare = {"compare": 12 * 4 * 2 * 3,  # normalizer x split x E x seed
+               "compare_central": 4 * 3}
+    assert {name: len(plan.experiments[name]) for name in {**fedtan, **compare}} == {
+        **fedtan, **compare}
     # trained once: FBN's 'no attack' runs; FixBN's E = 500 at fixed rounds is the fixed-epochs
     # run (64,000 steps); bn/gn at E = 100, reset momentum at Shards and E = 1's runs repeat
     shared = 2 * 5 * 3 + 2 * 5 * 3 + (2 * 5 * 3 + 3) + (4 * 3)
@@ -43,8 +49,12 @@ def test_paper_config_counts_the_issue_grids():
     shared += (2 * 5 * 4 * 3 + 5 * 3 + 3 * 3) + 3 * 3 + 3 + 2 * 3
     shared += 3 + 2 * 3  # Table H's stats = Table 4's FixBN; Fig I at M = 5, full = Fig 2a's
     shared += 3  # Fig 3d's freezing at 0.5 = Fig 4's FixBN at Shards
-    assert len(plan.runs) == 144 + sum(byzantine.values()) + sum(fixbn.values()) - shared
-    assert len(plan.runs) == 1011
+    # the comparison: bn, gn, fixbn at E = 1 and 100 on its 4 splits (Figs 2a, 4, K-N), Table
+    # 4's gn_ws, ln, in, fixup (Shards, E = 100), centralized BN on IID (Fig 1's)
+    shared += 3 * 2 * 4 * 3 + 4 * 3 + 3
+    assert len(plan.runs) == (144 + sum(byzantine.values()) + sum(fixbn.values())
+                              + sum(fedtan.values()) + sum(compare.values()) - shared)
+    assert len(plan.runs) == 1272
     assert plan.needs_cifar10()
     names = {"fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
              "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14)),

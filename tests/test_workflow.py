@@ -38,8 +38,8 @@ def _bundle_jobs(counts):
 
 @pytest.mark.parametrize(("bundle_size", "jobs"), [
     # FBN: Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13); FixBN:
-    # 579 runs (tests/test_plan.py)
-    (1, 144 + 72 + 144 + 72 + 579),
+    # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py)
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -49,9 +49,13 @@ def _bundle_jobs(counts):
     # at E = 1, 20, 500 (-> 2 bundles each); Table 4: gn_ws, ln, in, fixup -> 4; Table I: 4 and
     # 8 groups -> 2; Fig J: bn, fixbn x 3 other batch sizes -> 6; Table H: affine, both -> 2;
     # Fig I, per normalizer: 4 more client counts x (full, partial) + partial at M = 5 -> 9;
-    # Fig 3: the dynamics runs -> 1, FixBN freezing at 4 more fractions -> 4.
+    # Fig 3: the dynamics runs -> 1, FixBN freezing at 4 more fractions -> 4. FedTAN's
+    # setting: 8 schemes -> 8. The comparison, per (normalizer, E), 12 runs -> 1: fbn, fedtan,
+    # fedbn, silobn, heterofl_sbn at E = 1 and 100 -> 10; gn_ws, ln, in, fixup at E = 1 -> 4
+    # (at E = 100 Table 4's 3 runs grow to a bundle of 12); bn, gn, fixbn and centralized BN
+    # are runs of the FixBN figures -> 0.
     (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 9)
-     + (1 + 4)),
+     + (1 + 4) + 8 + (10 + 4)),
 ])
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"
@@ -62,7 +66,7 @@ def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     assert _bundle_jobs(counts) == jobs
     assert all(n == 1 for rule, n in counts.items() if rule.startswith("train_"))
     assert counts["cifar10"] == 1 and counts["toy"] == 1 and counts["claims"] == 1
-    assert (counts["figures_fbn"], counts["figures_fixbn"]) == (1, 1)  # a job per folder
+    assert [counts[f"figures_{f}"] for f in ("fbn", "fixbn", "fedtan", "compare")] == [1] * 4
 
 
 @pytest.mark.parametrize(("patch", "message"), [
@@ -167,7 +171,11 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     # groups, BN with batch 10
     # + 5: Table H's affine and both, Fig I's partial and 10-client runs
     # + 2: Fig 3's dynamics run and FixBN freezing at 0.25
-    assert summary["run_id"].nunique() == 7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
+    # + 16: FedTAN's setting (6 schemes x 2 splits, FedTAN, centralized x 2 splits)
+    # + 9: the comparison (bn, fedtan, fedbn x 2 splits x 2 E and 2 centralized; bn's 4 and
+    # centralized BN on IID are Fig 2a's and Fig 1's)
+    assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
+                                           + 16 + 9)
     ok = summary[summary.status == "ok"]
     assert ok.test_accuracy.between(0, 1).all()
     fbn_runs = ok[ok.batch_size == 8]  # FixBN's runs (batch 20 or 10) evaluate every 4 steps
