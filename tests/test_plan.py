@@ -269,10 +269,28 @@ def test_pending_bundles_declare_only_the_unfinished_runs(tmp_path):
     ({"bundle_size": 2.5}, r"key 'bundle_size' has value 2.5; allowed: an integer >= 1"),
     ({"threads": 0}, r"execution: key 'threads' has value 0"),
     ({"bundle": 4}, r"execution: unknown key 'bundle'; allowed keys: \['device'"),
+    ({"mem_mb": 0}, r"execution: key 'mem_mb' has value 0; allowed: an integer >= 1"),
+    ({"runtime": "1h"}, r"execution: key 'runtime' has value '1h'; allowed: an integer >= 1"),
+    ({"cpus_per_gpu": True}, r"key 'cpus_per_gpu' has value True; allowed: an integer >= 1"),
+    # a GPU job gets cpus_per_gpu x gpus_per_job CPUs: fewer than its threads is an error
+    ({"threads": 8, "gpus_per_job": 2, "cpus_per_gpu": 3},
+     r"execution: key 'cpus_per_gpu' has value 3; allowed: an integer >= threads / "
+     r"gpus_per_job \(8 / 2\)"),
 ])
 def test_bad_execution_values_are_config_errors(execution, expected):
     with pytest.raises(ConfigError, match=expected):
         load_plan(_bundle_config(1, **execution))
+
+
+def test_cluster_requests_come_from_the_execution_section():
+    paper = load_plan(_config("config/config.yaml")).execution
+    assert (paper.cpus_per_gpu, paper.mem_mb, paper.runtime) == (4, 16000, 1440)
+    assert paper.cpus_per_gpu * paper.gpus_per_job >= paper.threads
+    mine = load_plan(_bundle_config(1, threads=8, gpus_per_job=2, cpus_per_gpu=4, mem_mb=500,
+                                    runtime=30)).execution
+    assert (mine.cpus_per_gpu, mine.mem_mb, mine.runtime) == (4, 500, 30)
+    cpu_only = load_plan(_bundle_config(1, threads=8, gpus_per_job=0, cpus_per_gpu=1))
+    assert cpu_only.execution.cpus_per_gpu == 1  # no GPU: SLURM gets --cpus-per-task=threads
 
 
 def test_profiles_choose_their_bundle_sizes():

@@ -4,8 +4,9 @@ The configuration has four top-level sections (see ``config/config.yaml``):
 
 ``paths``        where results, figures and downloaded data go;
 ``execution``    how jobs run (:class:`Execution`): ``device``, ``threads`` and ``gpus_per_job``
-                 of a training job, and ``bundle_size``: at most that many runs train together
-                 in one job (see :func:`bundles`);
+                 of a training job, ``bundle_size``: at most that many runs train together
+                 in one job (see :func:`bundles`), and what a training job asks a cluster for:
+                 ``cpus_per_gpu``, ``mem_mb`` (MB), ``runtime`` (minutes);
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``; a budget (``epochs`` or ``rounds``,
@@ -98,6 +99,21 @@ class Execution:
     threads: int = 1  # CPU threads per training job
     gpus_per_job: int = 0  # the job's Snakemake resource `gpu` (limit with --resources gpu=N)
     bundle_size: int = 1  # at most this many runs train together in one job; 1: one run a job
+    # What a training job asks a cluster for (Snakemake resources; the SLURM executor plugin
+    # passes them as --cpus-per-gpu, --mem and --time). Sized for a bundle of 16 ResNet-20 runs
+    # on CIFAR-10: `threads` CPUs per GPU, host memory for Python, CUDA and the dataset (the
+    # data itself lives on the GPU), a day of wall time.
+    cpus_per_gpu: int = 4
+    mem_mb: int = 16000  # megabytes of host memory
+    runtime: int = 1440  # minutes
+
+    def check(self) -> None:
+        """The keys together: a GPU job gets cpus_per_gpu x gpus_per_job CPUs and trains on
+        `threads` of them, so they must not be fewer (SLURM would let the threads share)."""
+        if self.gpus_per_job and self.cpus_per_gpu * self.gpus_per_job < self.threads:
+            raise ConfigError(
+                f"execution: key 'cpus_per_gpu' has value {self.cpus_per_gpu}; allowed: an "
+                f"integer >= threads / gpus_per_job ({self.threads} / {self.gpus_per_job})")
 
 
 def _device(value: Any) -> str | None:
@@ -109,6 +125,9 @@ _EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "threads": int_at_least(1),
     "gpus_per_job": int_at_least(0),
     "bundle_size": int_at_least(1),
+    "cpus_per_gpu": int_at_least(1),
+    "mem_mb": int_at_least(1),
+    "runtime": int_at_least(1),
 }
 
 
@@ -571,7 +590,9 @@ def _execution(spec: Any) -> Execution:
         problem = _EXECUTION_RULES[key](value)
         if problem is not None:
             raise ConfigError(f"execution: key '{key}' has value {value!r}; allowed: {problem}")
-    return Execution(**spec)
+    execution = Execution(**spec)
+    execution.check()
+    return execution
 
 
 def bundle_label(cfg: RunConfig) -> str:

@@ -14,9 +14,12 @@ status, the bundle it trained in), each atomically, run.json last. The Snakemake
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from fednorm.config import RunConfig
 from fednorm.data import load_dataset
 from fednorm.fl import train as training
 from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
+from fednorm.gpu_slots import claimed_gpu
 from fednorm.io import write_csv, write_json
 
 
@@ -35,6 +39,20 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+@contextmanager
+def job_device(device: str) -> Iterator[torch.device]:
+    """The device a job trains on, within the block: :func:`resolve_device`, except that
+    ``auto`` or ``cuda`` with several GPUs visible is the first GPU no other job holds
+    (:func:`fednorm.gpu_slots.claimed_gpu`; when all are held, one chosen by process id)."""
+    dev = resolve_device(device)
+    count = torch.cuda.device_count() if dev.type == "cuda" and dev.index is None else 0
+    if count < 2:
+        yield dev
+        return
+    with claimed_gpu(count) as index:
+        yield torch.device("cuda", os.getpid() % count if index is None else index)
 
 
 def git_commit() -> str:
@@ -88,16 +106,17 @@ def train_bundle(
     """
     if len(cfgs) != len(out_dirs):
         raise ValueError(f"one output directory per run: {len(cfgs)} runs, {len(out_dirs)} dirs")
-    dev = resolve_device(device)
-    start = time.perf_counter()
-    env = environment(dev)
-    bundle = {"id": bundle_id or cfgs[0].run_id, "size": len(cfgs)}
+    with job_device(device) as dev:
+        start = time.perf_counter()
+        env = environment(dev)
+        bundle = {"id": bundle_id or cfgs[0].run_id, "size": len(cfgs)}
 
-    def write(i: int, result: TrainResult) -> None:
-        _write_run(cfgs[i], Path(out_dirs[i]), result, time.perf_counter() - start,
-                   {**env, "bundle": bundle})
+        def write(i: int, result: TrainResult) -> None:
+            _write_run(cfgs[i], Path(out_dirs[i]), result, time.perf_counter() - start,
+                       {**env, "bundle": bundle})
 
-    results = training.train_bundle(cfgs, load_dataset(cfgs[0], data_dir), dev, on_finish=write)
+        results = training.train_bundle(cfgs, load_dataset(cfgs[0], data_dir), dev,
+                                        on_finish=write)
     return [r.status for r in results]
 
 

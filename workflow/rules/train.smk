@@ -18,8 +18,12 @@ for bundle_id, run_ids in PLAN.pending_bundles().items():
             data_dir=DATA,
             device=EXECUTION.device,
         threads: EXECUTION.threads
+        # gpu: 1 -> sbatch --gpus=1 under workflow/profiles/slurm; the rest only matter there
         resources:
             gpu=EXECUTION.gpus_per_job,
+            cpus_per_gpu=EXECUTION.cpus_per_gpu,
+            mem_mb=EXECUTION.mem_mb,
+            runtime=EXECUTION.runtime,
         log:
             f"{RESULTS}/logs/train/{bundle_id}.log",
         script:

@@ -1,0 +1,41 @@
+"""One GPU per training job on a machine with several.
+
+Snakemake's local executor counts GPUs (``--resources gpu=N`` with each training job asking
+for ``gpu=1``) but does not tell a job which GPU is its own (Snakemake issue #281), so without
+this every job would train on GPU 0. A job therefore claims the first GPU that no other job
+holds: an exclusive ``flock`` on one file per GPU, held while the job trains and released by
+the kernel when the file is closed or the process ends (even when it is killed). Under SLURM
+each job sees only its own GPU(s) (CUDA_VISIBLE_DEVICES), and a single visible GPU needs no
+claim.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK_DIR = Path(tempfile.gettempdir()) / f"fednorm-gpus-{os.getuid()}"
+
+
+@contextmanager
+def claimed_gpu(count: int, lock_dir: Path | None = None) -> Iterator[int | None]:
+    """Within the block, the index of the first of ``count`` GPUs whose lock file in
+    ``lock_dir`` (default LOCK_DIR) this process could lock (``gpu<index>.lock``), held until
+    the block ends; None when every one is held by another job."""
+    lock_dir = LOCK_DIR if lock_dir is None else lock_dir
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        handle = open(lock_dir / f"gpu{index}.lock", "a")  # closed below, or by the with
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        with handle:  # closing the file releases the lock
+            yield index
+        return
+    yield None
