@@ -178,7 +178,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
                                            + 16 + 9)
     ok = summary[summary.status == "ok"]
     assert ok.test_accuracy.between(0, 1).all()
-    fbn_runs = ok[ok.batch_size == 8]  # FixBN's runs (batch 20 or 10) evaluate every 4 steps
+    fbn_runs = ok[ok.model == "fbn_cnn"]  # the others (LeNet) evaluate every 4 steps
     assert sorted(fbn_runs.step.unique()) == [0, 10, 20]
     diverged = summary[summary.status == "diverged"]
     assert diverged.run_id.nunique() == 1 and diverged.partition.eq("dirichlet").all()
