@@ -99,6 +99,9 @@ class Execution:
     threads: int = 1  # CPU threads per training job
     gpus_per_job: int = 0  # the job's Snakemake resource `gpu` (limit with --resources gpu=N)
     bundle_size: int = 1  # at most this many runs train together in one job; 1: one run a job
+    # bundles trained one after the other by one job (one process): on a CPU, where a job's
+    # start (Python, PyTorch) is a large part of a small bundle's time, several; 1: one a job
+    bundles_per_job: int = 1
     # What a training job asks a cluster for (Snakemake resources; the SLURM executor plugin
     # passes them as --cpus-per-gpu, --mem and --time). Sized for a bundle of 16 ResNet-20 runs
     # on CIFAR-10: `threads` CPUs per GPU, host memory for Python, CUDA and the dataset (the
@@ -125,6 +128,7 @@ _EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "threads": int_at_least(1),
     "gpus_per_job": int_at_least(0),
     "bundle_size": int_at_least(1),
+    "bundles_per_job": int_at_least(1),
     "cpus_per_gpu": int_at_least(1),
     "mem_mb": int_at_least(1),
     "runtime": int_at_least(1),
@@ -150,6 +154,7 @@ class Plan:
     figures: dict[str, Figure]
     execution: Execution
     bundles: dict[str, tuple[str, ...]]  # bundle id -> its member run_ids (see `bundles`)
+    jobs: dict[str, tuple[str, ...]]  # training job id -> its bundle ids (see `training_jobs`)
     toy: ToyPlan | None = None
     claims: str | None = None  # the claims file (fednorm.claims reads it); None: no ledger
 
@@ -200,6 +205,15 @@ class Plan:
         pending = {bid: tuple(r for r in members if not self.is_complete(r))
                    for bid, members in self.bundles.items()}
         return {bid: members for bid, members in pending.items() if members}
+
+    def pending_jobs(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Training job id -> {bundle id: its members not complete} (:meth:`pending_bundles`),
+        the bundles with none left out, and the jobs with none. A job's bundles come from the
+        config alone, like the bundles' members."""
+        pending = self.pending_bundles()
+        jobs = {job: {b: pending[b] for b in members if b in pending}
+                for job, members in self.jobs.items()}
+        return {job: members for job, members in jobs.items() if members}
 
     def needs_cifar10(self) -> bool:
         return any(cfg.dataset == "cifar10" for cfg in self.runs.values())
@@ -627,6 +641,18 @@ def bundles(runs: Mapping[str, RunConfig], size: int) -> dict[str, tuple[str, ..
     return out
 
 
+def training_jobs(bundle_ids: list[str], per_job: int) -> dict[str, tuple[str, ...]]:
+    """Consecutive bundles (in :func:`bundles`' order: bundles of one key are neighbours) cut
+    into jobs of at most ``per_job``; a job's id is its first bundle's id, with '+k' when k
+    more bundles follow it in the job."""
+    jobs = {}
+    for start in range(0, len(bundle_ids), per_job):
+        members = tuple(bundle_ids[start:start + per_job])
+        more = f"+{len(members) - 1}" if len(members) > 1 else ""
+        jobs[members[0] + more] = members
+    return jobs
+
+
 def load_plan(config: Mapping[str, Any]) -> Plan:
     """Validate the whole configuration and expand it into runs and figures."""
     config = _keys(config, "config", _TOP)
@@ -650,7 +676,8 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
                      expanded.items()},
         figures=figures,
         execution=execution,
-        bundles=bundles(runs, execution.bundle_size),
+        bundles=(packed := bundles(runs, execution.bundle_size)),
+        jobs=training_jobs(list(packed), execution.bundles_per_job),
         toy=_toy(config.get("toy")),
         claims=_claims_path(config.get("claims")),
     )

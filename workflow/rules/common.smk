@@ -14,6 +14,13 @@ def bundle_rule_name(bundle_id):
     return "train_" + re.sub(r"\W", "_", bundle_id)
 
 
+def job_priority(run_ids):
+    """A training job's Snakemake priority: the training images of its runs, in 10^5 (a proxy
+    for its time; the bigger ones start first)."""
+    return sum(PLAN.runs[r].steps * PLAN.runs[r].n_clients * PLAN.runs[r].batch_size
+               for r in run_ids) // 100_000
+
+
 def bundle_dataset(run_ids):
     """A bundle of CIFAR-10 runs waits for the data rule; synthetic runs need no input."""
     cifar10 = any(PLAN.runs[r].dataset == "cifar10" for r in run_ids)

@@ -1,23 +1,29 @@
-# One job per bundle of runs that train together (fednorm.plan.bundles: from the config alone,
-# at most execution.bundle_size runs). A job's outputs are the files of its members that are
-# not complete yet (PLAN.pending_bundles), so Snakemake never deletes, marks incomplete or
-# retrains a finished run; a bundle whose members are all complete gets no rule.
-for bundle_id, run_ids in PLAN.pending_bundles().items():
+# One job per group of bundles (fednorm.plan.training_jobs: execution.bundles_per_job bundles,
+# trained one after the other in one process; one bundle a job by default). A bundle is runs
+# that train together (fednorm.plan.bundles: from the config alone, at most
+# execution.bundle_size runs). A job's outputs are the files of its runs that are not complete
+# yet (PLAN.pending_jobs), so Snakemake never deletes, marks incomplete or retrains a finished
+# run; a job whose runs are all complete gets no rule.
+for job_id, pending in PLAN.pending_jobs().items():
+    run_ids = tuple(r for members in pending.values() for r in members)
 
     rule:
         name:
-            bundle_rule_name(bundle_id)
+            bundle_rule_name(job_id)
         input:
             bundle_dataset(run_ids),
         output:
             PLAN.run_files(run_ids),
         params:
-            bundle_id=bundle_id,
-            runs=[PLAN.runs[r].identity() for r in run_ids],
-            out_dirs=[PLAN.paths.run_dir(r) for r in run_ids],
+            bundles=[{"bundle_id": bundle_id,
+                      "runs": [PLAN.runs[r].identity() for r in members],
+                      "out_dirs": [PLAN.paths.run_dir(r) for r in members]}
+                     for bundle_id, members in pending.items()],
             data_dir=DATA,
             device=EXECUTION.device,
         threads: EXECUTION.threads
+        # the biggest jobs first, so that none starts last and runs alone (images to train)
+        priority: job_priority(run_ids)
         # gpu: 1 -> sbatch --gpus=1 under workflow/profiles/slurm; the rest only matter there
         resources:
             gpu=EXECUTION.gpus_per_job,
@@ -25,6 +31,6 @@ for bundle_id, run_ids in PLAN.pending_bundles().items():
             mem_mb=EXECUTION.mem_mb,
             runtime=EXECUTION.runtime,
         log:
-            f"{RESULTS}/logs/train/{bundle_id}.log",
+            f"{RESULTS}/logs/train/{job_id}.log",
         script:
             "../scripts/train_bundle.py"
