@@ -263,7 +263,29 @@ def test_pending_bundles_declare_only_the_unfinished_runs(tmp_path):
     assert plan.run_files((half,)) == [f"{tmp_path}/runs/{half}/{n}" for n in RUN_FILES]
 
 
+def test_a_training_job_takes_consecutive_bundles_and_only_their_unfinished_runs(tmp_path):
+    config = merge(_bundle_config(2, bundles_per_job=3), {"paths": {"results": str(tmp_path)}})
+    plan = load_plan(config)
+    bundle_ids = list(plan.bundles)
+    assert [b for members in plan.jobs.values() for b in members] == bundle_ids  # each once
+    assert all(1 <= len(m) <= 3 for m in plan.jobs.values()) and len(plan.jobs) == -(
+        -len(bundle_ids) // 3)
+    first = next(iter(plan.jobs))
+    assert first == f"{bundle_ids[0]}+2" and plan.jobs[first] == tuple(bundle_ids[:3])
+    assert load_plan(_bundle_config(2)).jobs == {b: (b,) for b in bundle_ids}  # 1 a job
+    for run_id in plan.bundles[bundle_ids[0]]:  # the first bundle is complete
+        for path in plan.run_files((run_id,)):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text("x")
+    pending = load_plan(config).pending_jobs()
+    assert list(pending[first]) == bundle_ids[1:3]  # the job keeps its id, not that bundle
+    assert sum(len(m) for job in pending.values() for m in job.values()) == len(plan.runs) - len(
+        plan.bundles[bundle_ids[0]])
+
+
 @pytest.mark.parametrize(("execution", "expected"), [
+    ({"bundles_per_job": 0}, r"execution: key 'bundles_per_job' has value 0; allowed: an "
+                             r"integer >= 1"),
     ({"bundle_size": 0}, r"execution: key 'bundle_size' has value 0; allowed: an integer >= 1"),
     ({"bundle_size": "a"}, r"key 'bundle_size' has value 'a'; allowed: an integer >= 1"),
     ({"bundle_size": 2.5}, r"key 'bundle_size' has value 2.5; allowed: an integer >= 1"),
