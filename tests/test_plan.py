@@ -63,7 +63,7 @@ def test_paper_config_counts_the_issue_grids():
     assert {n for n in plan.figures if n.startswith("fixbn/")} == {
         f"fixbn/{n}" for n in ("fig2a", "fig2b", "table1", "fig1", "fig4", "fig5", "fig6",
                                "figH", "table4", "tableI", "figJ", "figK", "figL", "figM",
-                               "figN", "tableH", "figI", "fig3")}
+                               "figN", "tableH", "figI", "fig3", "table5")}
     fig3 = plan.figures["fixbn/fig3"]
     assert [p.kind for p in fig3.parts] == ["curves", "curves", "curves", "final_vs"]
     assert fig3.parts[0].y == ("stat_change", "stat_deviation")
