@@ -1,7 +1,7 @@
 # fednorm-repro: the table of contents. Paper scale by default; the quick profile overrides it:
 #   snakemake --cores N                                   (paper scale, needs CIFAR-10 and a GPU)
 #   snakemake --cores 2 --configfile config/quick.yaml    (CPU, offline, minutes)
-from fednorm.claims import NAME as CLAIMS_NAME, ledger_files, load_claims
+from fednorm.claims import ledger_files, load_claims
 from fednorm.plan import load_plan
 
 configfile: "config/config.yaml"

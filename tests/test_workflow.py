@@ -347,3 +347,21 @@ def test_fixbn_kinds_write_their_own_files(tmp_path):
     assert sorted(progress.progress.unique()) == [0.0, 0.5, 1.0]  # steps 0, 10, 20 of 20
     rounds = pd.read_csv(work / "figures/fixbn/fig1.csv")
     assert sorted(rounds["round"].unique()) == [0.0, 5.0, 10.0]  # E = 2
+
+
+def test_the_workflow_lint_fails_on_any_finding(tmp_path):
+    """make lint-workflow: clean as the repository is, failing once a rule lacks its conda
+    environment (one of Snakemake's lints)."""
+    work = _work_copy(tmp_path)
+    make = ["make", "--no-print-directory", "lint-workflow", f"PYTHON={sys.executable}",
+            "LINT_CONFIGS=.test/config.yaml"]
+    clean = subprocess.run(make, cwd=work, capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    with open(work / "Snakefile", "a") as snakefile:
+        snakefile.write('\n\nrule unlinted:\n    output:\n        "unlinted.txt",\n    log:\n'
+                        '        "unlinted.log",\n    shell:\n        "touch {output}"\n')
+    found = subprocess.run(make, cwd=work, capture_output=True, text=True, timeout=300)
+    assert found.returncode != 0
+    assert "Lints for rule unlinted" in found.stdout
+    assert "Specify a conda environment or container for each rule" in found.stdout
+    assert "lint-workflow: findings for .test/config.yaml" in found.stdout

@@ -7,8 +7,10 @@ rule claims:
         ledger_files(PLAN),
     params:
         claims=CLAIMS,
-        stem=f"{FIGURES}/{CLAIMS_NAME}",
+        stem=output_stem,  # figures/claims: the outputs' stem
     log:
         f"{RESULTS}/logs/claims.log",
+    conda:
+        ENV
     script:
         "../scripts/claims.py"

@@ -17,5 +17,7 @@ for folder, names in PLAN.figure_folders().items():
             stems=[f"{FIGURES}/{n}" for n in names],
         log:
             f"{RESULTS}/logs/figures/{folder or 'top'}.log",
+        conda:
+            ENV
         script:
             "../scripts/figure.py"

@@ -4,8 +4,10 @@ rule toy:
         PLAN.toy_files(),
     params:
         toy=PLAN.toy,
-        folder=f"{FIGURES}/{PLAN.toy.folder}" if PLAN.toy else "",
+        folder=output_folder,  # figures/<toy.figures>: the outputs' folder
     log:
         f"{RESULTS}/logs/toy.log",
+    conda:
+        ENV
     script:
         "../scripts/toy.py"

@@ -15,7 +15,7 @@ for bundle_id, run_ids in PLAN.pending_bundles().items():
             bundle_id=bundle_id,
             runs=[PLAN.runs[r].identity() for r in run_ids],
             out_dirs=[PLAN.paths.run_dir(r) for r in run_ids],
-            data_dir=DATA,
+            data_dir=data_dir,
             device=EXECUTION.device,
         threads: EXECUTION.threads
         # gpu: 1 -> sbatch --gpus=1 under workflow/profiles/slurm; the rest only matter there
@@ -26,5 +26,7 @@ for bundle_id, run_ids in PLAN.pending_bundles().items():
             runtime=EXECUTION.runtime,
         log:
             f"{RESULTS}/logs/train/{bundle_id}.log",
+        conda:
+            ENV
         script:
             "../scripts/train_bundle.py"
