@@ -4,7 +4,7 @@ rule claims:
         summary=PLAN.paths.summary(),
         claims=PLAN.claims,
     output:
-        ledger_files(PLAN),
+        reported(ledger_files(PLAN)),
     params:
         claims=CLAIMS,
         stem=output_stem,  # figures/claims: the outputs' stem

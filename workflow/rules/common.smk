@@ -3,6 +3,7 @@ import os
 import re
 
 from fednorm.data.cifar import CACHE_NAME
+from fednorm.report import captions, entries
 
 RESULTS = PLAN.paths.results
 FIGURES = PLAN.paths.figures
@@ -11,6 +12,8 @@ EXECUTION = PLAN.execution
 # Every rule's software: used with --use-conda (--sdm conda), ignored without it (the rules
 # then run in the environment Snakemake runs in). Relative to workflow/rules/.
 ENV = "../envs/fednorm.yaml"
+# The files the HTML report shows (snakemake --report report.html), by path (fednorm.report)
+REPORT = {entry.file: entry for entry in entries(PLAN, CLAIMS)}
 
 
 def bundle_rule_name(bundle_id):
@@ -37,3 +40,23 @@ def output_folder(wildcards, output):
 
 def output_stem(wildcards, output):
     return os.path.splitext(output[0])[0]
+
+
+def reported(files):
+    """The files, each one the report shows flagged with report(): its caption, category and
+    labels (fednorm.report.entries).
+
+    Snakemake 9 reads a caption from an .rst file and renders it with Jinja, from the job's
+    `snakemake` object (params, config, ...): nothing in it tells one output of a job from
+    another, and a figures job draws a whole folder. So each file gets a caption file of its
+    own, written by the rule report_captions (workflow/rules/report.smk) from the config. The
+    path is absolute: Snakemake resolves a relative one from the rule file's folder."""
+    return [report(f, caption=os.path.abspath(REPORT[f].caption), category=REPORT[f].category,
+                   labels=REPORT[f].labels) if f in REPORT else f for f in files]
+
+
+def caption_texts(wildcards):
+    """The captions' reStructuredText, in the order of REPORT: computed only when the
+    report_captions job is planned (a function: parsing the workflow does not pay for it)."""
+    texts = captions(PLAN, CLAIMS)
+    return [texts[entry.caption] for entry in REPORT.values()]
