@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from fednorm.claims import NAME as CLAIMS_NAME
-from fednorm.claims import PAPERS, Claim, selects
+from fednorm.claims import PAPERS, Claim, config_text, selects
 from fednorm.config import FIELDS, Figure, RunConfig
 from fednorm.plan import TOY_FIGURES, Plan
 from fednorm.summarize import config_columns
@@ -68,10 +68,10 @@ def _items(plan: Plan, claims: Sequence[Claim]) -> Iterator[tuple[Entry, Callabl
     """Every file the report shows, in the order of the configuration (the figures, the
     toy's, the claims ledger's plot and tables), each with the function that writes its
     caption. Captions go to ``<results>/report/<file>.rst``."""
-    def entry(name: str, ext: str, cat: str, reproduces: str) -> Entry:
+    def entry(name: str, ext: str, cat: str, reproduces: str, label: str = "") -> Entry:
         file = plan.paths.figure(name, ext)
         caption = f"{plan.paths.results}/report/{os.path.relpath(file, plan.paths.figures)}.rst"
-        return Entry(file, caption, cat, {"figure": name, "reproduces": reproduces})
+        return Entry(file, caption, cat, {"figure": label or name, "reproduces": reproduces})
 
     for name, fig in plan.figures.items():
         yield (entry(name, "md" if fig.kind == "table" else "png",
@@ -84,9 +84,10 @@ def _items(plan: Plan, claims: Sequence[Claim]) -> Iterator[tuple[Entry, Callabl
     if claims:
         selected = cache(partial(claim_runs, plan, claims))  # the same for both captions
         for ext, what in (("png", "plot"), ("md", "tables")):
-            item = entry(CLAIMS_NAME, ext, CLAIMS_CATEGORY, "the numbers the papers state")
-            item.labels["figure"] = f"{CLAIMS_NAME} ({what})"  # one row each in the report
-            yield item, partial(claims_caption, plan, claims, ext, selected)
+            # labelled apart: the report's rows are told apart by their labels
+            yield (entry(CLAIMS_NAME, ext, CLAIMS_CATEGORY, "the numbers the papers state",
+                         label=f"{CLAIMS_NAME} ({what})"),
+                   partial(claims_caption, plan, claims, ext, selected))
 
 
 def entries(plan: Plan, claims: Sequence[Claim] = ()) -> list[Entry]:
@@ -130,18 +131,6 @@ def rst(title: str, name: str, fields: Sequence[tuple[str, str]], show: str | No
 # A figure's caption.
 
 
-def value_text(value: Any) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, tuple | list):
-        return "[" + ", ".join(map(value_text, value)) + "]"
-    return str(value)
-
-
 def _metric(y: str | tuple[str, ...]) -> str:
     return " and ".join(map(_literal, (y,) if isinstance(y, str) else y))
 
@@ -154,7 +143,7 @@ def _lines(fig: Figure) -> str:
     if isinstance(fig.y, tuple):
         hue = "one colour per metric" + (f", dashed by {_literal(fig.hue[0])}" if fig.hue else "")
     if fig.panel:
-        values = ", ".join(map(value_text, fig.panel_values))
+        values = ", ".join(map(config_text, fig.panel_values))
         hue += f"; one panel per {_literal(fig.panel)} ({values})"
     return hue + ("; log y axis" if fig.logy else "")
 
@@ -170,7 +159,7 @@ def shows(fig: Figure) -> str:
         return (f"the final {_metric(fig.y)} grouped by {_literal(fig.x)}, "
                 f"{_lines(fig).replace('line', 'bar')}")
     if fig.kind == "heatmap":
-        a, b = map(value_text, fig.compare_values)
+        a, b = map(config_text, fig.compare_values)
         return (f"the final {_metric(fig.y)} over {_literal(fig.rows)} (rows) × "
                 f"{_literal(fig.cols)} (columns), each cell the mean over seeds: panels "
                 f"{_literal(fig.compare)} = {a}, {b}, and {b} − {a}")
@@ -206,14 +195,14 @@ def runs_text(runs: Sequence[RunConfig], experiments: Sequence[str], where: tupl
     text = f"{len(runs)} of experiment{'s' if len(experiments) > 1 else ''} {names}"
     if where:
         text += " with " + ", ".join(
-            f"{_literal(k)} in ({', '.join(map(value_text, v))})" if isinstance(v, tuple)
-            else f"{_literal(k)} = {value_text(v)}" for k, v in where)
+            f"{_literal(k)} in ({', '.join(map(config_text, v))})" if isinstance(v, tuple)
+            else f"{_literal(k)} = {config_text(v)}" for k, v in where)
     axes = _varying(runs)
     if not axes:
         return text + ": one run"
     grid = math.prod(map(len, axes.values())) == len(runs)
     listed = (" × " if grid else ", ").join(
-        f"{_literal(k)} ({', '.join(map(value_text, v))})" for k, v in axes.items())
+        f"{_literal(k)} ({', '.join(map(config_text, v))})" for k, v in axes.items())
     if "seed" not in axes:
         listed += f"; one seed ({runs[0].seed})"
     return f"{text}: {'a grid of ' if grid else 'varying '}{listed}"
@@ -223,7 +212,7 @@ def setting_text(runs: Sequence[RunConfig]) -> str:
     """What the runs share among SETTING_KEYS (those they differ in are in the grid)."""
     shared = [(k, getattr(runs[0], k)) for k in SETTING_KEYS
               if len({getattr(r, k) for r in runs}) == 1]
-    return ", ".join(f"{_literal(k)} = {value_text(v)}" for k, v in shared)
+    return ", ".join(f"{_literal(k)} = {config_text(v)}" for k, v in shared)
 
 
 def scale_text(runs: Sequence[RunConfig]) -> str:
@@ -252,18 +241,18 @@ def toy_caption(plan: Plan, name: str) -> str:
     paper, what = TOY_SHOWS[name]
     settings = {k: getattr(toy.settings, k) for k in ("n_clients", "points_per_client", "rounds",
                                                        "beta", "fixbn_freeze")}
-    gammas = ", ".join(map(value_text, toy.gammas))
+    gammas = ", ".join(map(config_text, toy.gammas))
     seeds = ", ".join(map(str, toy.seeds))
     runs = (f"γ ∈ {{{gammas}}} × seed ({seeds}), each scheme" if name == "fig2c" else
             f"one run per scheme at γ = 0, seed {toy.seeds[0]}")
-    differ = [f"{_literal(k)} = {value_text(getattr(toy.settings, k))} (the paper's: "
-              f"{value_text(getattr(ToyConfig(), k))})" for k in settings
+    differ = [f"{_literal(k)} = {config_text(getattr(toy.settings, k))} (the paper's: "
+              f"{config_text(getattr(ToyConfig(), k))})" for k in settings
               if getattr(toy.settings, k) != getattr(ToyConfig(), k)]
     scale = ("a reduced scale: " + ", ".join(differ)) if differ else "the paper's scale"
     title = SCATTER_FIGURES[name][1] if name in SCATTER_FIGURES else "normalization error vs γ"
     return rst(f"The 2-D normalization toy: {title}", f"{toy.folder}/{name}", [
         ("Reproduces", paper), ("Shows", _escape(what)), ("Runs", runs),
-        ("Shared", ", ".join(f"{_literal(k)} = {value_text(v)}" for k, v in settings.items())),
+        ("Shared", ", ".join(f"{_literal(k)} = {config_text(v)}" for k, v in settings.items())),
         ("Scale", f"two-dimensional Gaussian classes (fednorm.toy), at {scale}")])
 
 
