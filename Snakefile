@@ -1,10 +1,14 @@
 # fednorm-repro: the table of contents. Paper scale by default; the quick profile overrides it:
 #   snakemake --cores N                                   (paper scale, needs CIFAR-10 and a GPU)
 #   snakemake --cores 2 --configfile config/quick.yaml    (CPU, offline, minutes)
-from fednorm.claims import NAME as CLAIMS_NAME, ledger_files, load_claims
+# then the HTML report of every figure and table: the same command with --report report.html
+from fednorm.claims import ledger_files, load_claims
 from fednorm.plan import load_plan
 
 configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
 
 # The whole configuration, the claims file included, is validated here, before any job starts.
 PLAN = load_plan(config)
@@ -26,9 +30,15 @@ if CLAIMS:
     include: "workflow/rules/claims.smk"
 
 
+if REPORT:
+
+    include: "workflow/rules/report.smk"
+
+
 rule all:
     input:
         PLAN.figure_files(),
         PLAN.toy_files(),
         PLAN.paths.summary(),
         ledger_files(PLAN),
+        [entry.caption for entry in REPORT.values()],

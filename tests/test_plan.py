@@ -63,7 +63,7 @@ def test_paper_config_counts_the_issue_grids():
     assert {n for n in plan.figures if n.startswith("fixbn/")} == {
         f"fixbn/{n}" for n in ("fig2a", "fig2b", "table1", "fig1", "fig4", "fig5", "fig6",
                                "figH", "table4", "tableI", "figJ", "figK", "figL", "figM",
-                               "figN", "tableH", "figI", "fig3")}
+                               "figN", "tableH", "figI", "fig3", "table5")}
     fig3 = plan.figures["fixbn/fig3"]
     assert [p.kind for p in fig3.parts] == ["curves", "curves", "curves", "final_vs"]
     assert fig3.parts[0].y == ("stat_change", "stat_deviation")
@@ -155,6 +155,13 @@ def test_a_run_needed_twice_is_planned_once():
          r"figures.f.parts\[0\]: key 'experiment'"),
         ({"figures": {"f": {"experiment": "e", "kind": "parts", "parts": [
             {"kind": "curves", "where": {"seed": 3}}]}}}, r"f.parts\[0\].where.*value 3"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves", "paper": ""}}},
+         r"figures.f: key 'paper' has value ''; allowed: a paper's figure or table"),
+        ({"figures": {"f": {"experiment": "e", "kind": "curves", "paper": 3}}},
+         r"figures.f: key 'paper' has value 3"),
+        ({"figures": {"f": {"experiment": "e", "kind": "parts", "parts": [
+            {"kind": "curves", "paper": "FBN Fig 3b"}]}}},
+         r"figures.f.parts\[0\]: key 'paper' is not allowed in a part"),
         ({"toy": {"settings": {"rounds": 0}}}, r"toy.settings.*'rounds' has value 0"),
         ({"toy": {"settings": {"points": 3}}}, r"toy.settings: unknown key 'points'"),
         ({"toy": {"gammas": [0, 2]}}, r"toy: key 'gammas' has value \[0, 2\]"),
@@ -175,10 +182,29 @@ def test_a_figure_takes_the_union_of_experiments_filtered_by_lists():
               "figures": {"f": {"experiment": ["clean", "attacked"], "kind": "curves",
                                 "where": {"normalizer": ["bn", "fbn"], "attack": ["none", "sf"]},
                                 "hue": ["scenario", "normalizer"]}}}
-    fig = load_plan(config).figures["f"]
+    plan = load_plan(config)
+    fig = plan.figures["f"]
     assert fig.experiments == ("clean", "attacked")
     assert dict(fig.where) == {"normalizer": ("bn", "fbn"), "attack": ("none", "sf")}
     assert fig.hue == ("scenario", "normalizer")
+    assert fig.paper is None  # not in the papers
+    assert sorted((r.normalizer, r.attack) for r in plan.figure_runs(fig)) == [
+        ("bn", "none"), ("bn", "sf"), ("fbn", "none"), ("fbn", "sf")]
+
+
+def test_the_runs_a_figure_draws_pass_its_filters_panels_and_compared_pair():
+    plan = load_plan(_config("config/config.yaml"))
+    fig4 = plan.figure_runs(plan.figures["fbn/fig4"])
+    assert len(fig4) == 3 * 2 * 2 * 3  # scenario x normalizer x panel (gamma) x seed
+    assert {(r.heterogeneity, r.attack, r.aggregator) for r in fig4} == {
+        (h, a, g) for h in (0.0, 0.01) for a, g in (("none", "mean"), ("sf", "mean"),
+                                                     ("sf", "median"))}
+    heatmap = plan.figure_runs(plan.figures["fixbn/fig2a"])
+    assert {r.normalizer for r in heatmap} == {"bn", "gn"} and len(heatmap) == 2 * 5 * 5 * 3
+    fig3 = plan.figure_runs(plan.figures["fixbn/fig3"])  # its parts' runs, each once
+    assert {r.run_id for r in fig3} == {*plan.experiments["fixbn_dynamics"],
+                                        *plan.experiments["fixbn_freeze_at"]}
+    assert plan.figures["fixbn/table5"].paper == "FixBN Table 5"
 
 
 # Run bundles: which runs train together in one job.

@@ -4,6 +4,7 @@ run bundles: only new runs train, and a killed bundle job loses no finished run.
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from fednorm.claims import load_claims
 from fednorm.plan import load_plan, merge
+from fednorm.report import entries
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -66,6 +69,7 @@ def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     assert _bundle_jobs(counts) == jobs
     assert all(n == 1 for rule, n in counts.items() if rule.startswith("train_"))
     assert counts["cifar10"] == 1 and counts["toy"] == 1 and counts["claims"] == 1
+    assert counts["report_captions"] == 1
     assert [counts[f"figures_{f}"] for f in ("fbn", "fixbn", "fedtan", "compare")] == [1] * 4
 
 
@@ -209,8 +213,48 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert ledger.loc["tiny-fbn-diverged", "n_diverged"] == 1
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims.{ext}").stat().st_size > 0
+
+    report = tmp_path / "report.html"  # self-contained: every file embedded
+    out = _snakemake("--configfile", ".test/config.yaml", "--report", str(report), cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    _check_report(report.read_text(), work, plan)
     leftovers = [p for p in (work / ".test").rglob(".*") if p.is_file()]
     assert leftovers == []  # no temporary file left behind
+
+
+def _report_variable(html, name):
+    """One of the JSON objects the report's page holds: results (file -> name, labels, caption
+    as HTML, mime type, data) or categories (category -> subcategory -> files)."""
+    return json.loads(re.search(rf"^\s*var {name} = (\{{.*\}});$", html, re.M).group(1))
+
+
+def _check_report(html, work, plan):
+    """Every figure, table, toy figure and the ledger is in the report, under its paper's
+    category, with its caption: its name, what it reproduces, the scale of its data; a table's
+    caption shows the table."""
+    shown = entries(plan, load_claims(str(work / plan.claims), plan))
+    results = _report_variable(html, "results")
+    assert set(results) == {e.file for e in shown}
+    assert len(shown) == len(plan.figures) + 5 + 2  # the toy's figures, the ledger's two files
+    categories = {category: {f for files in subs.values() for f in files}
+                  for category, subs in _report_variable(html, "categories").items()}
+    assert categories == {c: {e.file for e in shown if e.category == c}
+                          for c in ("FBN", "FixBN", "FedTAN", "All methods", "Claims ledger")}
+    for entry in shown:
+        result = results[entry.file]
+        assert result["labels"] == entry.labels
+        assert result["mime_type"] == ("text/markdown" if entry.file.endswith(".md")
+                                       else "image/png")
+        caption, name = result["caption"], Path(entry.file).relative_to(plan.paths.figures)
+        assert f'<tt class="docutils literal">{name.with_suffix("")}' in caption
+        assert entry.labels["reproduces"].replace("'", "&#x27;") in caption.replace("'",
+                                                                                   "&#x27;")
+        assert "at a reduced scale" in caption  # the toy's 20 rounds, or synthetic data
+        assert ("Synthetic data" in caption) == (entry.labels["figure"] not in {
+            f"fbn/{n}" for n in ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")})
+        if entry.file.endswith(".md") and entry.category != "Claims ledger":
+            header = (work / entry.file).read_text().splitlines()[2]  # the table's first row
+            assert header.startswith("| ") and header in caption
 
 
 # Run bundles, end to end on a config of a few tiny runs (no figures): what trains, what is kept.
@@ -347,3 +391,21 @@ def test_fixbn_kinds_write_their_own_files(tmp_path):
     assert sorted(progress.progress.unique()) == [0.0, 0.5, 1.0]  # steps 0, 10, 20 of 20
     rounds = pd.read_csv(work / "figures/fixbn/fig1.csv")
     assert sorted(rounds["round"].unique()) == [0.0, 5.0, 10.0]  # E = 2
+
+
+def test_the_workflow_lint_fails_on_any_finding(tmp_path):
+    """make lint-workflow: clean as the repository is, failing once a rule lacks its conda
+    environment (one of Snakemake's lints)."""
+    work = _work_copy(tmp_path)
+    make = ["make", "--no-print-directory", "lint-workflow", f"PYTHON={sys.executable}",
+            "LINT_CONFIGS=.test/config.yaml"]
+    clean = subprocess.run(make, cwd=work, capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    with open(work / "Snakefile", "a") as snakefile:
+        snakefile.write('\n\nrule unlinted:\n    output:\n        "unlinted.txt",\n    log:\n'
+                        '        "unlinted.log",\n    shell:\n        "touch {output}"\n')
+    found = subprocess.run(make, cwd=work, capture_output=True, text=True, timeout=300)
+    assert found.returncode != 0
+    assert "Lints for rule unlinted" in found.stdout
+    assert "Specify a conda environment or container for each rule" in found.stdout
+    assert "lint-workflow: findings for .test/config.yaml" in found.stdout

@@ -282,19 +282,22 @@ def verdict(claim: Claim, mean: float, std: float, n_diverged: int) -> tuple[str
     return (REPRODUCED if ok else DIFFERS), threshold
 
 
-def _text(value: Any) -> str:
+def config_text(value: Any) -> str:
+    """A value as a config writes it: null, true/false, numbers as :g, lists in brackets."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, numbers.Real):
         return f"{value:g}"
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(map(config_text, value)) + "]"
     return str(value)
 
 
 def setting_text(pairs: Pairs) -> str:
     """'key=value, ...' (null, true/false, numbers as :g)."""
-    return ", ".join(f"{k}={_text(v)}" for k, v in pairs)
+    return ", ".join(f"{k}={config_text(v)}" for k, v in pairs)
 
 
 def _other_scale(claim: Claim, like: pd.DataFrame) -> str:
@@ -302,8 +305,8 @@ def _other_scale(claim: Claim, like: pd.DataFrame) -> str:
     parts = []
     for key, value in claim.setting:
         if key in SCALE_KEYS and not selects(like, ((key, value),)).all():
-            ours = sorted({_text(v) for v in like[key]}, key=lambda t: (len(t), t))
-            parts.append(f"{key} {'/'.join(ours)} (claim: {_text(value)})")
+            ours = sorted({config_text(v) for v in like[key]}, key=lambda t: (len(t), t))
+            parts.append(f"{key} {'/'.join(ours)} (claim: {config_text(value)})")
     return "ours at another scale: " + "; ".join(parts)
 
 

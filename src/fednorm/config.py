@@ -612,3 +612,6 @@ class Figure:
     orders: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     parts: tuple[Figure, ...] = ()  # parts: figures side by side in one file, one axes each
     extra: tuple[str, ...] = ()  # table: metrics shown as one more column each (row means)
+    # the paper's figure or table it reproduces, e.g. 'FBN Fig 3a' (the report's caption); None:
+    # not in the papers
+    paper: str | None = None

@@ -14,9 +14,11 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  ``steps`` (``lr_milestones``) of the layers below; the grid axis ``settings``
                  takes mappings that set several keys together, e.g. ``[{partition: iid},
                  {partition: dirichlet, heterogeneity: 0.1}]`` (the product runs over them);
-``figures``      name -> ``{experiment, kind, where, y, title, ...}``: ``experiment`` one name
-                 or a list (the union of their runs); ``where`` ``{key: value or [values]}``;
-                 ``y`` a metric; then the keys of the ``kind`` (see FIGURE_KEYS):
+``figures``      name -> ``{experiment, kind, where, y, title, paper, ...}``: ``experiment`` one
+                 name or a list (the union of their runs); ``where`` ``{key: value or
+                 [values]}``; ``y`` a metric; ``paper`` the paper's figure or table it
+                 reproduces, e.g. 'FBN Fig 3a' (the report's caption; none: not in the papers);
+                 then the keys of the ``kind`` (see FIGURE_KEYS):
                  ``curves``    y over training: ``x`` step (default), round (step / E),
                                progress (step / steps) or a run key; ``hue`` the column, or two
                                (colour, then dash), that tells lines apart (default normalizer;
@@ -176,6 +178,18 @@ class Plan:
             folders.setdefault(name.rpartition("/")[0], []).append(name)
         return folders
 
+    def figure_runs(self, fig: Figure) -> list[RunConfig]:
+        """The runs a figure draws: its experiments' runs that pass its ``where`` filters,
+        with one of its compared values (heatmap) and panel values; a parts figure's are its
+        parts' runs."""
+        if fig.parts:
+            runs = {c.run_id: c for part in fig.parts for c in self.figure_runs(part)}
+            return list(runs.values())
+        filters = [*fig.where, *((k, v) for k, v in ((fig.compare, fig.compare_values),
+                                                      (fig.panel, fig.panel_values)) if k)]
+        ids = dict.fromkeys(r for name in fig.experiments for r in self.experiments[name])
+        return [self.runs[r] for r in ids if _matches(self.runs[r], tuple(filters))]
+
     def toy_files(self) -> list[str]:
         stems = self.toy.stems(self.paths) if self.toy else []
         return [f"{stem}.{ext}" for stem in stems for ext in FIGURE_EXTENSIONS]
@@ -331,7 +345,7 @@ def _experiments(fig: str, spec: Any, experiments: dict[str, list[RunConfig]]) -
 # after the key whose column it orders.
 
 REQUIRED = "<required>"
-COMMON_KEYS = ("experiment", "kind", "where", "y", "title")
+COMMON_KEYS = ("experiment", "kind", "where", "y", "title", "paper")
 FIGURE_KEYS: dict[str, dict[str, Any]] = {
     "curves": {"x": None, "hue": "normalizer", "panels": None, "logy": False},
     "final_vs": {"x": None, "hue": "normalizer", "panels": None, "logy": False, "logx": None},
@@ -455,6 +469,9 @@ def _parts(spec: _FigureSpec, value: Any) -> dict[str, Any]:
         if "panels" in part:
             raise ConfigError(f"figures.{where}: key 'panels' is not allowed in a part (one "
                               f"axes each); allowed keys: those of kind '{part['kind']}'")
+        if "paper" in part:
+            raise ConfigError(f"figures.{where}: key 'paper' is not allowed in a part; allowed: "
+                              f"'paper' of the figure '{spec.name}' (one caption per file)")
         inherited = {k: spec.raw[k] for k in ("experiment", "where") if k in spec.raw}
         parts.append(_figure(where, {**inherited, **part}, spec.experiments))
     return {"parts": tuple(parts)}
@@ -524,7 +541,8 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
         names = tuple(dict.fromkeys(e for part in checked.fields["parts"]
                                     for e in part.experiments))
         return Figure(name=name, experiments=names, kind=kind,
-                      title=str(spec.get("title", "")), **checked.fields)
+                      title=str(spec.get("title", "")), paper=_paper(where, spec.get("paper")),
+                      **checked.fields)
     names = _experiments(name, spec.get("experiment"), experiments)
     runs = [cfg for n in names for cfg in experiments[n]]
     y = _y(where, kind, spec.get("y", "test_accuracy"))
@@ -540,7 +558,17 @@ def _figure(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -> Fi
                           f"allowed: one column with a list of metrics as y (the metric is "
                           f"the lines' colour, the hue their dash)")
     return Figure(name=name, experiments=names, kind=kind, where=filters, y=y,
-                  title=str(spec.get("title", "")), **checked.fields)
+                  title=str(spec.get("title", "")), paper=_paper(where, spec.get("paper")),
+                  **checked.fields)
+
+
+def _paper(where: str, value: Any) -> str | None:
+    """``paper``: the figure or table of a paper that the figure reproduces, as the report's
+    caption names it (e.g. 'FixBN Table 5'); left out (or null) for one not in the papers."""
+    if value is None or (isinstance(value, str) and value.strip()):
+        return value
+    raise ConfigError(f"{where}: key 'paper' has value {value!r}; allowed: a paper's figure or "
+                      "table, e.g. 'FBN Fig 3a', or null for a figure not in the papers")
 
 
 def _y(where: str, kind: str, value: Any) -> str | tuple[str, ...]:

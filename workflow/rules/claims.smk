@@ -4,11 +4,13 @@ rule claims:
         summary=PLAN.paths.summary(),
         claims=PLAN.claims,
     output:
-        ledger_files(PLAN),
+        reported(ledger_files(PLAN)),
     params:
         claims=CLAIMS,
-        stem=f"{FIGURES}/{CLAIMS_NAME}",
+        stem=output_stem,  # figures/claims: the outputs' stem
     log:
         f"{RESULTS}/logs/claims.log",
+    conda:
+        ENV
     script:
         "../scripts/claims.py"

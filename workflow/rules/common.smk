@@ -1,17 +1,25 @@
 # Input functions and settings shared by the rules. Paths come from PLAN.paths alone.
+import os
 import re
 
 from fednorm.data.cifar import CACHE_NAME
+from fednorm.report import captions, entries
 
 RESULTS = PLAN.paths.results
 FIGURES = PLAN.paths.figures
 DATA = PLAN.paths.data
 EXECUTION = PLAN.execution
+# Every rule's software: used with --use-conda (--sdm conda), ignored without it (the rules
+# then run in the environment Snakemake runs in). Relative to workflow/rules/.
+ENV = "../envs/fednorm.yaml"
+# The files the HTML report shows (snakemake --report report.html), by path (fednorm.report)
+REPORT = {entry.file: entry for entry in entries(PLAN, CLAIMS)}
 
 
 def bundle_rule_name(bundle_id):
     """A bundle's rule: 'train_' and its id as an identifier (e.g. train_fbn_E1_x16_3f2a9c1d7e)."""
-    return "train_" + re.sub(r"\W", "_", bundle_id)
+    identifier = re.sub(r"\W", "_", bundle_id)
+    return f"train_{identifier}"
 
 
 def job_priority(run_ids):
@@ -25,3 +33,37 @@ def bundle_dataset(run_ids):
     """A bundle of CIFAR-10 runs waits for the data rule; synthetic runs need no input."""
     cifar10 = any(PLAN.runs[r].dataset == "cifar10" for r in run_ids)
     return [f"{DATA}/{CACHE_NAME}"] if cifar10 else []
+
+
+def data_dir(wildcards, input):
+    """Where a training job finds CIFAR-10: the folder of its input (a synthetic bundle has
+    none, and makes its data itself)."""
+    return os.path.dirname(input[0]) if input else DATA
+
+
+def output_folder(wildcards, output):
+    return os.path.dirname(output[0])
+
+
+def output_stem(wildcards, output):
+    return os.path.splitext(output[0])[0]
+
+
+def reported(files):
+    """The files, each one the report shows flagged with report(): its caption, category and
+    labels (fednorm.report.entries).
+
+    Snakemake 9 reads a caption from an .rst file and renders it with Jinja, from the job's
+    `snakemake` object (params, config, ...): nothing in it tells one output of a job from
+    another, and a figures job draws a whole folder. So each file gets a caption file of its
+    own, written by the rule report_captions (workflow/rules/report.smk) from the config. The
+    path is absolute: Snakemake resolves a relative one from the rule file's folder."""
+    return [report(f, caption=os.path.abspath(REPORT[f].caption), category=REPORT[f].category,
+                   labels=REPORT[f].labels) if f in REPORT else f for f in files]
+
+
+def caption_texts(wildcards):
+    """The captions' reStructuredText, in the order of REPORT: computed only when the
+    report_captions job is planned (a function: parsing the workflow does not pay for it)."""
+    texts = captions(PLAN, CLAIMS)
+    return [texts[entry.caption] for entry in REPORT.values()]

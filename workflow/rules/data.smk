@@ -5,5 +5,7 @@ rule cifar10:
         f"{DATA}/{CACHE_NAME}",
     log:
         f"{RESULTS}/logs/cifar10.log",
+    conda:
+        ENV
     script:
         "../scripts/data.py"

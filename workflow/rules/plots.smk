@@ -11,11 +11,13 @@ for folder, names in PLAN.figure_folders().items():
         input:
             PLAN.paths.summary(),
         output:
-            PLAN.figure_files_of(names),
+            reported(PLAN.figure_files_of(names)),
         params:
             figures=[PLAN.figures[n] for n in names],
             stems=[f"{FIGURES}/{n}" for n in names],
         log:
             f"{RESULTS}/logs/figures/{folder or 'top'}.log",
+        conda:
+            ENV
         script:
             "../scripts/figure.py"

@@ -6,5 +6,7 @@ rule summarize:
         PLAN.paths.summary(),
     log:
         f"{RESULTS}/logs/summarize.log",
+    conda:
+        ENV
     script:
         "../scripts/summarize.py"

@@ -1,11 +1,13 @@
 rule toy:
     """The FBN paper's 2-D normalization toy (Figs 1a, 1b, 2a, 2b, 2c): no training data, seconds."""
     output:
-        PLAN.toy_files(),
+        reported(PLAN.toy_files()),
     params:
         toy=PLAN.toy,
-        folder=f"{FIGURES}/{PLAN.toy.folder}" if PLAN.toy else "",
+        folder=output_folder,  # figures/<toy.figures>: the outputs' folder
     log:
         f"{RESULTS}/logs/toy.log",
+    conda:
+        ENV
     script:
         "../scripts/toy.py"

@@ -19,7 +19,7 @@ for job_id, pending in PLAN.pending_jobs().items():
                       "runs": [PLAN.runs[r].identity() for r in members],
                       "out_dirs": [PLAN.paths.run_dir(r) for r in members]}
                      for bundle_id, members in pending.items()],
-            data_dir=DATA,
+            data_dir=data_dir,
             device=EXECUTION.device,
         threads: EXECUTION.threads
         # the biggest jobs first, so that none starts last and runs alone (images to train)
@@ -32,5 +32,7 @@ for job_id, pending in PLAN.pending_jobs().items():
             runtime=EXECUTION.runtime,
         log:
             f"{RESULTS}/logs/train/{job_id}.log",
+        conda:
+            ENV
         script:
             "../scripts/train_bundle.py"
