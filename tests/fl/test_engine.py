@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from client_loop import client_step
 
 from fednorm.config import RunConfig, run_config
 from fednorm.fl.batches import ClientBatches
@@ -164,23 +165,12 @@ def fedavg_reference(cfg, model, x_batches, y_batches, rounds):
     it = iter(zip(x_batches, y_batches, strict=True))
     for _ in range(rounds):
         clients = [copy.deepcopy(model) for _ in range(n)]
-        client_layers = [bn_layers(c) for c in clients]  # names each layer's report key
         for _ in range(E):
             xb, yb = next(it)
-            for i, client in enumerate(clients):
+            for i, client in enumerate(clients):  # the client keeps its own statistics
                 rows = slice(i * B, (i + 1) * B)
-                ctx = NormContext(rule, 1, n, cfg.bn_momentum)
-                with norm_context(ctx):
-                    loss = F.nll_loss(client(xb[rows]), yb[rows])
-                grads = torch.autograd.grad(loss, list(client.parameters()))
-                with torch.no_grad():
-                    for p, m, g in zip(client.parameters(), momenta[i], grads, strict=True):
-                        m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)
-                        p.sub_(cfg.lr[0] * m)
-                    for layer in client_layers[i]:  # the client keeps its own statistics
-                        rep = ctx.reports[layer.key]
-                        layer.running_mean.copy_(rep.mean[0])
-                        layer.running_var.copy_(rep.var[0])
+                client_step(client, xb[rows], yb[rows], rule, n, cfg.bn_momentum, momenta[i],
+                            cfg.momentum, cfg.lr[0])
         with torch.no_grad():
             states = [c.state_dict() for c in clients]
             model.load_state_dict({k: torch.stack([s[k] for s in states]).mean(0)
@@ -233,17 +223,8 @@ def test_fbn_with_local_steps_equals_per_client_loop():
             step += 1
             for i, client in enumerate(clients):
                 rows = slice(i * B, (i + 1) * B)
-                ctx = NormContext(normalizer_for(cfg).rule_at(0), 1, n, beta)
-                with norm_context(ctx):
-                    loss = F.nll_loss(client(xb[rows]), yb[rows])
-                grads = torch.autograd.grad(loss, list(client.parameters()))
-                with torch.no_grad():
-                    for p, m, g in zip(client.parameters(), momenta[i], grads, strict=True):
-                        m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)
-                        p.sub_(cfg.lr[0] * m)
-                    for layer in layers[i]:
-                        layer.running_mean.copy_(ctx.reports[layer.key].mean[0])
-                        layer.running_var.copy_(ctx.reports[layer.key].var[0])
+                client_step(client, xb[rows], yb[rows], normalizer_for(cfg).rule_at(0), n, beta,
+                            momenta[i], cfg.momentum, cfg.lr[0])
         with torch.no_grad():
             states = [c.state_dict() for c in clients]
             new = {k: torch.stack([st[k] for st in states]).mean(0) for k in states[0]}

@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from client_loop import client_step
 
 from fednorm.config import ConfigError, run_config
 from fednorm.data.synthetic import colour_classes
@@ -62,19 +63,10 @@ def personalized_reference(cfg, model, batches: ClientBatches, rounds: int):
         for _ in range(E):
             xb, yb = (t[0] for t in batches.sample(step))
             step += 1
-            for i, client in enumerate(clients):
+            for i, client in enumerate(clients):  # its own running statistics
                 rows = slice(i * B, (i + 1) * B)
-                ctx = NormContext(BatchStats(), 1, n, cfg.bn_momentum)
-                with norm_context(ctx):
-                    loss = F.nll_loss(client(xb[rows]), yb[rows])
-                grads = torch.autograd.grad(loss, list(client.parameters()))
-                with torch.no_grad():
-                    for p, m, g in zip(client.parameters(), momenta[i], grads, strict=True):
-                        m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)
-                        p.sub_(cfg.lr[0] * m)
-                    for layer in bn_layers(client):  # its own running statistics
-                        layer.running_mean.copy_(ctx.reports[layer.key].mean[0])
-                        layer.running_var.copy_(ctx.reports[layer.key].var[0])
+                client_step(client, xb[rows], yb[rows], BatchStats(), n, cfg.bn_momentum,
+                            momenta[i], cfg.momentum, cfg.lr[0])
         states = [c.state_dict() for c in clients]
         model.load_state_dict({k: glob[k] if k in keep else torch.stack(
             [s[k] for s in states]).mean(0) for k in glob})
