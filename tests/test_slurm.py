@@ -136,7 +136,7 @@ def test_training_jobs_ask_for_a_gpu_and_a_cancelled_job_is_resubmitted(slurm, t
     jobs = _jobs(work)
     rules = {j["Comment"].split("_wildcards_")[0].removeprefix("rule_") for j in jobs}
     train_rules = {"train_" + re.sub(r"\W", "_", b) for b in plan.bundles}  # common.smk
-    assert rules == {*train_rules, "summarize", "figures_fbn"}
+    assert rules == {*train_rules, "summarize", "figures_fbn", "report_captions"}
     default = profile["default-resources"]
     for job in jobs:
         if job["Comment"].startswith("rule_train_"):
