@@ -8,7 +8,7 @@ import pytest
 
 import fednorm.plots.figure
 from fednorm.config import Figure
-from fednorm.figures import draw, figure_rows
+from fednorm.figures import draw, draw_all, figure_rows
 from fednorm.plots.save import save_figure
 
 
@@ -162,3 +162,21 @@ def test_a_tables_extra_metric_is_one_more_column_of_each_rows_final_mean(tmp_pa
     text = md.read_text()
     assert "| normalizer | IID | Shards(2) | comm rounds | seeds |" in text
     assert f"| {3 * STEPS:,} | 2 |" in text
+
+
+def test_a_figure_that_fails_does_not_stop_the_others_and_is_named(tmp_path):
+    """One job draws a whole folder: a figure without rows fails, the others are still
+    written, and the error names the failed one with its reason."""
+    summary = _runs(splits=("IID",))
+    good = Figure("fixbn/a", ("fixbn",), "curves")
+    empty = Figure("fixbn/b", ("fixbn",), "final_vs", x="local_steps",
+                   where=(("normalizer", "fixbn"),))
+    also = Figure("fixbn/c", ("fixbn",), "table", rows="normalizer", cols="split")
+    stems = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    with pytest.raises(RuntimeError, match=r"could not draw fixbn/b: .*no rows") as error:
+        draw_all([good, empty, also], summary, stems)
+    assert "fixbn/a" not in str(error.value) and "fixbn/c" not in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "a.pdf", "a.png", "c.csv",
+                                                          "c.md"]
+    written = draw_all([good, also], summary, [stems[0], stems[2]])
+    assert sorted(p.name for p in written) == ["a.csv", "a.pdf", "a.png", "c.csv", "c.md"]

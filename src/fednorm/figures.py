@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +12,7 @@ from fednorm.config import Figure
 from fednorm.plots import Part, make_figure, make_heatmap, make_parts_figure, make_table
 from fednorm.plots.cells import value_label
 
+log = logging.getLogger("fednorm.figures")
 _X_LABELS = {"gamma": "heterogeneity γ (1 = iid)", "dirichlet": "Dirichlet α (small = non-iid)"}
 _SYMBOLS = {"gamma": "γ", "dirichlet": "Dirichlet α"}  # heterogeneity's meaning per partition
 _CURVE_X_LABELS = {"round": "communication round", "progress": "training progress"}
@@ -128,3 +130,23 @@ def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     if fig.kind == "parts":  # each part selects its own rows
         return _parts(fig, summary, stem)
     return DRAW[fig.kind](fig, figure_rows(fig, summary), stem)
+
+
+def draw_all(figures: Sequence[Figure], summary: pd.DataFrame, stems: Sequence[str | Path]
+             ) -> list[Path]:
+    """Draw each of ``figures`` under its stem, even when another fails; then raise
+    RuntimeError naming every figure that could not be drawn and why (the tracebacks are
+    logged). Returns the files written."""
+    written, failed = [], []
+    for fig, stem in zip(figures, stems, strict=True):
+        try:
+            paths = draw(fig, summary, stem)
+        except Exception as error:  # the others are still drawn; the caller learns at the end
+            log.exception("figure %s", fig.name)
+            failed.append(f"{fig.name}: {error}")
+            continue
+        written += paths
+        log.info("wrote %s", [str(p) for p in paths])
+    if failed:
+        raise RuntimeError("could not draw " + "; ".join(failed))
+    return written
