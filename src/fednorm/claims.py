@@ -49,7 +49,7 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fednorm.config import FIELDS, ConfigError, resolve_budget, run_config
+from fednorm.config import FIELDS, ConfigError, fail, resolve_budget, run_config
 from fednorm.io import write_csv, write_text
 from fednorm.plan import FIGURE_METRICS, Plan
 from fednorm.plots.cells import percent, value_label
@@ -114,22 +114,18 @@ def ledger_files(plan: Plan) -> list[str]:
 # Reading and checking the claims file.
 
 
-def _fail(where: str, key: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"{where}: key '{key}' has value {value!r}; allowed: {allowed}")
-
-
 def _number(where: str, key: str, value: Any, *, low: float | None = None) -> float:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     ok = ok and math.isfinite(value) and (low is None or value >= low)
     if not ok:
-        raise _fail(where, key, value, "a finite number" + (f" >= {low:g}" if low is not None
+        raise fail(where, key, value, "a finite number" + (f" >= {low:g}" if low is not None
                                                             else ""))
     return float(value)
 
 
 def _one_of(where: str, key: str, value: Any, allowed: Sequence[str]) -> str:
     if value not in allowed:
-        raise _fail(where, key, value, f"one of {list(allowed)}")
+        raise fail(where, key, value, f"one of {list(allowed)}")
     return value
 
 
@@ -156,13 +152,13 @@ def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int)
     fields = {**_OPTIONAL, **spec}
     for key in ("id", "source", "note"):
         if not isinstance(fields[key], str) or (key != "note" and not fields[key]):
-            raise _fail(where, key, fields[key], "a non-empty text" if key != "note" else "text")
+            raise fail(where, key, fields[key], "a non-empty text" if key != "note" else "text")
     recipe = fields["recipe"]
     if recipe is not None:
         _one_of(where, "recipe", recipe, list(recipes))
     written = fields["setting"]
     if not isinstance(written, Mapping) or not written:
-        raise _fail(where, "setting", written, "a non-empty mapping of run keys to values")
+        raise fail(where, "setting", written, "a non-empty mapping of run keys to values")
     values = {**(recipes[recipe] if recipe else {}), **written}
     spread = fields["spread"]
     return Claim(
@@ -194,23 +190,23 @@ def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
     recipes = spec.get("recipes") or {}
     if not isinstance(recipes, Mapping) or not all(
             isinstance(r, Mapping) for r in recipes.values()):
-        raise _fail(where, "recipes", recipes, "a mapping of names to mappings of run keys")
+        raise fail(where, "recipes", recipes, "a mapping of names to mappings of run keys")
     entries = spec.get("claims")
     if not isinstance(entries, list) or not entries:
-        raise _fail(where, "claims", entries, "a non-empty list of claims")
+        raise fail(where, "claims", entries, "a non-empty list of claims")
     claims = tuple(parse_claim(entry, recipes, i) for i, entry in enumerate(entries))
     ids = [c.id for c in claims]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
-        raise _fail(where, "id", twice[0], "an id no other claim has")
+        raise fail(where, "id", twice[0], "an id no other claim has")
     return claims
 
 
 def load_claims(path: str, plan: Plan | None = None) -> tuple[Claim, ...]:
     """Read and check a claims file; with ``plan``, also :func:`check_plan`."""
     if not Path(path).is_file():
-        raise _fail("config", "claims", path, "the path of an existing claims file (e.g. "
-                    "config/claims.yaml) or null")
+        raise fail("config", "claims", path, "the path of an existing claims file (e.g. "
+                   "config/claims.yaml) or null")
     with open(path) as f:
         claims = parse_claims(yaml.safe_load(f), where=f"claims file {path}")
     if plan is not None:

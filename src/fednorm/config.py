@@ -312,7 +312,9 @@ DERIVED = ("scenario", "split", "regime")
 assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"
 
 
-def _fail(where: str, key: str, value: Any, allowed: str) -> ConfigError:
+def fail(where: str, key: str, value: Any, allowed: str) -> ConfigError:
+    """The error of a key's value, in the one form every config message takes (the claims
+    file's too): where, the key, the value, what is allowed."""
     return ConfigError(f"{where}: key '{key}' has value {value!r}; allowed: {allowed}")
 
 
@@ -320,53 +322,53 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
     """Rules that tie several keys together."""
     het = cfg.heterogeneity
     if cfg.partition == "gamma" and (het is None or het > 1):
-        raise _fail(where, "heterogeneity", het, "gamma in [0, 1] when partition is 'gamma'")
+        raise fail(where, "heterogeneity", het, "gamma in [0, 1] when partition is 'gamma'")
     if cfg.partition == "dirichlet" and (het is None or het <= 0):
-        raise _fail(where, "heterogeneity", het, "alpha > 0 when partition is 'dirichlet'")
+        raise fail(where, "heterogeneity", het, "alpha > 0 when partition is 'dirichlet'")
     if cfg.partition == "shards" and (het is None or het < 1 or het != int(het)):
-        raise _fail(where, "heterogeneity", het, "an integer >= 1 (classes per client) for shards")
+        raise fail(where, "heterogeneity", het, "an integer >= 1 (classes per client) for shards")
     size = train_size(dataclasses.asdict(cfg))
     if cfg.partition == "shards" and het is not None and cfg.n_clients * het > size:
-        raise _fail(where, "heterogeneity", het, f"at most {size} shards in all: n_clients "
-                    f"({cfg.n_clients}) x classes per client")
+        raise fail(where, "heterogeneity", het, f"at most {size} shards in all: n_clients "
+                   f"({cfg.n_clients}) x classes per client")
     if len(cfg.lr) != len(cfg.lr_milestones) + 1:
-        raise _fail(where, "lr", list(cfg.lr), "one more value than lr_milestones has entries")
+        raise fail(where, "lr", list(cfg.lr), "one more value than lr_milestones has entries")
     if cfg.steps % cfg.local_steps:
-        raise _fail(where, "steps", cfg.steps, f"a multiple of local_steps ({cfg.local_steps})")
+        raise fail(where, "steps", cfg.steps, f"a multiple of local_steps ({cfg.local_steps})")
     if cfg.normalizer == "central" and cfg.local_steps != 1:
-        raise _fail(where, "local_steps", cfg.local_steps,
-                    "1 with normalizer 'central' (it normalizes over all clients at every step)")
+        raise fail(where, "local_steps", cfg.local_steps,
+                   "1 with normalizer 'central' (it normalizes over all clients at every step)")
     if cfg.dataset == "cifar10":
         for key, need in (("image_size", 32), ("n_train", None), ("n_test", None)):
             if getattr(cfg, key) != need:
-                raise _fail(where, key, getattr(cfg, key), f"{need!r} with dataset 'cifar10'")
+                raise fail(where, key, getattr(cfg, key), f"{need!r} with dataset 'cifar10'")
     elif cfg.n_train is None or cfg.n_test is None:
         key = "n_train" if cfg.n_train is None else "n_test"
-        raise _fail(where, key, None, "an integer >= 1 with dataset 'synthetic'")
+        raise fail(where, key, None, "an integer >= 1 with dataset 'synthetic'")
     if cfg.normalizer == "fixup" and cfg.model != "resnet20":
-        raise _fail(where, "model", cfg.model, "'resnet20' with normalizer 'fixup' (Fixup "
-                    "initializes residual branches; the other models have none)")
+        raise fail(where, "model", cfg.model, "'resnet20' with normalizer 'fixup' (Fixup "
+                   "initializes residual branches; the other models have none)")
     if cfg.normalizer in ("gn", "gn_ws") and cfg.width % cfg.gn_groups:
         # every normalized width (fbn_cnn: w, 2w; resnet20: w, 2w, 4w) is a multiple of `width`
         # (lenet: w, w, 2w)
-        raise _fail(where, "gn_groups", cfg.gn_groups,
-                    f"a divisor of every normalized width (of width = {cfg.width})")
+        raise fail(where, "gn_groups", cfg.gn_groups,
+                   f"a divisor of every normalized width (of width = {cfg.width})")
     if cfg.model == "lenet" and cfg.image_size < 8:
         # three 3x3 stride-2 poolings (ceil mode): 8 -> 4 -> 2 -> 1; 7 -> 3 -> 1 -> nothing
-        raise _fail(where, "image_size", cfg.image_size, "an integer >= 8 with model 'lenet'")
+        raise fail(where, "image_size", cfg.image_size, "an integer >= 8 with model 'lenet'")
     if cfg.fixbn_fix != "stats" and cfg.normalizer != "fixbn":
-        raise _fail(where, "fixbn_fix", cfg.fixbn_fix,
-                    f"'stats' (the default) with normalizer '{cfg.normalizer}'; "
-                    f"{list(FIXBN_FIXES)} with normalizer 'fixbn'")
+        raise fail(where, "fixbn_fix", cfg.fixbn_fix,
+                   f"'stats' (the default) with normalizer '{cfg.normalizer}'; "
+                   f"{list(FIXBN_FIXES)} with normalizer 'fixbn'")
     if cfg.fedtan_union != "every_step" and cfg.normalizer != "fedtan":
-        raise _fail(where, "fedtan_union", cfg.fedtan_union,
-                    f"'every_step' (the default) with normalizer '{cfg.normalizer}'; "
-                    f"{list(FEDTAN_UNIONS)} with normalizer 'fedtan'")
+        raise fail(where, "fedtan_union", cfg.fedtan_union,
+                   f"'every_step' (the default) with normalizer '{cfg.normalizer}'; "
+                   f"{list(FEDTAN_UNIONS)} with normalizer 'fedtan'")
     if cfg.client_momentum == "global" and cfg.attack_updates:
         # the server combines attacked updates robustly; averaging the Byzantine clients'
         # momenta as honest ones would be a threat model of its own, not implemented
-        raise _fail(where, "client_momentum", cfg.client_momentum,
-                    "'local' or 'reset' with attack_updates: true")
+        raise fail(where, "client_momentum", cfg.client_momentum,
+                   "'local' or 'reset' with attack_updates: true")
 
 
 def _participation_checks(cfg: RunConfig, where: str) -> None:
@@ -376,37 +378,37 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
     why = (f"participation {cfg.participation!r} < 1 is implemented as a masked mean over the "
            f"drawn clients")
     if cfg.record_dynamics:
-        raise _fail(where, "record_dynamics", True,
-                    f"false with participation {cfg.participation!r} < 1 (the dynamics average "
-                    f"over every client of a round)")
+        raise fail(where, "record_dynamics", True,
+                   f"false with participation {cfg.participation!r} < 1 (the dynamics average "
+                   f"over every client of a round)")
     if cfg.normalizer in PERSONALIZED:
-        raise _fail(where, "participation", cfg.participation,
-                    f"1.0 with normalizer '{cfg.normalizer}' (its clients' own BN parts under "
-                    f"partial participation are not implemented)")
+        raise fail(where, "participation", cfg.participation,
+                   f"1.0 with normalizer '{cfg.normalizer}' (its clients' own BN parts under "
+                   f"partial participation are not implemented)")
     if cfg.normalizer in ("central", "fedtan"):
-        raise _fail(where, "participation", cfg.participation,
-                    f"1.0 with normalizer '{cfg.normalizer}' (it normalizes over the union of "
-                    f"all clients' batches in one fused pass)")
+        raise fail(where, "participation", cfg.participation,
+                   f"1.0 with normalizer '{cfg.normalizer}' (it normalizes over the union of "
+                   f"all clients' batches in one fused pass)")
     if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
-        raise _fail(where, "fbn_init", cfg.fbn_init,
-                    f"'zero_one' with participation {cfg.participation!r} < 1 (the "
-                    f"first-batch calibration takes every client's batch)")
+        raise fail(where, "fbn_init", cfg.fbn_init,
+                   f"'zero_one' with participation {cfg.participation!r} < 1 (the "
+                   f"first-batch calibration takes every client's batch)")
     for key, ok in (("attack", cfg.attack == "none"), ("aggregator", cfg.aggregator == "mean"),
                     ("nnm", not cfg.nnm), ("attack_updates", not cfg.attack_updates)):
         if not ok:
             default = RunConfig.__dataclass_fields__[key].default
-            raise _fail(where, key, getattr(cfg, key),
-                        f"{default!r} with participation {cfg.participation!r} < 1 ({why}; "
-                        f"attacks and robust aggregators take all n_clients rows)")
+            raise fail(where, key, getattr(cfg, key),
+                       f"{default!r} with participation {cfg.participation!r} < 1 ({why}; "
+                       f"attacks and robust aggregators take all n_clients rows)")
 
 
 def _byzantine_checks(cfg: RunConfig, where: str) -> None:
     """The Byzantine minority and what an attack or a defense needs."""
     if 2 * cfg.f >= cfg.n_clients:
-        raise _fail(where, "f", cfg.f, f"0 <= f < n_clients/2 (a Byzantine minority; n_clients "
+        raise fail(where, "f", cfg.f, f"0 <= f < n_clients/2 (a Byzantine minority; n_clients "
                                        f"= {cfg.n_clients}, so f <= {(cfg.n_clients - 1) // 2})")
     if cfg.attack != "none" and cfg.f == 0:
-        raise _fail(where, "f", cfg.f, f"f >= 1 with attack '{cfg.attack}' (f clients attack)")
+        raise fail(where, "f", cfg.f, f"f >= 1 with attack '{cfg.attack}' (f clients attack)")
     robust = cfg.attack != "none" or cfg.aggregator != "mean" or cfg.nnm
     # with attacked updates there is something to attack whatever the normalizer sends
     targets = (*STAT_SENDING, *STAT_FREE) if cfg.attack_updates else STAT_SENDING
@@ -415,10 +417,10 @@ def _byzantine_checks(cfg: RunConfig, where: str) -> None:
                       ("aggregator", cfg.aggregator) if cfg.aggregator != "mean" else
                       ("nnm", cfg.nnm))
         default = RunConfig.__dataclass_fields__[key].default
-        raise _fail(where, key, value, f"{default!r} with normalizer '{cfg.normalizer}', "
-                    f"which sends no statistics to attack or aggregate (attacks and robust "
-                    f"aggregation need one of {list(STAT_SENDING)}, or one of "
-                    f"{list(STAT_FREE)} with attack_updates: true)")
+        raise fail(where, key, value, f"{default!r} with normalizer '{cfg.normalizer}', "
+                   f"which sends no statistics to attack or aggregate (attacks and robust "
+                   f"aggregation need one of {list(STAT_SENDING)}, or one of "
+                   f"{list(STAT_FREE)} with attack_updates: true)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,14 +471,14 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
     for key in present:
         problem = _BUDGET_RULES[key](values[key])
         if problem is not None:
-            raise _fail(where, key, values[key], problem)
+            raise fail(where, key, values[key], problem)
     given = [k for k in _STEPS_KEYS if k in values]
     if len(given) > 1:
-        raise _fail(where, given[1], values[given[1]],
-                    f"only one of {list(_STEPS_KEYS)} (this run also sets '{given[0]}')")
+        raise fail(where, given[1], values[given[1]],
+                   f"only one of {list(_STEPS_KEYS)} (this run also sets '{given[0]}')")
     if "lr_decay_at" in values and "lr_milestones" in values:
-        raise _fail(where, "lr_decay_at", values["lr_decay_at"],
-                    "absent when 'lr_milestones' is set (one lr schedule per run)")
+        raise fail(where, "lr_decay_at", values["lr_decay_at"],
+                   "absent when 'lr_milestones' is set (one lr schedule per run)")
     out = {k: v for k, v in values.items() if k not in BUDGET_KEYS}
     E = out.get("local_steps", RunConfig.local_steps)
     if not (isinstance(E, int) and E >= 1):
@@ -487,10 +489,10 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
         size = train_size(out)
         rounds = round(values["epochs"] * size / (M * b * E)) if M and b else 0
         if rounds < 1:
-            raise _fail(where, "epochs", values["epochs"],
-                        f"enough epochs for one round of E = {E} local steps ({values['epochs']}"
-                        f" x {size} images / ({M} clients x batch {b}) = "
-                        f"{values['epochs'] * size / (M * b):g} steps per client)")
+            raise fail(where, "epochs", values["epochs"],
+                       f"enough epochs for one round of E = {E} local steps ({values['epochs']}"
+                       f" x {size} images / ({M} clients x batch {b}) = "
+                       f"{values['epochs'] * size / (M * b):g} steps per client)")
     else:
         rounds = values.get("rounds", out.get("steps", RunConfig.steps) // E)
     if "epochs" in values or "rounds" in values:
@@ -499,9 +501,9 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
         at = [round(f * rounds) * E for f in values["lr_decay_at"]]
         if any(a < E for a in at) or any(a >= b for a, b in itertools.pairwise(at)) or \
                 at[-1] >= rounds * E:
-            raise _fail(where, "lr_decay_at", values["lr_decay_at"],
-                        f"fractions that fall on distinct round boundaries strictly inside the "
-                        f"{rounds} rounds (they give steps {at})")
+            raise fail(where, "lr_decay_at", values["lr_decay_at"],
+                       f"fractions that fall on distinct round boundaries strictly inside the "
+                       f"{rounds} rounds (they give steps {at})")
         out["lr_milestones"] = at
     return out
 
@@ -519,7 +521,7 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
                               f"{sorted(FIELDS + BUDGET_KEYS)}")
         problem = _RULES[key](value)
         if problem is not None:
-            raise _fail(where, key, value, problem)
+            raise fail(where, key, value, problem)
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])
