@@ -206,12 +206,14 @@ class _Loop:
         trained = torch.isfinite(train_loss) | (step == 0)
         test_loss = torch.where(trained, test_loss, math.nan)
         acc = torch.where(torch.isfinite(test_loss), acc, math.nan)  # argmax over NaN: no acc
+        # the BN layers of a global model (FedBN, SiloBN: the clients keep their statistics)
+        measured = [] if "stats" in trainer.normalizer.local else trainer.layers
         mean_err = var_err = acc.new_zeros(trainer.runs, 0)  # no BN layer: nothing to measure
-        if trainer.layers and "stats" not in trainer.normalizer.local:  # a global model's BN
+        if measured:
             central = union_statistics(trainer, self.probe.sample(step)[0],
                                        rng.fold(self.probe.keys, step))
             mean_err, var_err = layer_errors(trainer, central)
-        names = [layer.key for layer in trainer.layers][: mean_err.shape[1]]  # those measured
+        names = [layer.key for layer in measured]
         dynamics = ({q: v.tolist() for q, v in trainer.dynamics.take().items()}
                     if trainer.dynamics is not None else None)
         accuracies = acc.tolist()
