@@ -396,6 +396,25 @@ class _Trainer:
         """Train every run for one round from ``first_step``; returns the (R,) summed losses."""
         raise NotImplementedError
 
+    def _fused_step(self, step: Callable, params: dict[str, Tensor], rule: StatRule | None,
+                    t: int, names: list[str]) -> Tensor:
+        """Step ``t`` of all clients of every run in one forward over their stacked batches
+        (``step``: DSGD's gradient at the global weights, FedTAN's at each client's own),
+        normalized by ``rule`` with the global statistics, which the server then commits at
+        once; ``params`` (the global ones or the clients') are stepped in place. Returns the
+        (R,) loss."""
+        x, y = self.batches.sample(t)
+        grads, (loss, reports, batches) = step(params, self.state.stats, x, y,
+                                               rng.fold(self.dropout_keys, t))
+        if self.dynamics is not None:
+            self.dynamics.observe_step(batches, self.state.stats)
+        self._optimize([params[k] for k in names], [grads[k] for k in names],
+                       [self.state.momenta[k] for k in names], t)
+        if self.layers:
+            with self._observed_round():
+                self._commit(reports, rule, self.cfg.bn_momentum)
+        return loss
+
     def communication_rounds(self, steps: int) -> int:
         """Client-server exchanges in the first ``steps`` local steps: one per round (E = 1:
         one per step), carrying the weights, or the gradients, and the BN statistics."""
@@ -450,18 +469,9 @@ class DSGD(_Trainer):
     def round(self, first_step: int) -> Tensor:
         self.start_round()
         rule = self.normalizer.rule_at(first_step)
-        x, y = self.batches.sample(first_step)
         step = over_runs(self.grad_fn(rule, self.n), self.runs)
-        grads, (loss, reports, batches) = step(self.state.params, self.state.stats, x, y,
-                                               rng.fold(self.dropout_keys, first_step))
-        if self.dynamics is not None:
-            self.dynamics.observe_step(batches, self.state.stats)
-        names = self.trainable(first_step)
-        self._optimize([self.state.params[k] for k in names], [grads[k] for k in names],
-                       [self.state.momenta[k] for k in names], first_step)
-        if self.layers:
-            with self._observed_round():
-                self._commit(reports, rule, self.cfg.bn_momentum)
+        loss = self._fused_step(step, self.state.params, rule, first_step,
+                                self.trainable(first_step))
         self.end_round()
         return loss
 
@@ -481,6 +491,7 @@ class FedAvg(_Trainer):
 
     def __init__(self, cfgs, models, normalizer, batches) -> None:
         super().__init__(cfgs, models, normalizer, batches)
+        self.clients = torch.arange(self.n, device=self.dropout_keys.device)  # dropout streams
         affine = [f"{la.key}.{p}" for la in self.layers for p in ("weight", "bias")]
         local_params = affine if "affine" in normalizer.local else []
         local_stats = self.stat_names if "stats" in normalizer.local else []
@@ -539,9 +550,8 @@ class FedAvg(_Trainer):
         and running ``stats`` (R, n, ...) in place; returns the (R,) mean loss of the clients
         (of the participants ``part``)."""
         R, n, b = self.runs, self.n, self.cfg.batch_size
-        clients = torch.arange(n, device=self.dropout_keys.device)
         x, y = self.batches.sample(t)
-        keys = rng.fold(self.dropout_keys[:, None], t, clients)  # (R, n)
+        keys = rng.fold(self.dropout_keys[:, None], t, self.clients)  # (R, n)
         grads, (losses, reports, batches) = step(
             params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys, *extra)
         if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
@@ -676,17 +686,7 @@ class FedTAN(FedAvg):
         self.start_round()
         total = torch.zeros(R, device=self.dropout_keys.device)
         for e in range(E if every else 1):
-            x, y = self.batches.sample(first_step + e)
-            grads, (loss, reports, batches) = union_step(
-                params, self.state.stats, x, y, rng.fold(self.dropout_keys, first_step + e))
-            if self.dynamics is not None:
-                self.dynamics.observe_step(batches, self.state.stats)
-            self._optimize([params[k] for k in names], [grads[k] for k in names],
-                           [self.state.momenta[k] for k in names], first_step + e)
-            if self.layers:
-                with self._observed_round():
-                    self._commit(reports, rule, self.cfg.bn_momentum)
-            total = total + loss
+            total = total + self._fused_step(union_step, params, rule, first_step + e, names)
         if every or E == 1:
             self._average_params(params, None, set(names))
         else:  # the authors' code: E - 1 steps of naive BN, then FedAvg's aggregation
