@@ -54,7 +54,7 @@ from fednorm.io import write_csv, write_text
 from fednorm.plan import FIGURE_METRICS, Plan
 from fednorm.plots.cells import percent, value_label
 from fednorm.plots.save import PNG_DPI, save_together
-from fednorm.plots.table import cell_text
+from fednorm.plots.table import cell_text, escape_cell
 from fednorm.summarize import config_columns
 
 PAPERS = {
@@ -360,10 +360,6 @@ def _metric_text(metric: str, at: str) -> str:
     return {"final": "final ", "max": "best "}[at] + value_label(metric)
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", r"\|")
-
-
 def markdown(table: pd.DataFrame) -> str:
     """The ledger as Markdown: the verdict rule, the count of each verdict, one table per
     paper (its own setting keys and recipe; ours as mean ± std, † where seeds diverged)."""
@@ -391,7 +387,7 @@ def markdown(table: pd.DataFrame) -> str:
             cells = [r.id, r.source, setting, _metric_text(r.metric, r.at),
                      _paper_text(r.paper_value, r.paper_spread), ours, diff, r.verdict,
                      r.detail if isinstance(r.detail, str) else ""]
-            lines.append("| " + " | ".join(_escape(str(c)) for c in cells) + " |")
+            lines.append("| " + " | ".join(escape_cell(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -63,7 +63,8 @@ def _seeds(counts: pd.Series) -> str:
     return f"{low}" if low == high else f"{low}–{high}"
 
 
-def _escape(text: str) -> str:
+def escape_cell(text: str) -> str:
+    """Text safe in a Markdown table's cell: its '|' escaped."""
     return text.replace("|", r"\|")
 
 
@@ -85,13 +86,13 @@ def markdown(data: pd.DataFrame, *, rows: str, cols: str, title: str = "",
     columns = list(dict.fromkeys(data[cols]))
     header = [rows.replace("_", " "), *(style.label(value_text(c)) for c in columns),
               *(e.replace("_", " ") for e in extra), SEEDS]
-    lines = ["| " + " | ".join(map(_escape, header)) + " |",
+    lines = ["| " + " | ".join(map(escape_cell, header)) + " |",
              "|" + "---|" + "---:|" * (len(header) - 1)]
     for value, part in data.groupby(rows, sort=False):
         cells = part.set_index(cols)["cell"].reindex(columns)
         more = [extra_text(part[e].iloc[0], e) for e in extra]
         line = [style.label(value_text(value)), *cells, *more, _seeds(part["n_seeds"])]
-        lines.append("| " + " | ".join(map(_escape, line)) + " |")
+        lines.append("| " + " | ".join(map(escape_cell, line)) + " |")
     notes = [f"{DIVERGED_NOTE}."] if data["n_diverged"].any() else []
     head = [f"**{title}**", ""] if title else []
     return "\n".join([*head, *lines, *(["", *notes] if notes else [])]) + "\n"
