@@ -19,7 +19,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,13 @@ from fednorm import __version__
 from fednorm.config import RunConfig
 from fednorm.data import load_dataset
 from fednorm.fl import train as training
+from fednorm.fl.resume import ResumeStore
 from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
 from fednorm.gpu_slots import claimed_gpu
 from fednorm.io import write_csv, write_json
+
+DEFAULT_CHECKPOINT_MINUTES = 30.0  # execution.checkpoint_minutes: between two saves
+RESUME_FILE = "resume.pt"  # fednorm run: the resume point inside the run's directory
 
 
 def resolve_device(device: str) -> torch.device:
@@ -96,13 +100,20 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 def train_bundle(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
-    data_dir: str | Path = "data", device: str = "auto",
+    data_dir: str | Path = "data", device: str = "auto", resume_file: str | Path | None = None,
+    checkpoint_minutes: float = DEFAULT_CHECKPOINT_MINUTES,
 ) -> list[str]:
     """Train the runs of one bundle together (:func:`fednorm.fl.train.train_bundle`) and write
     each run's files into its ``out_dir`` the moment it finishes (a diverged run at its last
     evaluation point, the others at the end), so a job killed mid-way loses no finished run.
     ``run.json`` names the bundle (``bundle_id``, default: the first run's id) and its size;
-    ``wall_time_s`` is the time from the bundle's start to that run's end. Returns the statuses.
+    ``wall_time_s`` is the time from the bundle's start (in this process) to that run's end.
+    Returns the statuses.
+
+    ``resume_file``: the bundle's resume point (fednorm.fl.resume), saved every
+    ``checkpoint_minutes`` and when SIGTERM or SIGUSR1 arrives (then
+    :class:`fednorm.fl.resume.Interrupted` is raised), continued from at start when it was
+    saved for these runs by this code, deleted when the bundle is done.
     """
     if len(cfgs) != len(out_dirs):
         raise ValueError(f"one output directory per run: {len(cfgs)} runs, {len(out_dirs)} dirs")
@@ -110,13 +121,17 @@ def train_bundle(
         start = time.perf_counter()
         env = environment(dev)
         bundle = {"id": bundle_id or cfgs[0].run_id, "size": len(cfgs)}
+        store = None if resume_file is None else ResumeStore(
+            Path(resume_file), every_s=60.0 * checkpoint_minutes,
+            code=f"fednorm {__version__}, commit {env['git_commit']}")
 
         def write(i: int, result: TrainResult) -> None:
             _write_run(cfgs[i], Path(out_dirs[i]), result, time.perf_counter() - start,
                        {**env, "bundle": bundle})
 
-        results = training.train_bundle(cfgs, load_dataset(cfgs[0], data_dir), dev,
-                                        on_finish=write)
+        with store.signals() if store is not None else nullcontext():
+            results = training.train_bundle(cfgs, load_dataset(cfgs[0], data_dir), dev,
+                                            on_finish=write, resume=store)
     return [r.status for r in results]
 
 
@@ -138,8 +153,12 @@ def _write_run(cfg: RunConfig, out_dir: Path, result: TrainResult, wall: float,
 
 
 def train_and_evaluate(
-    cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto"
+    cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto",
+    checkpoint_minutes: float = DEFAULT_CHECKPOINT_MINUTES,
 ) -> str:
     """Train one run (a bundle of one) and write its files into ``out_dir``; returns its
-    status."""
-    return train_bundle([cfg], [out_dir], data_dir=data_dir, device=device)[0]
+    status. Its resume point is ``out_dir/resume.pt`` (:data:`RESUME_FILE`): run again after a
+    kill, it continues from there."""
+    return train_bundle([cfg], [out_dir], data_dir=data_dir, device=device,
+                        resume_file=Path(out_dir) / RESUME_FILE,
+                        checkpoint_minutes=checkpoint_minutes)[0]
