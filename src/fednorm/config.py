@@ -44,6 +44,9 @@ AGGREGATORS = ("mean", "median", "trimmed_mean")  # fednorm.robust.aggregators
 STAT_SENDING = ("bn", "fbn", "fixbn")
 # Normalizers without statistics (per-sample, or none at all): the server sees parameters only.
 STAT_FREE = ("gn", "gn_ws", "ln", "in", "fixup")
+# Minutes between two saves of a bundle's resume point (fednorm.fl.resume): the default of
+# execution.checkpoint_minutes and of `fednorm run --checkpoint-minutes`.
+CHECKPOINT_MINUTES = 30.0
 
 
 class ConfigError(ValueError):

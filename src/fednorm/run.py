@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 from fednorm import __version__
-from fednorm.config import RunConfig
+from fednorm.config import CHECKPOINT_MINUTES, RunConfig
 from fednorm.data import load_dataset
 from fednorm.fl import train as training
 from fednorm.fl.resume import ResumeStore
@@ -35,7 +35,6 @@ from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, METRIC_COLUMNS, Tr
 from fednorm.gpu_slots import claimed_gpu
 from fednorm.io import write_csv, write_json
 
-DEFAULT_CHECKPOINT_MINUTES = 30.0  # execution.checkpoint_minutes: between two saves
 RESUME_FILE = "resume.pt"  # fednorm run: the resume point inside the run's directory
 
 
@@ -101,7 +100,7 @@ def environment(device: torch.device) -> dict[str, Any]:
 def train_bundle(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
     data_dir: str | Path = "data", device: str = "auto", resume_file: str | Path | None = None,
-    checkpoint_minutes: float = DEFAULT_CHECKPOINT_MINUTES,
+    checkpoint_minutes: float = CHECKPOINT_MINUTES,
 ) -> list[str]:
     """Train the runs of one bundle together (:func:`fednorm.fl.train.train_bundle`) and write
     each run's files into its ``out_dir`` the moment it finishes (a diverged run at its last
@@ -154,7 +153,7 @@ def _write_run(cfg: RunConfig, out_dir: Path, result: TrainResult, wall: float,
 
 def train_and_evaluate(
     cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto",
-    checkpoint_minutes: float = DEFAULT_CHECKPOINT_MINUTES,
+    checkpoint_minutes: float = CHECKPOINT_MINUTES,
 ) -> str:
     """Train one run (a bundle of one) and write its files into ``out_dir``; returns its
     status. Its resume point is ``out_dir/resume.pt`` (:data:`RESUME_FILE`): run again after a

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from fednorm.config import RunConfig
+from fednorm.config import CHECKPOINT_MINUTES, RunConfig
 from fednorm.io import atomic_path
 
 FORMAT = 1  # bump when a snapshot's layout changes: older files are refused, never misread
@@ -62,7 +62,7 @@ class ResumeStore:
     """The resume point of one bundle at ``path``; ``every_s``: seconds between saves."""
 
     path: Path
-    every_s: float = 30 * 60.0
+    every_s: float = 60.0 * CHECKPOINT_MINUTES
     code: str = ""  # the code version a saved state must match
     signalled: int | None = field(default=None, init=False)
     last_save: float = field(default=0.0, init=False)  # time.monotonic() of the last save
