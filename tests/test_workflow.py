@@ -79,9 +79,31 @@ def test_bad_config_fails_before_any_job(tmp_path, patch, message):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")}, **patch}))
     out = snakemake("--cores", "1", "--configfile", str(bad))
-    assert out.returncode != 0
-    assert message in out.stderr
+    assert out.returncode == 2
+    assert _fednorm_line(out.stderr).startswith("fednorm: configuration error: ")
+    assert message in _fednorm_line(out.stderr)
     assert not (tmp_path / "results").exists()
+
+
+def _fednorm_line(stderr):
+    """The one line fednorm prints for a bad config or file at the workflow's parse time
+    (fednorm.inputs.user_errors): Snakemake's traceback of it must not follow."""
+    assert "Traceback" not in stderr and '  File "' not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("fednorm: ")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_a_claims_file_that_is_not_yaml_is_one_line(tmp_path):
+    claims = tmp_path / "claims.yaml"
+    claims.write_text("claims:\n  - id: x\n    setting: {normalizer: bn\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")},
+                                   "claims": str(claims)}))
+    out = snakemake("--cores", "1", "--configfile", str(bad))
+    assert out.returncode == 2
+    assert _fednorm_line(out.stderr).startswith(
+        f"fednorm: claims file {claims}: not valid YAML: line 4, column 1: ")
 
 
 def test_a_bad_claim_fails_before_any_job(tmp_path):

@@ -45,11 +45,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from fednorm.config import FIELDS, ConfigError, fail, resolve_budget, run_config
+from fednorm.inputs import read_yaml
 from fednorm.io import write_csv, write_text
 from fednorm.plan import FIGURE_METRICS, Plan
 from fednorm.plots.cells import percent, value_label
@@ -208,8 +208,7 @@ def load_claims(path: str, plan: Plan | None = None) -> tuple[Claim, ...]:
     if not Path(path).is_file():
         raise fail("config", "claims", path, "the path of an existing claims file (e.g. "
                    "config/claims.yaml) or null")
-    with open(path) as f:
-        claims = parse_claims(yaml.safe_load(f), where=f"claims file {path}")
+    claims = parse_claims(read_yaml(path, "claims file"), where=f"claims file {path}")
     if plan is not None:
         check_plan(claims, plan)
     return claims
