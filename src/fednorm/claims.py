@@ -48,7 +48,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fednorm.config import FIELDS, ConfigError, fail, resolve_budget, run_config
+from fednorm.config import FIELDS, ConfigError, fail, real_number, resolve_budget, run_config
 from fednorm.inputs import read_yaml
 from fednorm.io import write_csv, write_text
 from fednorm.plan import FIGURE_METRICS, Plan
@@ -116,8 +116,7 @@ def ledger_files(plan: Plan) -> list[str]:
 
 
 def _number(where: str, key: str, value: Any, *, low: float | None = None) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    ok = ok and math.isfinite(value) and (low is None or value >= low)
+    ok = real_number(value) and (low is None or value >= low)
     if not ok:
         raise fail(where, key, value, "a finite number" + (f" >= {low:g}" if low is not None
                                                             else ""))
