@@ -562,6 +562,9 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
         M = out.get("n_clients", RunConfig.n_clients)
         b = out.get("batch_size", RunConfig.batch_size)
         size = train_size(out)
+        if not size:
+            raise fail(where, "n_train", out.get("n_train"), f"an integer >= 1 with dataset "
+                       f"'{out.get('dataset', RunConfig.dataset)}' (epochs count its images)")
         rounds = round(values["epochs"] * size / (M * b * E)) if M and b else 0
         if rounds < 1:
             raise fail(where, "epochs", values["epochs"],

@@ -635,6 +635,16 @@ def _claims_path(value: Any) -> str | None:
     return value
 
 
+def _paths(spec: Any) -> Paths:
+    """``paths``: each a folder, as a non-empty text."""
+    spec = _keys(spec, "paths", tuple(Paths.__dataclass_fields__))
+    for key, value in spec.items():
+        if not (isinstance(value, str) and value.strip()):
+            raise ConfigError(f"paths: key '{key}' has value {value!r}; allowed: a folder "
+                              f"(a non-empty text, e.g. '{getattr(Paths, key)}')")
+    return Paths(**spec)
+
+
 def _execution(spec: Any) -> Execution:
     spec = _keys(spec, "execution", tuple(_EXECUTION_RULES))
     for key, value in spec.items():
@@ -693,7 +703,7 @@ def training_jobs(bundle_ids: list[str], per_job: int) -> dict[str, tuple[str, .
 def load_plan(config: Mapping[str, Any]) -> Plan:
     """Validate the whole configuration and expand it into runs and figures."""
     config = _keys(config, "config", _TOP)
-    paths = Paths(**_keys(config.get("paths"), "paths", ("results", "figures", "data")))
+    paths = _paths(config.get("paths"))
     execution = _execution(config.get("execution"))
     defaults = dict(_keys(config.get("run"), "run", RUN_KEYS))
     experiments_spec = _keys(config.get("experiments"), "experiments", tuple(config.get(
