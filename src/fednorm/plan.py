@@ -194,9 +194,6 @@ class Plan:
         stems = self.toy.stems(self.paths) if self.toy else []
         return [f"{stem}.{ext}" for stem in stems for ext in FIGURE_EXTENSIONS]
 
-    def metrics_files(self) -> list[str]:
-        return [f"{self.paths.run_dir(r)}/metrics.csv" for r in self.runs]
-
     def run_files(self, run_ids: tuple[str, ...]) -> list[str]:
         """The files the runs write, run by run in ``RUN_FILES`` order."""
         return [f"{self.paths.run_dir(r)}/{name}" for r in run_ids for name in RUN_FILES]

@@ -8,6 +8,7 @@ rule claims:
     params:
         claims=CLAIMS,
         stem=output_stem,  # figures/claims: the outputs' stem
+        runs=RUN_IDS,  # each must have rows in the summary (fednorm.integrity)
     log:
         f"{RESULTS}/logs/claims.log",
     conda:
