@@ -590,19 +590,27 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
     return out
 
 
-def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
-    """Build and validate a RunConfig from plain values; unknown keys are errors. The budget
-    keys (``epochs``, ``rounds``, ``lr_decay_at``: :func:`resolve_budget`) are accepted and
-    turned into ``steps`` and ``lr_milestones``."""
+def check_keys(values: Mapping[str, Any], where: str = "run") -> None:
+    """Each run key alone against its rule (the budget keys are checked together, by
+    :func:`resolve_budget`); ConfigError for an unknown key or a bad value. Also what checks the
+    pipeline's ``run`` section itself: a bad default is an error even where every experiment
+    sets the key."""
     if not isinstance(values, Mapping):
         raise ConfigError(f"{where}: expected a mapping of keys to values, got {values!r}")
-    for key, value in values.items():  # each key alone first: the budget reads some of them
+    for key, value in values.items():
         if key not in _RULES and key not in BUDGET_KEYS:
             raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: "
                               f"{sorted(FIELDS + BUDGET_KEYS)}")
         problem = _RULES[key](value) if key in _RULES else None
         if problem is not None:
             raise fail(where, key, value, problem)
+
+
+def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
+    """Build and validate a RunConfig from plain values; unknown keys are errors. The budget
+    keys (``epochs``, ``rounds``, ``lr_decay_at``: :func:`resolve_budget`) are accepted and
+    turned into ``steps`` and ``lr_milestones``."""
+    check_keys(values, where)  # each key alone first: the budget reads some of them
     values = resolve_budget(values, where)
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:

@@ -70,6 +70,7 @@ from fednorm.config import (
     Paths,
     RunConfig,
     bundle_key,
+    check_keys,
     int_at_least,
     run_config,
 )
@@ -703,6 +704,7 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
     paths = _paths(config.get("paths"))
     execution = _execution(config.get("execution"))
     defaults = dict(_keys(config.get("run"), "run", RUN_KEYS))
+    check_keys(defaults, "run")  # even a default that every experiment overrides
     experiments_spec = _keys(config.get("experiments"), "experiments", tuple(config.get(
         "experiments") or ()))
     if not experiments_spec:
