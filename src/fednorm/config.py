@@ -23,7 +23,7 @@ DATASETS = ("cifar10", "mnist5k", "synthetic")
 MNIST5K_IMAGES, MNIST5K_SIZE = 5_000, 28
 MODELS = ("fbn_cnn", "resnet20", "lenet")
 NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup", "fedtan",
-               "fedbn", "silobn", "heterofl_sbn")
+               "fedbn", "silobn", "heterofl_sbn", "hybridbn", "fedwon", "none")
 # Normalizers whose clients keep part of BN to themselves, never averaged (personalized).
 PERSONALIZED = ("fedbn", "silobn")
 PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
@@ -43,7 +43,11 @@ AGGREGATORS = ("mean", "median", "trimmed_mean")  # fednorm.robust.aggregators
 # Normalizers whose clients send statistics to the server, the target of the attacks.
 STAT_SENDING = ("bn", "fbn", "fixbn")
 # Normalizers without statistics (per-sample, or none at all): the server sees parameters only.
-STAT_FREE = ("gn", "gn_ws", "ln", "in", "fixup")
+STAT_FREE = ("gn", "gn_ws", "ln", "in", "fixup", "fedwon", "none")
+# FedWon's adaptive gradient clipping (fednorm.fl.optim.adaptive_clip): lambda of Brock et al.
+# (2021), "High-Performance Large-Scale Image Recognition Without Normalization", §4.1: 0.01 is
+# their choice for their large batches (4096); FedWon's text states no value that we could read.
+AGC_LAMBDA = 0.01
 
 
 class ConfigError(ValueError):
@@ -59,6 +63,10 @@ class RunConfig:
     # training and test images of synthetic and mnist5k (cifar10: the full 50,000 and 10,000)
     n_train: int | None = None
     n_test: int | None = None
+    # fraction of the training images held out as a validation set (stratified, the same for
+    # every run of a dataset: fednorm.data.arrays.hold_out), evaluated as ``val_accuracy``: what
+    # a learning rate is chosen on, never the test set; 0: none held out
+    val_fraction: float = 0.0
     image_size: int = 32  # pixels per side; cifar10 is 32; mnist5k is resized from 28
     synthetic_separation: float = 1.0  # synthetic only: norm of each class's mean colour
     augment: str = "none"  # the FBN paper uses none
@@ -77,6 +85,10 @@ class RunConfig:
     fbn_init: str = "zero_one"  # shared statistics start at mean 0, var 1 (Algorithm 3, line 1)
     fixbn_freeze: float = 0.5  # FixBN's T*: fraction of the training steps before freezing
     fixbn_fix: str = "stats"  # what FixBN fixes from T*: stats (mu, sigma), affine, both
+    agc_lambda: float = AGC_LAMBDA  # fedwon only: adaptive gradient clipping's lambda
+    # FedFN (Kim et al. 2023): the penultimate feature scaled to unit L2 norm before the
+    # classifier, with any normalizer (FedFN itself: normalizer 'none')
+    feature_norm: bool = False
     # FedTAN's union statistics in every local step (the paper's description) or in the first
     # of each round only, the other steps naive BN (the authors' code; fednorm.fl.engine.FedTAN)
     fedtan_union: str = "every_step"
@@ -182,6 +194,12 @@ class RunConfig:
         return f"{self.split}, E={self.local_steps}"
 
     @property
+    def method(self) -> str:
+        """The normalizer, '+fn' when the penultimate feature is normalized (``feature_norm``):
+        one row of the all-methods comparison per method ('none+fn' is FedFN)."""
+        return f"{self.normalizer}+fn" if self.feature_norm else self.normalizer
+
+    @property
     def participants(self) -> int:
         """m: the clients that take part in each round (:func:`participants_per_round`)."""
         return participants_per_round(self.participation, self.n_clients)
@@ -265,6 +283,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "dataset": _one_of(DATASETS),
     "n_train": _optional(int_at_least(1)),
     "n_test": _optional(int_at_least(1)),
+    "val_fraction": number_in(0, 0.5),
     "image_size": int_at_least(4),
     "synthetic_separation": number_in(0, math.inf, low_open=True),
     "augment": _one_of(AUGMENTS),
@@ -280,6 +299,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fbn_init": _one_of(FBN_INITS),
     "fixbn_freeze": number_in(0, 1),
     "fixbn_fix": _one_of(FIXBN_FIXES),
+    "agc_lambda": number_in(0, math.inf, low_open=True),
+    "feature_norm": _boolean,
     "fedtan_union": _one_of(FEDTAN_UNIONS),
     "n_clients": int_at_least(1),
     "participation": number_in(0, 1, low_open=True),
@@ -311,7 +332,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 _DEFAULT_IDENTITY = RunConfig().identity()
 # Columns derived from a run's config (properties of RunConfig), usable like keys in figures.
-DERIVED = ("scenario", "split", "regime")
+DERIVED = ("scenario", "split", "regime", "method")
 assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"
 
 
@@ -369,6 +390,13 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "fedtan_union", cfg.fedtan_union,
                    f"'every_step' (the default) with normalizer '{cfg.normalizer}'; "
                    f"{list(FEDTAN_UNIONS)} with normalizer 'fedtan'")
+    if cfg.agc_lambda != AGC_LAMBDA and cfg.normalizer != "fedwon":
+        raise fail(where, "agc_lambda", cfg.agc_lambda,
+                   f"{AGC_LAMBDA} (the default) with normalizer '{cfg.normalizer}'; any positive "
+                   f"number with normalizer 'fedwon' (the only one that clips)")
+    if cfg.feature_norm and cfg.normalizer == "fixup":
+        raise fail(where, "feature_norm", True, "false with normalizer 'fixup' (FixupResNet20 "
+                   "has no feature normalization)")
     if cfg.client_momentum == "global" and cfg.attack_updates:
         # the server combines attacked updates robustly; averaging the Byzantine clients'
         # momenta as honest ones would be a threat model of its own, not implemented
@@ -403,6 +431,10 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "participation", cfg.participation,
                    f"1.0 with normalizer '{cfg.normalizer}' (its clients' own BN parts under "
                    f"partial participation are not implemented)")
+    if cfg.normalizer == "hybridbn":
+        raise fail(where, "participation", cfg.participation,
+                   "1.0 with normalizer 'hybridbn' (its server pools every client's batches of "
+                   "a round; a masked pool is not implemented)")
     if cfg.normalizer in ("central", "fedtan"):
         raise fail(where, "participation", cfg.participation,
                    f"1.0 with normalizer '{cfg.normalizer}' (it normalizes over the union of "
@@ -543,7 +575,7 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])
-    for key in ("foe_eps", "alie_z", "var_floor"):
+    for key in ("foe_eps", "alie_z", "var_floor", "agc_lambda", "val_fraction"):
         if clean.get(key) is not None:
             clean[key] = float(clean[key])
     cfg = RunConfig(**clean)
