@@ -751,12 +751,14 @@ def make_trainer(
 ) -> _Trainer:
     """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise (and whenever
     the server needs each client's update: ``attack_updates``; or the clients' own state under
-    partial participation: ``participation`` < 1). ``cfgs`` share a bundle key; ``models``
+    partial participation: ``participation`` < 1; or each client's own gradient, clipped by
+    itself: FedWon's adaptive clipping, which the mean of the clients' gradients would not
+    reproduce). ``cfgs`` share a bundle key; ``models``
     are their initialized models, one per run."""
     cfg = cfgs[0]
     if normalizer.clientwise:  # FedTAN: one forward over all clients' stacked batches
         return FedTAN(cfgs, models, normalizer, batches)
     fedavg = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
-              or bool(normalizer.local) or normalizer.static)
+              or bool(normalizer.local) or normalizer.static or normalizer.agc is not None)
     cls = FedAvg if force_fedavg or fedavg else DSGD
     return cls(cfgs, models, normalizer, batches)
