@@ -113,7 +113,7 @@ PINNED_DEFAULTS = {
     "attack": "none", "f": 0, "aggregator": "mean", "nnm": False, "foe_eps": 1.1,
     "alie_z": None, "var_floor": 1e-05, "attack_stats": "mean_var", "attack_updates": False,
     "eval_every": 50, "record_dynamics": False, "dynamics_window": 200, "seed": 0,
-    "val_fraction": 0.0, "agc_lambda": 0.01, "feature_norm": False,
+    "val_fraction": 0.0, "agc_lambda": 0.01, "feature_norm": False, "lr_scale": 1.0,
 }
 
 
@@ -167,7 +167,8 @@ def test_every_field_round_trips_through_identity():
         ({"attack_stats": "both"}, "attack_stats", "'both'", "'mean_var', 'mean', 'var'"),
         ({"attack_updates": 1}, "attack_updates", "1", "true or false"),
         ({"attack": "sf", "f": 3, "normalizer": "central", "attack_updates": True}, "attack",
-         "'sf'", "or one of ['gn', 'gn_ws', 'ln', 'in', 'fixup', 'fedwon', 'none'] with attack_updates: true"),
+         "'sf'", "or one of ['gn', 'gn_ws', 'ln', 'in', 'fixup', 'fedwon', 'none'] with "
+         "attack_updates: true"),
     ],
 )
 def test_byzantine_errors_name_key_value_and_rule(values, key, value, allowed):

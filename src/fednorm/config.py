@@ -105,6 +105,9 @@ class RunConfig:
     steps: int = 3000  # T: total local steps of each client
     lr: tuple[float, ...] = (0.1, 0.05, 0.033)
     lr_milestones: tuple[int, ...] = (1000, 2000)  # steps at which lr moves to its next value
+    # a factor on every value of ``lr``: one recipe's schedule at other step sizes (a learning
+    # rate sweep; fednorm.tuning picks the best on the validation split)
+    lr_scale: float = 1.0
     momentum: float = 0.99
     momentum_convention: str = "ema"  # ema: m <- b*m + (1-b)*g (paper); pytorch: m <- b*m + g
     weight_decay: float = 0.0
@@ -205,9 +208,10 @@ class RunConfig:
         return participants_per_round(self.participation, self.n_clients)
 
     def lr_at(self, step: int) -> float:
-        """Learning rate of the piecewise-constant schedule at a (0-based) step."""
+        """Learning rate of the piecewise-constant schedule at a (0-based) step, times
+        ``lr_scale``."""
         k = sum(step >= m for m in self.lr_milestones)
-        return self.lr[k]
+        return self.lr[k] * self.lr_scale
 
 
 def participants_per_round(participation: float, n_clients: int) -> int:
@@ -311,6 +315,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "steps": int_at_least(1),
     "lr": _positive_numbers,
     "lr_milestones": _increasing_ints,
+    "lr_scale": number_in(0, math.inf, low_open=True),
     "momentum": number_in(0, 1),
     "momentum_convention": _one_of(MOMENTUM_CONVENTIONS),
     "weight_decay": number_in(0, math.inf),
@@ -575,7 +580,7 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])
-    for key in ("foe_eps", "alie_z", "var_floor", "agc_lambda", "val_fraction"):
+    for key in ("foe_eps", "alie_z", "var_floor", "agc_lambda", "val_fraction", "lr_scale"):
         if clean.get(key) is not None:
             clean[key] = float(clean[key])
     cfg = RunConfig(**clean)
@@ -591,7 +596,8 @@ def with_values(cfg: RunConfig, **values: Any) -> RunConfig:
 
 
 # What may differ between the runs of one bundle (fednorm.fl.train.train_bundle).
-BUNDLE_FREE = ("seed", "partition", "heterogeneity", "lr", "client_momentum", "participation")
+BUNDLE_FREE = ("seed", "partition", "heterogeneity", "lr", "lr_scale", "client_momentum",
+               "participation")
 
 
 # The attack on the statistics and the server's rule for them: per run in a bundle, unless the
@@ -603,7 +609,8 @@ def bundle_key(cfg: RunConfig) -> tuple:
     """Which runs may train together in one bundle (one process, vectorized over runs): those
     with equal keys share the shape of their computation. Every field counts except the run's
     ``seed``, its data split (``partition``, ``heterogeneity``), its ``lr`` values (a stacked
-    hyper-parameter; ``lr_milestones`` must match, they decide when every run's lr moves) and
+    hyper-parameter, and so is ``lr_scale``; ``lr_milestones`` must match, they decide when
+    every run's lr moves) and
     its ``client_momentum`` (a per-run mask on what happens to the momenta between rounds), its
     ``participation`` (a per-run (n,) mask of the round's clients; whether a run participates
     partially at all still counts: partial runs train on FedAvg's per-client path with masked
@@ -668,3 +675,6 @@ class Figure:
     # not in the papers
     paper: str | None = None
     note: str = ""  # what a reader must know to read it (the report's caption), if anything
+    # table, heatmap: per cell, only the runs of the lr_scale whose final value of this metric
+    # (a validation one), averaged over seeds, is best (fednorm.tuning); None: every run
+    select: str | None = None

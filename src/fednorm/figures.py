@@ -11,6 +11,7 @@ import pandas as pd
 from fednorm.config import Figure
 from fednorm.plots import Part, make_figure, make_heatmap, make_parts_figure, make_table
 from fednorm.plots.cells import value_label
+from fednorm.tuning import select_by_validation
 
 log = logging.getLogger("fednorm.figures")
 _X_LABELS = {"gamma": "heterogeneity γ (1 = iid)", "dirichlet": "Dirichlet α (small = non-iid)"}
@@ -129,7 +130,11 @@ def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     """Write ``fig``'s files under ``stem`` (see fednorm.plan.extensions) from the summary."""
     if fig.kind == "parts":  # each part selects its own rows
         return _parts(fig, summary, stem)
-    return DRAW[fig.kind](fig, figure_rows(fig, summary), stem)
+    rows = figure_rows(fig, summary)
+    if fig.select is not None:  # per cell, the learning rate chosen on validation data
+        cells = [c for c in (fig.rows, fig.cols, fig.compare) if c is not None]
+        rows = select_by_validation(rows, cells, by=fig.select)
+    return DRAW[fig.kind](fig, rows, stem)
 
 
 def draw_all(figures: Sequence[Figure], summary: pd.DataFrame, stems: Sequence[str | Path]

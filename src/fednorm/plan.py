@@ -76,7 +76,7 @@ from fednorm.config import (
 
 FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var",
                   "stat_change", "stat_deviation", "stat_variance", "comm_rounds",
-                  "local_test_accuracy")
+                  "local_test_accuracy", "val_accuracy", "lr_scale")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
 TABLE_EXTENSIONS = ("csv", "md")  # a table is data and text, no picture
 _TOP = ("paths", "execution", "run", "experiments", "figures", "toy", "claims")
@@ -351,9 +351,9 @@ FIGURE_KEYS: dict[str, dict[str, Any]] = {
     "final_vs": {"x": None, "hue": "normalizer", "panels": None, "logy": False, "logx": None},
     "bars": {"x": REQUIRED, "hue": "normalizer", "panels": None, "x_order": None},
     "heatmap": {"rows": REQUIRED, "cols": REQUIRED, "compare": REQUIRED, "row_order": None,
-                "col_order": None},
+                "col_order": None, "select": None},
     "table": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None,
-              "extra": None},
+              "extra": None, "select": None},
     "parts": {"parts": REQUIRED},
 }
 FIGURE_KINDS = tuple(FIGURE_KEYS)
@@ -486,6 +486,21 @@ def _extra(spec: _FigureSpec, value: Any) -> dict[str, Any]:
     return {"extra": tuple(value)}
 
 
+def _select(spec: _FigureSpec, value: Any) -> dict[str, Any]:
+    """``select``: a validation metric; per cell, the runs of the best ``lr_scale`` by it
+    (fednorm.tuning). Every run of the figure must hold out a validation set."""
+    if value is None:
+        return {}
+    if value != "val_accuracy":
+        raise spec.error("select", value, "'val_accuracy' (a learning rate is chosen on the "
+                         "validation split, never on the test set), or null")
+    without = sorted({r.run_id for r in spec.runs if r.val_fraction == 0})
+    if without:
+        raise spec.error("select", value, f"only with runs that hold out a validation set "
+                         f"(val_fraction > 0); {len(without)} do not, e.g. {without[0]}")
+    return {"select": value}
+
+
 def _order(key: str) -> Callable[[_FigureSpec, Any], dict[str, Any]]:
     """``row_order`` / ``col_order`` / ``x_order``: every value of the axis's column that the
     figure's runs have, once each, in the order to draw them."""
@@ -515,6 +530,7 @@ _KEY_RULES: dict[str, Callable[[_FigureSpec, Any], dict[str, Any]]] = {
     "compare": _compare,
     "parts": _parts,
     "extra": _extra,
+    "select": _select,
     **{key: _order(key) for key in ORDER_OF},
 }
 assert {k for keys in FIGURE_KEYS.values() for k in keys} == set(_KEY_RULES)

@@ -239,9 +239,10 @@ class _Trainer:
             momenta={k: self._zero_momentum(p) for k, p in stacked.items()},
         )
         first = stacked[self.names[0]]
-        # Per-run learning rates (the schedule's milestones are shared), (R, len(lr)), in the
+        # Per-run learning rates, lr x lr_scale (the milestones are shared), (R, len(lr)), in the
         # parameters' dtype so that a float64 run is not stepped with float32-rounded rates.
-        self.lrs = torch.tensor([c.lr for c in cfgs], device=first.device, dtype=first.dtype)
+        self.lrs = torch.tensor([[v * c.lr_scale for v in c.lr] for c in cfgs],
+                                device=first.device, dtype=first.dtype)
         self.dropout_keys = rng.fold(rng.run_key(torch.tensor([c.seed for c in cfgs]),
                                                  first.device),
                                      rng.DROPOUT)

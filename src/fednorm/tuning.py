@@ -1,0 +1,47 @@
+"""Each method at its own learning rate, chosen on data held out of the training set.
+
+One learning rate for every method misleads: a method whose best step size differs from the
+common recipe's looks worse than it is (the Hybrid BN authors warn of it; FBN barely learns at
+the FixBN recipe's step size on the quick digits). So a tuning experiment trains every method
+at several ``lr_scale`` factors on the recipe's schedule, with ``val_fraction`` of the training
+images held out (fednorm.data.arrays.hold_out), and :func:`select_by_validation` keeps, per
+cell of a table, the factor whose final validation accuracy is best. The choice reads the
+validation column alone: the test set only reports the chosen runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+OVER = "lr_scale"  # the hyper-parameter chosen
+
+
+def final_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The last evaluation row (largest ``step``) of each run."""
+    return rows.sort_values("step", kind="stable").groupby("run_id", sort=False).tail(1)
+
+
+def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
+            over: str = OVER) -> pd.DataFrame:
+    """Per combination of the ``cells`` columns: the ``over`` value whose runs' final ``by``,
+    averaged over the runs (seeds), is highest. A run that diverged (NaN) makes its value the
+    worst; ties go to the smaller value. Only ``by`` is read among the metrics. Returns the
+    ``cells`` columns, ``over`` and ``score`` (the chosen value's mean ``by``)."""
+    cells = list(cells)
+    final = final_rows(rows[[*cells, over, "run_id", "step", by]])
+    score = (final.groupby([*cells, over], sort=True, dropna=False)[by]
+             .agg(lambda v: v.mean(skipna=False)).fillna(float("-inf")).rename("score")
+             .reset_index())
+    best = score.sort_values([*cells, "score", over], ascending=[True] * len(cells)
+                             + [False, True], kind="stable")
+    return best.groupby(cells, sort=False, dropna=False).head(1).reset_index(drop=True)
+
+
+def select_by_validation(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
+                         over: str = OVER) -> pd.DataFrame:
+    """The rows (every evaluation point) of the runs at each cell's chosen ``over`` value
+    (:func:`choices`)."""
+    chosen = choices(rows, cells, by, over)[[*cells, over]]
+    return rows.merge(chosen, on=[*cells, over], how="inner")
