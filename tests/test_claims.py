@@ -242,7 +242,7 @@ def test_the_quick_profile_compares_no_claim_with_the_paper():
     table = ledger(claims, _plan_summary(plan))
     assert set(table.verdict) == {NOT_COMPARABLE, NOT_RUN}
     comparable = table[table.verdict == NOT_COMPARABLE]
-    assert comparable.detail.str.contains("dataset synthetic \\(claim: cifar10\\)").all()
+    assert comparable.detail.str.contains("dataset mnist5k \\(claim: cifar10\\)").all()
     # FBN's Byzantine grid at the quick scale has gamma in {0, 1}: gamma = 0.01 is not run
     assert set(table[table.verdict == NOT_RUN].id) == {
         "fbn-fig4-bn-sf-nodefense-g0.01", "fbn-fig4-fbn-sf-nodefense-g0.01-best",

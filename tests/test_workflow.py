@@ -5,7 +5,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,18 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from dag import SNAKEMAKE, snakemake, work_copy
 
 from fednorm.claims import load_claims
 from fednorm.plan import load_plan, merge
 from fednorm.report import entries
-
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def _snakemake(*args, cwd=ROOT):
-    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=900)
 
 
 def _job_counts(out):
@@ -63,7 +55,7 @@ def _bundle_jobs(counts):
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"
     size.write_text(yaml.safe_dump({"execution": {"bundle_size": bundle_size}}))
-    out = _snakemake("--dry-run", "--quiet", "rules", "--cores", "1", "--configfile", str(size))
+    out = snakemake("--dry-run", "--quiet", "rules", "--cores", "1", "--configfile", str(size))
     assert out.returncode == 0, out.stderr
     counts = _job_counts(out.stdout)
     assert _bundle_jobs(counts) == jobs
@@ -86,7 +78,7 @@ def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
 def test_bad_config_fails_before_any_job(tmp_path, patch, message):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")}, **patch}))
-    out = _snakemake("--cores", "1", "--configfile", str(bad))
+    out = snakemake("--cores", "1", "--configfile", str(bad))
     assert out.returncode != 0
     assert message in out.stderr
     assert not (tmp_path / "results").exists()
@@ -100,27 +92,15 @@ def test_a_bad_claim_fails_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")},
                                    "claims": str(claims)}))
-    out = _snakemake("--cores", "1", "--configfile", str(bad))
+    out = snakemake("--cores", "1", "--configfile", str(bad))
     assert out.returncode != 0
     assert "claim 'fbn-fig3-bn', setting: key 'heterogeneity' has value 2" in out.stderr
     assert not (tmp_path / "results").exists()
 
 
-def _work_copy(tmp_path):
-    """The repository without its outputs, to run Snakemake in."""
-    work = tmp_path / "repo"
-    shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(
-        ".git", ".snakemake", "results", "figures", ".venv", "*.egg-info", "__pycache__",
-        ".test"))
-    shutil.copytree(ROOT / ".test", work / ".test", ignore=shutil.ignore_patterns(
-        "results", "figures", "data"))
-    return work
-
-
 @pytest.mark.slow
-def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
-    work = _work_copy(tmp_path)
-    out = _snakemake("--cores", "2", "--configfile", ".test/config.yaml", cwd=work)
+def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path):
+    work, out = tiny_dag.work, tiny_dag.out
     assert out.returncode == 0, out.stderr[-3000:]
     config = merge(*(yaml.safe_load((work / f).read_text())
                      for f in ("config/config.yaml", ".test/config.yaml")))
@@ -215,7 +195,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
         assert (work / f".test/figures/claims.{ext}").stat().st_size > 0
 
     report = tmp_path / "report.html"  # self-contained: every file embedded
-    out = _snakemake("--configfile", ".test/config.yaml", "--report", str(report), cwd=work)
+    out = snakemake("--configfile", ".test/config.yaml", "--report", str(report), cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     _check_report(report.read_text(), work, plan)
     leftovers = [p for p in (work / ".test").rglob(".*") if p.is_file()]
@@ -281,10 +261,10 @@ def _run_json(work, plan, run_ids):
 
 @pytest.mark.slow
 def test_a_new_seed_trains_only_the_new_runs(tmp_path):
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     grid = {"normalizer": ["fbn"], "heterogeneity": [0, 1]}
     before = _tiny_config(work, 3, {"grid": {**grid, "seed": [0]}})
-    out = _snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     old = _run_json(work, before, before.runs)
     assert len(old) == 2
@@ -294,7 +274,7 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
     # bundles of 3 in (seed, run_id) order: both old runs and one new run share the first
     mixed = next(ids for ids in after.bundles.values() if len(ids) == 3)
     assert set(mixed) - new == set(old) and len(set(mixed) & new) == 1
-    out = _snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert _run_json(work, before, before.runs) == old  # byte for byte, not even rewritten
     trained = {r: json.loads(meta) for r, (meta, _) in _run_json(work, after, new).items()}
@@ -307,7 +287,7 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     # one bundle (lr is not in the key) whose diverged run finishes at once and whose other two
     # train long: whatever the order, once one run.json exists, another run is still training
     plan = _tiny_config(work, 4, {"set": {"momentum": 0.0}, "grid": {
@@ -327,8 +307,8 @@ def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
     finished = _run_json(work, plan, run_ids)
     assert 0 < len(finished) < len(run_ids), (tmp_path / "killed.log").read_text()[-3000:]
 
-    assert _snakemake("--unlock", cwd=work).returncode == 0
-    out = _snakemake("--cores", "1", "--rerun-incomplete", cwd=work)
+    assert snakemake("--unlock", cwd=work).returncode == 0
+    out = snakemake("--cores", "1", "--rerun-incomplete", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert {r: v for r, v in _run_json(work, plan, run_ids).items() if r in finished} == finished
     log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
@@ -371,13 +351,13 @@ def _fixbn_config(work):
 
 @pytest.mark.slow
 def test_fixbn_kinds_write_their_own_files(tmp_path):
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     plan = _fixbn_config(work)
-    out = _snakemake("--dry-run", "--quiet", "rules", "--cores", "1", cwd=work)
+    out = snakemake("--dry-run", "--quiet", "rules", "--cores", "1", cwd=work)
     assert out.returncode == 0, out.stderr
     counts = _job_counts(out.stdout)
     assert counts["figures_fixbn"] == 1 and "figures_top" not in counts
-    out = _snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     written = sorted(str(p.relative_to(work)) for p in (work / "figures").rglob("*"))
     assert written == sorted(["figures/fixbn", *plan.figure_files()])
@@ -396,7 +376,7 @@ def test_fixbn_kinds_write_their_own_files(tmp_path):
 def test_the_workflow_lint_fails_on_any_finding(tmp_path):
     """make lint-workflow: clean as the repository is, failing once a rule lacks its conda
     environment (one of Snakemake's lints)."""
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     make = ["make", "--no-print-directory", "lint-workflow", f"PYTHON={sys.executable}",
             "LINT_CONFIGS=.test/config.yaml"]
     clean = subprocess.run(make, cwd=work, capture_output=True, text=True, timeout=300)

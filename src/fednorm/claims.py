@@ -55,6 +55,7 @@ from fednorm.plan import FIGURE_METRICS, Plan
 from fednorm.plots.cells import percent, value_label
 from fednorm.plots.save import PNG_DPI, save_together
 from fednorm.plots.table import cell_text, escape_cell
+from fednorm.results import AT, matches, seed_stats
 from fednorm.summarize import config_columns
 
 PAPERS = {
@@ -63,13 +64,13 @@ PAPERS = {
     "fedtan": "FedTAN: Wang, Shi, Chang, arXiv 2301.02982",
 }
 # The keys that set a run's scale, not its method: what the quick profile shrinks to fit a CPU.
-# The data (dataset, n_train, n_test, image_size, synthetic_separation), the model's size
-# (model, width, hidden), the budget and its schedule (batch_size, local_steps, steps, lr,
-# lr_milestones) and the evaluation grid (eval_every).
-SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separation", "model",
-              "width", "hidden", "batch_size", "local_steps", "steps", "lr", "lr_milestones",
-              "eval_every")
-AT = {"final": "last", "max": "max"}  # a run's value: its last or its best evaluation point
+# The data (dataset, n_train, n_test, image_size, synthetic_separation) and its augmentation
+# (augment, crop_padding: the quick digits are not flipped), the model's size (model, width,
+# hidden), the budget and its schedule (batch_size, local_steps, steps, lr, lr_milestones) and
+# the evaluation grid (eval_every).
+SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separation", "augment",
+              "crop_padding", "model", "width", "hidden", "batch_size", "local_steps", "steps",
+              "lr", "lr_milestones", "eval_every")
 TOLERANCE = 2.0  # points (of the metric as shown: % for an accuracy) within which ours agrees
 REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN = "reproduced", "differs", "not comparable", "not run"
 VERDICTS = (REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN)
@@ -215,21 +216,12 @@ def load_claims(path: str, plan: Plan | None = None) -> tuple[Claim, ...]:
 
 
 def selects(frame: pd.DataFrame, setting: Pairs) -> pd.Series:
-    """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys.
-
-    Numbers compare to a relative 1e-12 (a CSV may parse a decimal one unit in the last place
-    away); null matches an empty value; everything else exactly.
+    """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys (see
+    :func:`fednorm.results.matches`: null matches an empty value, numbers to a relative 1e-12).
     """
     mask = pd.Series(True, index=frame.index)
     for key, value in setting:
-        column = frame[key]
-        if value is None:
-            mask &= column.isna()
-        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-            numeric = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
-            mask &= np.isclose(numeric, float(value), rtol=1e-12, atol=0.0)
-        else:
-            mask &= column == value
+        mask &= matches(frame[key], value)
     return mask
 
 
@@ -255,17 +247,6 @@ def check_plan(claims: Sequence[Claim], plan: Plan) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # The ledger: ours beside the paper's, and the verdict.
-
-
-def run_values(rows: pd.DataFrame, *, y: str, at: str) -> pd.DataFrame:
-    """One row per run: ``run_id``, ``diverged`` and ``value`` (its last or best non-NaN ``y``,
-    by step; NaN for a diverged run)."""
-    ordered = rows.sort_values("step", kind="stable")
-    per_run = ordered.groupby("run_id", sort=True)
-    out = per_run["status"].agg(lambda s: s.eq("diverged").any()).rename("diverged").to_frame()
-    measured = ordered.dropna(subset=[y]).groupby("run_id")[y].agg(AT[at])
-    out["value"] = measured.reindex(out.index).where(~out["diverged"])
-    return out.reset_index()
 
 
 def verdict(claim: Claim, mean: float, std: float, n_diverged: int) -> tuple[str, float]:
@@ -325,14 +306,13 @@ def ledger_row(claim: Claim, summary: pd.DataFrame) -> dict[str, Any]:
     ambiguous = ambiguity(rows)
     if ambiguous:
         return {**row, "verdict": NOT_COMPARABLE, "detail": ambiguous}
-    runs = run_values(rows, y=claim.metric, at=claim.at)
-    values = runs["value"].dropna() * scale
-    mean, std = float(values.mean()), float(values.std(ddof=1))
-    n_diverged = int(runs["diverged"].sum())
+    stats = seed_stats(rows, [], y=claim.metric, at=claim.at).iloc[0]
+    mean, std = float(stats["mean"]) * scale, float(stats["std"]) * scale
+    n_seeds, n_diverged = int(stats["n_seeds"]), int(stats["n_diverged"])
     outcome, threshold = verdict(claim, mean, std, n_diverged)
-    detail = (f"{n_diverged} of {len(runs)} seeds diverged (left out of the mean)"
-              if n_diverged else "" if len(values) else f"its runs have no {claim.metric}")
-    return {**row, "ours_mean": mean, "ours_std": std, "n_seeds": len(values),
+    detail = (f"{n_diverged} of {rows['run_id'].nunique()} seeds diverged (left out of the "
+              "mean)" if n_diverged else "" if n_seeds else f"its runs have no {claim.metric}")
+    return {**row, "ours_mean": mean, "ours_std": std, "n_seeds": n_seeds,
             "n_diverged": n_diverged, "difference": mean - claim.value,
             "threshold": threshold, "verdict": outcome, "detail": detail}
 

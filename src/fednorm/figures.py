@@ -11,6 +11,7 @@ import pandas as pd
 from fednorm.config import Figure
 from fednorm.plots import Part, make_figure, make_heatmap, make_parts_figure, make_table
 from fednorm.plots.cells import value_label
+from fednorm.results import in_experiments
 from fednorm.tuning import select_by_validation
 
 log = logging.getLogger("fednorm.figures")
@@ -33,8 +34,7 @@ def _one_partition(rows: pd.DataFrame) -> str | None:
 def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
     """The summary rows of the figure's experiments that match its ``where`` filters (a tuple
     of values keeps the rows whose key is any of them)."""
-    groups = summary["figure_group"].astype(str).str.split("|")
-    rows = summary[groups.apply(lambda g: any(e in g for e in fig.experiments))]
+    rows = summary[in_experiments(summary, fig.experiments)]
     for key, value in fig.where:
         rows = rows[rows[key].isin(value) if isinstance(value, tuple) else rows[key] == value]
     return rows

@@ -15,28 +15,26 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from fednorm.results import seed_stats
+
 OVER = "lr_scale"  # the hyper-parameter chosen
-
-
-def final_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """The last evaluation row (largest ``step``) of each run."""
-    return rows.sort_values("step", kind="stable").groupby("run_id", sort=False).tail(1)
 
 
 def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
             over: str = OVER) -> pd.DataFrame:
-    """Per combination of the ``cells`` columns: the ``over`` value whose runs' final ``by``,
-    averaged over the runs (seeds), is highest. A run that diverged (NaN) makes its value the
-    worst; ties go to the smaller value. Only ``by`` is read among the metrics. Returns the
-    ``cells`` columns, ``over`` and ``score`` (the chosen value's mean ``by``)."""
+    """Per combination of the ``cells`` columns: the ``over`` value whose runs' final ``by``
+    (fednorm.results.run_values), averaged over the seeds, is highest. A value with a diverged
+    run (status ``diverged``) or without any ``by`` is never chosen over one without; ties go
+    to the smaller value. Only ``by`` is read among the metrics. Returns the ``cells``
+    columns, ``over``, ``score`` (the mean ``by``; -inf: ruled out) and ``n_seeds``."""
     cells = list(cells)
-    final = final_rows(rows[[*cells, over, "run_id", "step", by]])
-    score = (final.groupby([*cells, over], sort=True, dropna=False)[by]
-             .agg(lambda v: v.mean(skipna=False)).fillna(float("-inf")).rename("score")
-             .reset_index())
-    best = score.sort_values([*cells, "score", over], ascending=[True] * len(cells)
-                             + [False, True], kind="stable")
-    return best.groupby(cells, sort=False, dropna=False).head(1).reset_index(drop=True)
+    stats = seed_stats(rows, [*cells, over], y=by)
+    ruled_out = (stats["n_diverged"] > 0) | (stats["n_seeds"] == 0)
+    stats["score"] = stats["mean"].where(~ruled_out, float("-inf"))
+    best = stats.sort_values([*cells, "score", over],
+                             ascending=[True] * len(cells) + [False, True], kind="stable")
+    best = best.groupby(cells, sort=False, dropna=False).head(1)
+    return best[[*cells, over, "score", "n_seeds"]].reset_index(drop=True)
 
 
 def select_by_validation(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
