@@ -193,6 +193,23 @@ def test_a_claim_whose_runs_differ_in_more_than_the_seed_is_not_comparable(tmp_p
     assert ledger([claim], one).iloc[0].verdict != NOT_COMPARABLE
 
 
+def test_runs_of_a_variant_key_join_a_claim_only_when_it_names_the_key(tmp_path):
+    """A FedFN run (feature_norm), a tuning run (lr_scale 2, 10 % held out) and the paper's
+    bn run share every other key: the claim on bn selects the plain run alone; a claim that
+    names feature_norm: true selects the FedFN run."""
+    runs = [({"normalizer": "bn", "heterogeneity": 0, "seed": 0}, [0.1, 0.3, 0.4], "ok"),
+            ({"normalizer": "bn", "heterogeneity": 0, "seed": 0, "feature_norm": True},
+             [0.1, 0.3, 0.9], "ok"),
+            ({"normalizer": "bn", "heterogeneity": 0, "seed": 0, "lr_scale": 2.0,
+              "val_fraction": 0.1}, [0.1, 0.3, 0.8], "ok")]
+    summary = _summary(tmp_path, runs)
+    plain, fedfn = _claims(_claim("a", {"normalizer": "bn", "heterogeneity": 0}, 40),
+                           _claim("b", {"normalizer": "bn", "heterogeneity": 0,
+                                        "feature_norm": True}, 90))
+    assert sorted(summary[selects(summary, plain.setting)].feature_norm.unique()) == [False]
+    assert ledger([plain, fedfn], summary)["ours_mean"].tolist() == pytest.approx([40.0, 90.0])
+
+
 def test_the_claims_path_and_the_ledger_name_are_checked(tmp_path):
     with pytest.raises(ConfigError, match=r"key 'claims' has value 3; allowed: the path"):
         _tiny_plan(tmp_path, 3)

@@ -9,7 +9,7 @@ from docutils.core import publish_parts
 from jinja2 import Environment
 
 from fednorm.claims import load_claims
-from fednorm.plan import TOY_FIGURES, load_plan, merge
+from fednorm.plan import TABLE_KINDS, TOY_FIGURES, load_plan, merge
 from fednorm.report import MNIST5K, NOT_IN_PAPERS, SYNTHETIC, captions, entries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +17,7 @@ PROFILES = {"paper": ("config/config.yaml",), "quick": ("config/config.yaml", "c
             "test": ("config/config.yaml", ".test/config.yaml")}
 # The figures of config/config.yaml that no paper has (README, The figures)
 OURS = {"fbn/norm_error_curves", "fbn/norm_error_vs_heterogeneity", "fbn/byzantine_norm_error",
-        "compare/heatmap", "compare/table", "compare/norm_error"}
+        "compare/heatmap", "compare/table", "compare/norm_error", "compare/tuning"}
 
 
 def _plan(profile):
@@ -37,7 +37,8 @@ def profile(request):
 def test_every_figure_table_toy_figure_and_the_ledger_has_one_entry(profile):
     _, plan, _, shown, texts = profile
     kinds = {name: fig.kind for name, fig in plan.figures.items()}
-    expected = [plan.paths.figure(n, "md" if k == "table" else "png") for n, k in kinds.items()]
+    expected = [plan.paths.figure(n, "md" if k in TABLE_KINDS else "png")
+                for n, k in kinds.items()]
     expected += [plan.paths.figure(f"fbn/{n}", "png") for n in TOY_FIGURES]
     expected += [plan.paths.figure("claims", ext) for ext in ("png", "md")]
     assert [e.file for e in shown] == expected
@@ -61,7 +62,7 @@ def test_each_caption_names_its_figure_and_what_it_reproduces(profile):
         assert f":Reproduces: {fig.paper or NOT_IN_PAPERS}\n" in text
         assert (SYNTHETIC in text) == (name == "test"), fig.name
         assert (MNIST5K in text) == (name == "quick"), fig.name
-        assert (".. include::" in text) == (fig.kind == "table")
+        assert (".. include::" in text) == (fig.kind in TABLE_KINDS)
     assert {n for n, fig in plan.figures.items() if fig.paper is None} == OURS
     assert all(re.fullmatch(r"(FBN|FixBN|FedTAN)('s)? .+", fig.paper)
                for n, fig in plan.figures.items() if n not in OURS)

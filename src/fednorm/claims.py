@@ -49,7 +49,7 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fednorm.config import FIELDS, ConfigError, fail, resolve_budget, run_config
+from fednorm.config import FIELDS, ConfigError, RunConfig, fail, resolve_budget, run_config
 from fednorm.io import write_csv, write_text
 from fednorm.plan import FIGURE_METRICS, Plan
 from fednorm.plots.cells import percent, value_label
@@ -71,6 +71,12 @@ PAPERS = {
 SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separation", "augment",
               "crop_padding", "model", "width", "hidden", "batch_size", "local_steps", "steps",
               "lr", "lr_milestones", "eval_every")
+# Keys that make a run a variant no paper ran: the penultimate feature normalized (FedFN),
+# training images held out for validation, the learning rate rescaled (the tuning grid). A claim
+# that does not name one matches only runs at its default, so that those runs never join the
+# seeds of a paper's setting.
+VARIANT_KEYS = ("feature_norm", "val_fraction", "lr_scale")
+_DEFAULT_RUN = RunConfig()
 TOLERANCE = 2.0  # points (of the metric as shown: % for an accuracy) within which ours agrees
 REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN = "reproduced", "differs", "not comparable", "not run"
 VERDICTS = (REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN)
@@ -217,10 +223,13 @@ def load_claims(path: str, plan: Plan | None = None) -> tuple[Claim, ...]:
 
 def selects(frame: pd.DataFrame, setting: Pairs) -> pd.Series:
     """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys (see
-    :func:`fednorm.results.matches`: null matches an empty value, numbers to a relative 1e-12).
-    """
+    :func:`fednorm.results.matches`: null matches an empty value, numbers to a relative 1e-12),
+    and at their defaults on the VARIANT_KEYS that it does not name."""
+    named = {key for key, _ in setting}
+    variants = tuple((k, getattr(_DEFAULT_RUN, k)) for k in VARIANT_KEYS
+                     if k not in named and k in frame.columns)
     mask = pd.Series(True, index=frame.index)
-    for key, value in setting:
+    for key, value in (*setting, *variants):
         mask &= matches(frame[key], value)
     return mask
 

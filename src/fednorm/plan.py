@@ -35,7 +35,13 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                                ``col_order``;
                  ``table``     final y as "mean ± std" over ``rows`` x ``cols``, written as .csv
                                and .md; ``row_order``, ``col_order``; ``extra``: metrics shown
-                               as one more column each (e.g. comm_rounds);
+                               as one more column each (e.g. comm_rounds); ``select:
+                               val_accuracy``: per cell, only the runs of the ``lr_scale``
+                               with the best validation accuracy (fednorm.tuning);
+                 ``tuning``    per ``rows`` x ``cols`` cell, the ``lr_scale`` chosen on the
+                               validation accuracy (``select``, the only choice), its test
+                               accuracy, and the test accuracy at lr_scale 1 (the common
+                               recipe), as .csv and .md (fednorm.tuning.tuning_table);
                  ``parts``     ``parts: [figure, ...]``: figures of kinds curves, final_vs or
                                bars side by side in one file, one axes each (no panels), each
                                with its own experiment (default the parent's), where, y, title.
@@ -90,7 +96,7 @@ RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
 
 def extensions(kind: str) -> tuple[str, ...]:
     """The files a figure of ``kind`` is written as: <name>.<ext> for each ext."""
-    return TABLE_EXTENSIONS if kind == "table" else FIGURE_EXTENSIONS
+    return TABLE_EXTENSIONS if kind in TABLE_KINDS else FIGURE_EXTENSIONS
 
 
 @dataclass(frozen=True)
@@ -354,9 +360,12 @@ FIGURE_KEYS: dict[str, dict[str, Any]] = {
                 "col_order": None, "select": None},
     "table": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None,
               "extra": None, "select": None},
+    "tuning": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None,
+               "select": "val_accuracy"},
     "parts": {"parts": REQUIRED},
 }
 FIGURE_KINDS = tuple(FIGURE_KEYS)
+TABLE_KINDS = ("table", "tuning")  # written as data and text (TABLE_EXTENSIONS), no picture
 # What a part of a ``parts`` figure may be: a kind drawn on one axes (no panels of its own).
 PART_KINDS = ("curves", "final_vs", "bars")
 # The x a kind's axis may show: curves also the steps and the x computed from them
@@ -489,7 +498,7 @@ def _extra(spec: _FigureSpec, value: Any) -> dict[str, Any]:
 def _select(spec: _FigureSpec, value: Any) -> dict[str, Any]:
     """``select``: a validation metric; per cell, the runs of the best ``lr_scale`` by it
     (fednorm.tuning). Every run of the figure must hold out a validation set."""
-    if value is None:
+    if value is None and spec.kind != "tuning":
         return {}
     if value != "val_accuracy":
         raise spec.error("select", value, "'val_accuracy' (a learning rate is chosen on the "

@@ -23,7 +23,7 @@ import pandas as pd
 from fednorm.claims import NAME as CLAIMS_NAME
 from fednorm.claims import PAPERS, Claim, config_text, selects
 from fednorm.config import FIELDS, Figure, RunConfig
-from fednorm.plan import TOY_FIGURES, Plan
+from fednorm.plan import TABLE_KINDS, TOY_FIGURES, Plan
 from fednorm.summarize import config_columns
 from fednorm.toy import ERROR_SCHEMES, SCATTER_FIGURES, ToyConfig
 
@@ -79,7 +79,7 @@ def _items(plan: Plan, claims: Sequence[Claim]) -> Iterator[tuple[Entry, Callabl
         return Entry(file, caption, cat, {"figure": label or name, "reproduces": reproduces})
 
     for name, fig in plan.figures.items():
-        yield (entry(name, "md" if fig.kind == "table" else "png",
+        yield (entry(name, "md" if fig.kind in TABLE_KINDS else "png",
                      category(name.rpartition("/")[0]), fig.paper or NOT_IN_PAPERS),
                partial(figure_caption, plan, fig))
     if plan.toy:
@@ -168,8 +168,14 @@ def shows(fig: Figure) -> str:
         return (f"the final {_metric(fig.y)} over {_literal(fig.rows)} (rows) × "
                 f"{_literal(fig.cols)} (columns), each cell the mean over seeds: panels "
                 f"{_literal(fig.compare)} = {a}, {b}, and {b} − {a}")
+    if fig.kind == "tuning":
+        return (f"per {_literal(fig.rows)} (rows) and {_literal(fig.cols)}, the lr_scale with "
+                f"the best final {_metric(fig.select)} over seeds, its {_metric(fig.y)} as mean "
+                f"± std, and the {_metric(fig.y)} at lr_scale 1 (the common recipe)")
     if fig.kind == "table":
-        extra = f", and the mean {_metric(fig.extra)} per row" if fig.extra else ""
+        chosen = (f", per cell the lr_scale with the best final {_metric(fig.select)}"
+                  if fig.select else "")
+        extra = f", and the mean {_metric(fig.extra)} per row{chosen}" if fig.extra else chosen
         return (f"the final {_metric(fig.y)} as mean ± std over seeds, rows "
                 f"{_literal(fig.rows)}, columns {_literal(fig.cols)}{extra}")
     parts = "; ".join(f"({chr(ord('a') + i)}) {shows(p)}" for i, p in enumerate(fig.parts))
@@ -235,7 +241,7 @@ def figure_caption(plan: Plan, fig: Figure) -> str:
         fields += [("Shared", setting_text(runs)), ("Scale", scale_text(runs))]
     if fig.note:
         fields.append(("Note", _escape(fig.note)))
-    table = plan.paths.figure(fig.name, "md") if fig.kind == "table" else None
+    table = plan.paths.figure(fig.name, "md") if fig.kind in TABLE_KINDS else None
     return rst(fig.title or fig.name, fig.name, fields, show=table)
 
 
