@@ -22,7 +22,7 @@ def test_run_writes_metrics_and_metadata_bit_identically(tmp_path):
     assert first == second
     assert first.decode().splitlines()[0] == (
         "step,test_accuracy,test_loss,train_loss,norm_error_mean,norm_error_var,stat_change,"
-        "stat_deviation,stat_variance,comm_rounds,local_test_accuracy")
+        "stat_deviation,stat_variance,comm_rounds,local_test_accuracy,val_accuracy")
     meta = json.loads((tmp_path / "a" / "run.json").read_text())
     assert meta["status"] == "ok" and meta["config"]["steps"] == 6 and meta["device"] == "cpu"
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
