@@ -182,7 +182,7 @@ def test_a_claim_whose_runs_differ_in_more_than_the_seed_is_not_comparable(tmp_p
     path.write_text(yaml.safe_dump({"recipes": {"tiny": TINY},
                                     "claims": [_claim("c", {"normalizer": "bn"}, 40)]}))
     plan = _tiny_plan(tmp_path, str(path), bn_momentum=[0.01, 0.1])
-    (claim,) = load_claims(str(path), plan)
+    (claim,) = load_claims(str(path), plan).numbers
     summary = _summary(tmp_path, [({"normalizer": "bn", "bn_momentum": m, "seed": s},
                                    [0.1, 0.3, 0.4], "ok")
                                   for m in (0.01, 0.1) for s in (0, 1)])
@@ -199,7 +199,8 @@ def test_the_claims_path_and_the_ledger_name_are_checked(tmp_path):
     plan = _tiny_plan(tmp_path, str(tmp_path / "absent.yaml"))
     with pytest.raises(ConfigError, match=r"key 'claims' has value '.*absent.yaml'; allowed"):
         load_claims(plan.claims, plan)
-    assert ledger_files(plan) == [f"figures/claims.{e}" for e in ("csv", "md", "pdf", "png")]
+    assert ledger_files(plan) == [f"figures/{name}.{e}" for name in ("claims", "claims_words")
+                                  for e in ("csv", "md", "pdf", "png")]
     assert ledger_files(_tiny_plan(tmp_path, None)) == []
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump({"claims": [_claim("c", {"normalizer": "bn"}, 40)],
@@ -215,7 +216,7 @@ def _profile(*names):
     for name in names:
         config = merge(config, yaml.safe_load((ROOT / name).read_text()))
     plan = load_plan(config)
-    return plan, load_claims(str(ROOT / plan.claims), plan)
+    return plan, load_claims(str(ROOT / plan.claims), plan).numbers
 
 
 def _plan_summary(plan):

@@ -215,7 +215,7 @@ def _check_report(html, work, plan):
     shown = entries(plan, load_claims(str(work / plan.claims), plan))
     results = _report_variable(html, "results")
     assert set(results) == {e.file for e in shown}
-    assert len(shown) == len(plan.figures) + 5 + 2  # the toy's figures, the ledger's two files
+    assert len(shown) == len(plan.figures) + 5 + 4  # the toy's figures, the ledgers' two each
     categories = {category: {f for files in subs.values() for f in files}
                   for category, subs in _report_variable(html, "categories").items()}
     assert categories == {c: {e.file for e in shown if e.category == c}
