@@ -552,7 +552,7 @@ def _relation_text(claim: Relation) -> str:
 
 
 WORDS_COLUMNS = ("id", "paper", "source", "words", "experiment", "where", "relation", "metric",
-                 "at", "values", "margin", "spread", "delta", "n_units", "n_seeds",
+                 "at", "ours", "margin", "spread", "delta", "n_units", "n_seeds",
                  "n_diverged", "verdict", "detail", "note")
 
 
@@ -568,7 +568,7 @@ def words_row(claim: Relation, summary: pd.DataFrame, floor: float) -> dict[str,
         "experiment": ", ".join(claim.experiments),
         "where": ", ".join(f"{k}={config_text(v)}" for k, v in claim.where),
         "relation": _relation_text(claim), "metric": claim.metric, "at": claim.at,
-        "values": values,
+        "ours": values,
         "margin": deciding.mean if deciding else math.nan,
         "spread": deciding.spread if deciding else math.nan,
         "delta": math.nan if claim.delta is None else claim.delta,
@@ -627,7 +627,7 @@ def words_markdown(table: pd.DataFrame, floor: float) -> str:
             margin = "–" if math.isnan(r.margin) else f"{r.margin:+.1f} ± {r.spread:.1f}"
             relation = r.relation + (f" ({r.where})" if r.where else "")
             relation += f"; {'best' if r.at == 'max' else 'final'} {value_label(r.metric)}"
-            cells = [r.id, r.source, f"“{r.words}”", relation, r.values or "–", margin,
+            cells = [r.id, r.source, f"“{r.words}”", relation, r.ours or "–", margin,
                      f"**{r.verdict}**", r.detail]
             lines.append("| " + " | ".join(escape_cell(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
