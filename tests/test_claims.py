@@ -258,7 +258,8 @@ def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
 
 def test_the_quick_profile_compares_no_claim_with_the_paper():
     plan, both = _profile("config/config.yaml", "config/quick.yaml")
-    _check_words(plan, both.words, n_seeds=2, byzantine_seeds=1)  # the claims in words are judged at any scale
+    # the claims in words are judged at any scale
+    _check_words(plan, both.words, n_seeds=2, byzantine_seeds=1)
     table = ledger(both.numbers, _plan_summary(plan))
     assert set(table.verdict) == {NOT_COMPARABLE, NOT_RUN}
     comparable = table[table.verdict == NOT_COMPARABLE]
