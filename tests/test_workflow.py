@@ -193,6 +193,14 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert ledger.loc["tiny-fbn-diverged", "n_diverged"] == 1
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims.{ext}").stat().st_size > 0
+    words = pd.read_csv(work / ".test/figures/claims_words.csv").set_index("id")
+    assert dict(words.verdict) == {"tiny-words-holds": "holds",
+                                   "tiny-words-contradicted": "contradicted",
+                                   "tiny-words-inconclusive": "inconclusive"}
+    assert words.loc["tiny-words-contradicted", "n_diverged"] == 1
+    assert words.loc["tiny-words-inconclusive", "margin"] == 0
+    for ext in ("md", "pdf", "png"):
+        assert (work / f".test/figures/claims_words.{ext}").stat().st_size > 0
 
     report = tmp_path / "report.html"  # self-contained: every file embedded
     out = snakemake("--configfile", ".test/config.yaml", "--report", str(report), cwd=work)
