@@ -40,7 +40,8 @@ def test_every_figure_table_toy_figure_and_the_ledger_has_one_entry(profile):
     expected = [plan.paths.figure(n, "md" if k in TABLE_KINDS else "png")
                 for n, k in kinds.items()]
     expected += [plan.paths.figure(f"fbn/{n}", "png") for n in TOY_FIGURES]
-    expected += [plan.paths.figure("claims", ext) for ext in ("png", "md")]
+    expected += [plan.paths.figure(name, ext) for name in ("claims", "claims_words")
+                 for ext in ("png", "md")]
     assert [e.file for e in shown] == expected
     assert list(texts) == [e.caption for e in shown]  # one caption file each, in order
     assert all(e.caption.startswith(f"{plan.paths.results}/report/") for e in shown)
@@ -48,7 +49,8 @@ def test_every_figure_table_toy_figure_and_the_ledger_has_one_entry(profile):
                   for e in shown}
     assert categories == {"fbn": "FBN", "fixbn": "FixBN", "fedtan": "FedTAN",
                           "compare": "All methods", "claims.png": "Claims ledger",
-                          "claims.md": "Claims ledger"}
+                          "claims.md": "Claims ledger", "claims_words.png": "Claims ledger",
+                          "claims_words.md": "Claims ledger"}
     labels = [tuple(e.labels.values()) for e in shown]
     assert len(set(labels)) == len(labels)  # the report's rows are told apart by their labels
 
@@ -88,12 +90,19 @@ def test_a_caption_states_the_grid_behind_its_figure():
             ) in caption["fixbn/fig2a"]
     assert ":Shared: ``dataset`` = cifar10, ``model`` = fbn_cnn" in caption["fbn/fig3a"]
     assert "CIFAR-10, at the scale the configuration sets" in caption["fbn/fig3a"]
-    assert f"{len(claims)} of the {len(claims)} claims select runs" in caption["claims (plot)"]
+    numbers = len(claims.numbers)
+    assert f"{numbers} of the {numbers} claims select runs" in caption["claims (plot)"]
+    words = caption["claims_words (plot)"]
+    assert f"({len(claims.words.claims)} qualitative claims of ``config/claims.yaml``: FBN" in words
+    assert "CIFAR-10" in words
     assert "at the paper's scale" in caption["fbn/fig1a"]
     quick, quick_claims = _plan("quick")
     texts = captions(quick, quick_claims)
-    ledger = texts[entries(quick, quick_claims)[-1].caption]
-    assert f"0 of the {len(quick_claims)} claims select runs" in ledger and MNIST5K in ledger
+    shown = {e.labels["figure"]: texts[e.caption] for e in entries(quick, quick_claims)}
+    ledger = shown["claims (tables)"]
+    numbers = len(quick_claims.numbers)
+    assert f"0 of the {numbers} claims select runs" in ledger and MNIST5K in ledger
+    assert MNIST5K in shown["claims_words (tables)"]
     tiny, tiny_claims = _plan("test")
     toy = next(e for e in entries(tiny, tiny_claims) if e.labels["figure"] == "fbn/fig2c")
     assert ("at a reduced scale: ``rounds`` = 20 (the paper's: 100)"

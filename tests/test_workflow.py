@@ -203,6 +203,14 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert ledger.loc["tiny-fbn-diverged", "n_diverged"] == 1
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims.{ext}").stat().st_size > 0
+    words = pd.read_csv(work / ".test/figures/claims_words.csv").set_index("id")
+    assert dict(words.verdict) == {"tiny-words-holds": "holds",
+                                   "tiny-words-contradicted": "contradicted",
+                                   "tiny-words-inconclusive": "inconclusive"}
+    assert words.loc["tiny-words-contradicted", "n_diverged"] == 1
+    assert words.loc["tiny-words-inconclusive", "margin"] == 0
+    for ext in ("md", "pdf", "png"):
+        assert (work / f".test/figures/claims_words.{ext}").stat().st_size > 0
 
     report = tmp_path / "report.html"  # self-contained: every file embedded
     out = snakemake("--configfile", ".test/config.yaml", "--report", str(report), cwd=work)
@@ -225,7 +233,7 @@ def _check_report(html, work, plan):
     shown = entries(plan, load_claims(str(work / plan.claims), plan))
     results = _report_variable(html, "results")
     assert set(results) == {e.file for e in shown}
-    assert len(shown) == len(plan.figures) + 5 + 2  # the toy's figures, the ledger's two files
+    assert len(shown) == len(plan.figures) + 5 + 4  # the toy's figures, the ledgers' two each
     categories = {category: {f for files in subs.values() for f in files}
                   for category, subs in _report_variable(html, "categories").items()}
     assert categories == {c: {e.file for e in shown if e.category == c}
