@@ -123,6 +123,23 @@ else:
 shown
 
 # %% [markdown]
+# The claims the papers state in words (a method above another, a trend along an axis, two
+# methods within δ points) are judged at any scale, with the seed noise: `holds`,
+# `contradicted`, `inconclusive` (inside the noise) or `not run` (see `docs/claims.md`).
+# Counts per paper and verdict, then the claims that our runs contradict.
+
+# %%
+words_file = figures / "claims_words.csv"
+if words_file.is_file():
+    words = pd.read_csv(words_file)
+    print(pd.crosstab(words.paper, words.verdict).to_string())
+    shown = words.loc[words.verdict == "contradicted",
+                      ["id", "source", "relation", "margin", "spread", "detail"]]
+else:
+    shown = f"no {words_file}: the pipeline writes it with the figures"
+shown
+
+# %% [markdown]
 # ## A new pivot: every method by local steps E
 #
 # The comparison's runs, per method and E: mean over splits and seeds of the final accuracy

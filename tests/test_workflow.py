@@ -33,8 +33,9 @@ def _bundle_jobs(counts):
 
 @pytest.mark.parametrize(("bundle_size", "jobs"), [
     # FBN: Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13); FixBN:
-    # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213),
+    # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py), and its new
+    # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (408)
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -48,9 +49,11 @@ def _bundle_jobs(counts):
     # setting: 8 schemes -> 8. The comparison, per (normalizer, E), 12 runs -> 1: fbn, fedtan,
     # fedbn, silobn, heterofl_sbn at E = 1 and 100 -> 10; gn_ws, ln, in, fixup at E = 1 -> 4
     # (at E = 100 Table 4's 3 runs grow to a bundle of 12); bn, gn, fixbn and centralized BN
-    # are runs of the FixBN figures -> 0.
+    # are runs of the FixBN figures -> 0. The new methods: hybridbn, fedwon, none and FedFN's
+    # none+fn, bn+fn at E = 1 and 100, 12 runs each -> 10; the tuning grid, per (method, E), 4
+    # lr_scales x 3 seeds -> 17 x 2 (its held-out images make a key of their own).
     (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 9)
-     + (1 + 4) + 8 + (10 + 4)),
+     + (1 + 4) + 8 + (10 + 4) + 10 + 17 * 2),
 ])
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"
@@ -180,8 +183,15 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     # + 16: FedTAN's setting (6 schemes x 2 splits, FedTAN, centralized x 2 splits)
     # + 9: the comparison (bn, fedtan, fedbn x 2 splits x 2 E and 2 centralized; bn's 4 and
     # centralized BN on IID are Fig 2a's and Fig 1's)
+    # + 4: FedFN (none+fn x 2 splits x 2 E); + 4: the tuning grid (bn, hybridbn x lr x 1, 2)
     assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
-                                           + 16 + 9)
+                                           + 16 + 9 + 4 + 4)
+    tuned = summary[summary.val_fraction > 0]
+    assert tuned.run_id.nunique() == 4 and tuned.val_accuracy.notna().all()
+    assert summary.loc[summary.val_fraction == 0, "val_accuracy"].isna().all()
+    tuning = pd.read_csv(work / ".test/figures/compare/tuning.csv")
+    assert tuning["method"].tolist() == ["bn", "hybridbn"]
+    assert set(tuning["lr_scale"]) <= {1.0, 2.0} and tuning["common_mean"].notna().all()
     ok = summary[summary.status == "ok"]
     assert ok.test_accuracy.between(0, 1).all()
     fbn_runs = ok[ok.model == "fbn_cnn"]  # the others (LeNet) evaluate every 4 steps
@@ -215,6 +225,14 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert ledger.loc["tiny-fbn-diverged", "n_diverged"] == 1
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims.{ext}").stat().st_size > 0
+    words = pd.read_csv(work / ".test/figures/claims_words.csv").set_index("id")
+    assert dict(words.verdict) == {"tiny-words-holds": "holds",
+                                   "tiny-words-contradicted": "contradicted",
+                                   "tiny-words-inconclusive": "inconclusive"}
+    assert words.loc["tiny-words-contradicted", "n_diverged"] == 1
+    assert words.loc["tiny-words-inconclusive", "margin"] == 0
+    for ext in ("md", "pdf", "png"):
+        assert (work / f".test/figures/claims_words.{ext}").stat().st_size > 0
 
     report = tmp_path / "report.html"  # self-contained: every file embedded
     out = snakemake("--configfile", ".test/config.yaml", "--report", str(report), cwd=work)
@@ -237,7 +255,7 @@ def _check_report(html, work, plan):
     shown = entries(plan, load_claims(str(work / plan.claims), plan))
     results = _report_variable(html, "results")
     assert set(results) == {e.file for e in shown}
-    assert len(shown) == len(plan.figures) + 5 + 2  # the toy's figures, the ledger's two files
+    assert len(shown) == len(plan.figures) + 5 + 4  # the toy's figures, the ledgers' two each
     categories = {category: {f for files in subs.values() for f in files}
                   for category, subs in _report_variable(html, "categories").items()}
     assert categories == {c: {e.file for e in shown if e.category == c}

@@ -1,6 +1,8 @@
 """The claims ledger: each number a paper states, beside ours, with a verdict.
 
-A claims file (the config's ``claims:``, e.g. ``config/claims.yaml``) has two sections::
+A claims file (the config's ``claims:``, e.g. ``config/claims.yaml``) has two sections of
+numeric claims (this module) and one of claims in words, ``qualitative:``
+(:mod:`fednorm.claims_words`: relations between groups of runs, judged with the seed noise)::
 
     recipes:                   # named settings that claims share (a paper's scale and recipe)
       fbn_paper: {dataset: cifar10, model: fbn_cnn, width: 64, steps: 3000, ...}
@@ -41,14 +43,22 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fednorm.config import FIELDS, ConfigError, fail, real_number, resolve_budget, run_config
+from fednorm.config import (
+    FIELDS,
+    ConfigError,
+    RunConfig,
+    fail,
+    real_number,
+    resolve_budget,
+    run_config,
+)
 from fednorm.inputs import read_yaml
 from fednorm.io import write_csv, write_text
 from fednorm.plan import FIGURE_METRICS, Plan
@@ -57,6 +67,9 @@ from fednorm.plots.save import PNG_DPI, save_together
 from fednorm.plots.table import cell_text, escape_cell
 from fednorm.results import AT, matches, seed_stats
 from fednorm.summarize import config_columns
+
+if TYPE_CHECKING:
+    from fednorm.claims_words import Words
 
 PAPERS = {
     "fbn": "FBN: Guerraoui et al., arXiv 2405.14670",
@@ -71,11 +84,19 @@ PAPERS = {
 SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separation", "augment",
               "crop_padding", "model", "width", "hidden", "batch_size", "local_steps", "steps",
               "lr", "lr_milestones", "eval_every")
+# Keys that make a run a variant no paper ran: the penultimate feature normalized (FedFN),
+# training images held out for validation, the learning rate rescaled (the tuning grid). A claim
+# that does not name one matches only runs at its default, so that those runs never join the
+# seeds of a paper's setting.
+VARIANT_KEYS = ("feature_norm", "val_fraction", "lr_scale")
+_DEFAULT_RUN = RunConfig()
 TOLERANCE = 2.0  # points (of the metric as shown: % for an accuracy) within which ours agrees
 REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN = "reproduced", "differs", "not comparable", "not run"
 VERDICTS = (REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN)
 EXTENSIONS = ("csv", "md", "pdf", "png")
 NAME = "claims"  # the ledger's files: <figures>/claims.<ext>
+WORDS_NAME = "claims_words"  # the qualitative claims': <figures>/claims_words.<ext>
+SECTIONS = ("recipes", "claims", "qualitative")  # a claims file's keys
 _REQUIRED = ("id", "paper", "source", "setting", "value")
 _OPTIONAL = {"recipe": None, "metric": "test_accuracy", "at": "final", "spread": None,
              "tolerance": TOLERANCE, "note": ""}
@@ -106,9 +127,23 @@ class Claim:
         return tuple((k, v) for k, v in self.setting if k not in SCALE_KEYS)
 
 
+@dataclass(frozen=True)
+class Claims:
+    """A claims file, checked: its numeric claims and its claims in words."""
+
+    numbers: tuple[Claim, ...]
+    words: Words
+
+    def __bool__(self) -> bool:
+        return bool(self.numbers or self.words.claims)
+
+
 def ledger_files(plan: Plan) -> list[str]:
-    """The ledger's files under the plan's figures folder (none without a claims file)."""
-    return [plan.paths.figure(NAME, ext) for ext in EXTENSIONS] if plan.claims else []
+    """The ledgers' files under the plan's figures folder, the numbers' then the words' (none
+    without a claims file)."""
+    if not plan.claims:
+        return []
+    return [plan.paths.figure(name, ext) for name in (NAME, WORDS_NAME) for ext in EXTENSIONS]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,14 +214,14 @@ def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int)
 
 
 def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
-    """A claims file's content (``recipes``, ``claims``) as checked Claims, in file order."""
+    """A claims file's numeric claims (``recipes``, ``claims``) checked, in file order (its
+    ``qualitative`` section is :func:`fednorm.claims_words.parse_words`')."""
     if not isinstance(spec, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with 'claims' (and 'recipes'), "
-                          f"got {spec!r}")
+        raise ConfigError(f"{where}: expected a mapping with 'claims' (and 'recipes', "
+                          f"'qualitative'), got {spec!r}")
     for key in spec:
-        if key not in ("recipes", "claims"):
-            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: "
-                              "['recipes', 'claims']")
+        if key not in SECTIONS:
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: {list(SECTIONS)}")
     recipes = spec.get("recipes") or {}
     if not isinstance(recipes, Mapping) or not all(
             isinstance(r, Mapping) for r in recipes.values()):
@@ -202,23 +237,34 @@ def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
     return claims
 
 
-def load_claims(path: str, plan: Plan | None = None) -> tuple[Claim, ...]:
-    """Read and check a claims file; with ``plan``, also :func:`check_plan`."""
+def load_claims(path: str, plan: Plan | None = None) -> Claims:
+    """Read and check a claims file, both kinds of claims; with ``plan``, also against the
+    plan (:func:`check_plan`, :func:`fednorm.claims_words.check_plan`)."""
+    # imported here: fednorm.claims_words builds on this module's helpers
+    from fednorm.claims_words import check_plan as check_words
+    from fednorm.claims_words import parse_words
+
     if not Path(path).is_file():
         raise fail("config", "claims", path, "the path of an existing claims file (e.g. "
                    "config/claims.yaml) or null")
-    claims = parse_claims(read_yaml(path, "claims file"), where=f"claims file {path}")
+    where = f"claims file {path}"
+    spec = read_yaml(path, "claims file")
+    claims = Claims(parse_claims(spec, where=where), parse_words(spec.get("qualitative")))
     if plan is not None:
-        check_plan(claims, plan)
+        check_plan(claims.numbers, plan)
+        check_words(claims.words, plan)
     return claims
 
 
 def selects(frame: pd.DataFrame, setting: Pairs) -> pd.Series:
     """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys (see
-    :func:`fednorm.results.matches`: null matches an empty value, numbers to a relative 1e-12).
-    """
+    :func:`fednorm.results.matches`: null matches an empty value, numbers to a relative 1e-12),
+    and at their defaults on the VARIANT_KEYS that it does not name."""
+    named = {key for key, _ in setting}
+    variants = tuple((k, getattr(_DEFAULT_RUN, k)) for k in VARIANT_KEYS
+                     if k not in named and k in frame.columns)
     mask = pd.Series(True, index=frame.index)
-    for key, value in setting:
+    for key, value in (*setting, *variants):
         mask &= matches(frame[key], value)
     return mask
 
@@ -238,9 +284,10 @@ def check_plan(claims: Sequence[Claim], plan: Plan) -> None:
     """Checks against the plan, before any job: the ledger's name is free. (A claim whose
     runs are several configurations is not an error: a user may widen a grid without
     touching the claims; the ledger says 'not comparable' and why.)"""
-    if NAME in plan.figures:
-        raise ConfigError(f"figures: key '{NAME}' names a figure; allowed: another name "
-                          f"('{NAME}' is the claims ledger's)")
+    for name in (NAME, WORDS_NAME):
+        if name in plan.figures:
+            raise ConfigError(f"figures: key '{name}' names a figure; allowed: another name "
+                              f"('{name}' is the claims ledger's)")
 
 
 # ---------------------------------------------------------------------------------------------
