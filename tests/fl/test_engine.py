@@ -198,6 +198,19 @@ def test_fedavg_two_local_steps_equal_per_client_loop(normalizer):
 
 
 
+
+def trained_and_twin(cfg):
+    """A model trained by the engine for cfg.steps, its untrained twin, and a replay of the
+    batches the engine drew (seed 4), for a per-client loop to retrace."""
+    m_avg, m_ref = twin_models(cfg)
+    x, y, parts = client_data()
+    trainer = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
+    replay = batches_for(x, y, parts, seed=4)
+    for first in range(0, cfg.steps, cfg.local_steps):
+        trainer.round(first)
+    return m_avg, m_ref, replay
+
+
 def test_fbn_with_local_steps_equals_per_client_loop():
     """FBN with E > 1 (the FBN paper has E = 1 only; fednorm.fl.engine's extension): within a
     round each client normalizes with, and moves towards its batches, its own copy of the
@@ -206,12 +219,7 @@ def test_fbn_with_local_steps_equals_per_client_loop():
         var = mean_i var_i + Kn/((Kn - 1) beta_E) mean_i (mean_i - mean)^2.
     Written here per client, the formula by hand."""
     cfg = tiny_config(normalizer="fbn", local_steps=3, steps=6, momentum=0.5)
-    m_avg, m_ref = twin_models(cfg)
-    x, y, parts = client_data()
-    trainer = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
-    replay = batches_for(x, y, parts, seed=4)
-    for first in range(0, cfg.steps, cfg.local_steps):
-        trainer.round(first)
+    m_avg, m_ref, replay = trained_and_twin(cfg)
     n, E, beta = cfg.n_clients, cfg.local_steps, cfg.bn_momentum
     beta_e = 1 - (1 - beta) ** E
     momenta = [[torch.zeros_like(p) for p in m_ref.parameters()] for _ in range(n)]
@@ -251,12 +259,7 @@ def test_hybrid_bn_with_local_steps_equals_per_client_loop_and_pools_the_round_b
     j over the clients' batches of the round, N = nEK. Written here with a per-client loop and
     the formula by hand from each batch's raw statistics."""
     cfg = tiny_config(normalizer="hybridbn", local_steps=2, steps=4, momentum=0.5)
-    m_avg, m_ref = twin_models(cfg)
-    x, y, parts = client_data()
-    trainer = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
-    replay = batches_for(x, y, parts, seed=4)
-    for first in range(0, cfg.steps, cfg.local_steps):
-        trainer.round(first)
+    m_avg, m_ref, replay = trained_and_twin(cfg)
     n, E, beta = cfg.n_clients, cfg.local_steps, cfg.bn_momentum
     momenta = [[torch.zeros_like(p) for p in m_ref.parameters()] for _ in range(n)]
     step = 0
