@@ -1,0 +1,34 @@
+"""Fixtures shared by several test modules."""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import CompletedProcess
+
+import pytest
+from dag import snakemake, work_copy
+from hypothesis import settings
+
+# Property tests (tests/test_config_properties.py): 'ci', derandomized with a fixed number of
+# examples, is what `make test` runs; 'thorough' searches much longer, on demand:
+# FEDNORM_HYPOTHESIS=thorough python -m pytest tests/test_config_properties.py
+# (or pytest's --hypothesis-profile thorough).
+settings.register_profile("ci", derandomize=True, max_examples=40, deadline=None,
+                          database=None, print_blob=True)
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("FEDNORM_HYPOTHESIS", "ci"))
+
+
+@dataclass(frozen=True)
+class TinyDag:
+    work: Path  # the repository copy it ran in; outputs under work/.test/
+    out: CompletedProcess  # Snakemake's
+
+
+@pytest.fixture(scope="session")
+def tiny_dag(tmp_path_factory) -> TinyDag:
+    """The whole DAG on the smallest grid (.test/config.yaml), run once per session for every
+    test that reads its outputs. Tests must not change the copy: one that runs more copies it."""
+    work = work_copy(tmp_path_factory.mktemp("tiny_dag"))
+    return TinyDag(work, snakemake("--cores", "2", "--configfile", ".test/config.yaml",
+                                   cwd=work))
