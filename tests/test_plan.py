@@ -325,6 +325,9 @@ def test_a_training_job_takes_consecutive_bundles_and_only_their_unfinished_runs
     ({"mem_mb": 0}, r"execution: key 'mem_mb' has value 0; allowed: an integer >= 1"),
     ({"runtime": "1h"}, r"execution: key 'runtime' has value '1h'; allowed: an integer >= 1"),
     ({"cpus_per_gpu": True}, r"key 'cpus_per_gpu' has value True; allowed: an integer >= 1"),
+    ({"checkpoint_minutes": 0}, r"execution: key 'checkpoint_minutes' has value 0; allowed: a "
+                                r"number in \(0, inf\]"),
+    ({"checkpoint_minutes": "30m"}, r"key 'checkpoint_minutes' has value '30m'"),
     # a GPU job gets cpus_per_gpu x gpus_per_job CPUs: fewer than its threads is an error
     ({"threads": 8, "gpus_per_job": 2, "cpus_per_gpu": 3},
      r"execution: key 'cpus_per_gpu' has value 3; allowed: an integer >= threads / "
@@ -344,6 +347,17 @@ def test_cluster_requests_come_from_the_execution_section():
     assert (mine.cpus_per_gpu, mine.mem_mb, mine.runtime) == (4, 500, 30)
     cpu_only = load_plan(_bundle_config(1, threads=8, gpus_per_job=0, cpus_per_gpu=1))
     assert cpu_only.execution.cpus_per_gpu == 1  # no GPU: SLURM gets --cpus-per-task=threads
+
+
+def test_resume_points_lie_outside_every_job_output():
+    """Snakemake deletes a failed job's outputs: a bundle's resume point is never one of them
+    (nor inside a run's folder), and each bundle has its own."""
+    plan = load_plan(_config("config/config.yaml"))
+    outputs = {f for ids in plan.bundles.values() for f in plan.run_files(ids)}
+    points = {plan.paths.resume_point(b) for b in plan.bundles}
+    assert len(points) == len(plan.bundles) and not points & outputs
+    assert not any(p.startswith(f"{plan.paths.results}/runs/") for p in points)
+    assert load_plan(_bundle_config(1, checkpoint_minutes=5)).execution.checkpoint_minutes == 5
 
 
 def test_profiles_choose_their_bundle_sizes():

@@ -712,6 +712,11 @@ class Paths:
     def run_dir(self, run_id: str) -> str:
         return f"{self.results}/runs/{run_id}"
 
+    def resume_point(self, bundle_id: str) -> str:
+        """A bundle's resume point (fednorm.fl.resume): no job's output, so Snakemake never
+        deletes it when it clears or retries a failed job; the finished bundle deletes it."""
+        return f"{self.results}/resume/{bundle_id}.pt"
+
     def summary(self) -> str:
         return f"{self.results}/summary.csv"
 

@@ -7,6 +7,8 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  of a training job, ``bundle_size``: at most that many runs train together
                  in one job (see :func:`bundles`), and what a training job asks a cluster for:
                  ``cpus_per_gpu``, ``mem_mb`` (MB), ``runtime`` (minutes);
+                 ``checkpoint_minutes``: between two saves of a bundle's resume point
+                 (docs/resume.md);
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``; a budget (``epochs`` or ``rounds``,
@@ -62,6 +64,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -69,6 +72,7 @@ from typing import Any
 
 from fednorm.config import (
     BUDGET_KEYS,
+    CHECKPOINT_MINUTES,
     DERIVED,
     FIELDS,
     ConfigError,
@@ -78,6 +82,7 @@ from fednorm.config import (
     bundle_key,
     check_keys,
     int_at_least,
+    number_in,
     run_config,
 )
 
@@ -118,6 +123,8 @@ class Execution:
     cpus_per_gpu: int = 4
     mem_mb: int = 16000  # megabytes of host memory
     runtime: int = 1440  # minutes
+    # minutes between two saves of a bundle's resume point (also saved on SIGTERM / SIGUSR1)
+    checkpoint_minutes: float = CHECKPOINT_MINUTES
 
     def check(self) -> None:
         """The keys together: a GPU job gets cpus_per_gpu x gpus_per_job CPUs and trains on
@@ -141,6 +148,7 @@ _EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "cpus_per_gpu": int_at_least(1),
     "mem_mb": int_at_least(1),
     "runtime": int_at_least(1),
+    "checkpoint_minutes": number_in(0, math.inf, low_open=True),
 }
 
 

@@ -9,17 +9,25 @@ point and BN layer, see :mod:`fednorm.fl.norm_error`; the ``stat_*`` columns sum
 and ``run.json`` (resolved config, run_id, seed, git commit, library versions, device, wall time,
 status, the bundle it trained in, ``rows``: each CSV's number of rows, so that a copy cut short
 is found, :mod:`fednorm.integrity`), each atomically, run.json last. The Snakemake rule calls
-``train_bundle``; ``fednorm run`` calls ``train_and_evaluate``.
+``train_job`` (each of a job's bundles with ``train_bundle``); ``fednorm run`` calls
+``train_and_evaluate``.
+
+Resume points (fednorm.fl.resume): a bundle's state is saved every ``checkpoint_minutes`` and
+when SIGTERM or SIGUSR1 arrives; the workflow keeps it at ``<results>/resume/<bundle id>.pt``
+(fednorm.config.Paths.resume_point), ``fednorm run`` at ``DIR/resume.pt``. A job or command
+started again continues from it and its log says "resumed at step N of M"; the bundle's end
+deletes it.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import platform
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -28,15 +36,16 @@ import pandas as pd
 import torch
 
 from fednorm import __version__
-from fednorm.config import CHECKPOINT_MINUTES, RunConfig
+from fednorm.config import CHECKPOINT_MINUTES, RunConfig, run_config
 from fednorm.data import load_dataset
 from fednorm.fl import train as training
-from fednorm.fl.resume import ResumeStore
+from fednorm.fl.resume import Interrupted, ResumeStore
 from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
 from fednorm.gpu_slots import claimed_gpu
 from fednorm.io import write_csv, write_json
 
 RESUME_FILE = "resume.pt"  # fednorm run: the resume point inside the run's directory
+log = logging.getLogger("fednorm.run")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -163,3 +172,27 @@ def train_and_evaluate(
     return train_bundle([cfg], [out_dir], data_dir=data_dir, device=device,
                         resume_file=Path(out_dir) / RESUME_FILE,
                         checkpoint_minutes=checkpoint_minutes)[0]
+
+
+def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data",
+              device: str = "auto", checkpoint_minutes: float = CHECKPOINT_MINUTES) -> int:
+    """A workflow training job: its bundles one after the other, each a mapping of
+    ``bundle_id``, ``runs`` (run configs' identities), ``out_dirs`` and ``resume`` (its resume
+    point). Returns the job's exit status: 0, or 128 + the signal's number when SIGTERM or
+    SIGUSR1 stopped it (the bundle's state saved, the bundles after it not started)."""
+    for bundle in bundles:
+        bundle_id = bundle["bundle_id"]
+        cfgs = [run_config(values) for values in bundle["runs"]]
+        log.info("bundle %s: training %d runs: %s", bundle_id, len(cfgs),
+                 [c.run_id for c in cfgs])
+        try:
+            statuses = train_bundle(cfgs, bundle["out_dirs"], bundle_id=bundle_id,
+                                    data_dir=data_dir, device=device,
+                                    resume_file=bundle["resume"],
+                                    checkpoint_minutes=checkpoint_minutes)
+        except Interrupted as stop:
+            log.warning("bundle %s: %s", bundle_id, stop)
+            return stop.exit_code
+        for cfg, status in zip(cfgs, statuses, strict=True):
+            log.info("bundle %s: %s finished with status %s", bundle_id, cfg.run_id, status)
+    return 0
