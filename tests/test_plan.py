@@ -1,11 +1,13 @@
 """The plan: grids expand to runs (each trained once), figures are checked against them."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
-from fednorm.config import ConfigError, bundle_key, run_config
+import fednorm.config as config_module
+from fednorm.config import ConfigError, RunConfig, bundle_key, run_config
 from fednorm.plan import RUN_FILES, load_plan, merge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -522,3 +524,22 @@ def test_bad_fixbn_figure_specs_name_the_key_the_value_and_what_is_allowed(spec,
     spec = {k: v for k, v in {**HEATMAP, **spec}.items() if v is not None}
     with pytest.raises(ConfigError, match=expected):
         _fixbn_figure(**spec)
+
+
+def test_a_new_field_at_its_default_changes_no_run_id(monkeypatch):
+    """Issue 22: an upgrade that adds a RunConfig field, with a default that keeps today's
+    behaviour, leaves every id of config/config.yaml and config/quick.yaml as it was (run_id
+    hashes only the fields that differ from their defaults); set away from its default, the new
+    field changes the id."""
+    plans = [load_plan(_config("config/config.yaml")),
+             load_plan(_config("config/config.yaml", "config/quick.yaml"))]
+    upgraded = dataclasses.make_dataclass(
+        "UpgradedRunConfig", [("new_knob", float, dataclasses.field(default=0.5))],
+        bases=(RunConfig,), frozen=True)
+    # what fednorm.config computes at import from the upgraded class's defaults
+    monkeypatch.setattr(config_module, "_DEFAULT_IDENTITY", upgraded().identity())
+    for plan in plans:
+        new_ids = {r: upgraded(**dataclasses.asdict(cfg)).run_id for r, cfg in plan.runs.items()}
+        assert new_ids == {r: r for r in plan.runs}
+    cfg = next(iter(plans[1].runs.values()))
+    assert upgraded(**dataclasses.asdict(cfg), new_knob=0.25).run_id != cfg.run_id

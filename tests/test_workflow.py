@@ -327,6 +327,29 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
     assert set(summary.run_id) == set(after.runs)
 
 
+def test_a_new_seed_plans_only_its_runs_in_a_dry_run(tmp_path):
+    """Issue 22: with every run of the quick profile complete, one more seed on the FBN gamma
+    grid (4 normalizers x 4 heterogeneities) makes a dry run plan exactly its 16 runs, and no
+    run that exists (the resume points changed nothing there)."""
+    work = work_copy(tmp_path)
+    before = load_plan(merge(yaml.safe_load((work / "config/config.yaml").read_text()),
+                             yaml.safe_load((work / "config/quick.yaml").read_text())))
+    for path in before.run_files(tuple(before.runs)):  # complete: all its files exist
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text("")
+    more = {"experiments": {"fbn_gamma": {"grid": {"seed": [0, 1, 2]}}}}
+    (work / "more.yaml").write_text(yaml.safe_dump(more))
+    out = snakemake("-n", "--configfile", "config/quick.yaml", "more.yaml", cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    outputs = [line for line in (out.stdout + out.stderr).splitlines()
+               if line.strip().startswith("output:")]  # the jobs' outputs, not their inputs
+    planned = set(re.findall(rf"{before.paths.results}/runs/([^/\s,]+)/run\.json",
+                             "\n".join(outputs)))
+    new = [r for r in planned if r not in before.runs]
+    assert len(planned) == len(new) == 16
+    assert all(r.split("-s")[-1].startswith("2-") for r in new)
+
+
 @pytest.mark.slow
 def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
     work = work_copy(tmp_path)
