@@ -330,6 +330,12 @@ def test_a_training_job_takes_consecutive_bundles_and_only_their_unfinished_runs
     ({"checkpoint_minutes": 0}, r"execution: key 'checkpoint_minutes' has value 0; allowed: a "
                                 r"number in \(0, inf\]"),
     ({"checkpoint_minutes": "30m"}, r"key 'checkpoint_minutes' has value '30m'"),
+    ({"images_per_second": 0}, r"execution: key 'images_per_second' has value 0; allowed: "
+                               r"null or a number in \(0, inf\]"),
+    ({"images_per_second": "fast"}, r"key 'images_per_second' has value 'fast'"),
+    ({"max_runtime": 0}, r"execution: key 'max_runtime' has value 0; allowed: null or an "
+                         r"integer >= 1"),
+    ({"max_runtime": "2-00:00:00"}, r"key 'max_runtime' has value '2-00:00:00'"),
     # a GPU job gets cpus_per_gpu x gpus_per_job CPUs: fewer than its threads is an error
     ({"threads": 8, "gpus_per_job": 2, "cpus_per_gpu": 3},
      r"execution: key 'cpus_per_gpu' has value 3; allowed: an integer >= threads / "
@@ -349,6 +355,22 @@ def test_cluster_requests_come_from_the_execution_section():
     assert (mine.cpus_per_gpu, mine.mem_mb, mine.runtime) == (4, 500, 30)
     cpu_only = load_plan(_bundle_config(1, threads=8, gpus_per_job=0, cpus_per_gpu=1))
     assert cpu_only.execution.cpus_per_gpu == 1  # no GPU: SLURM gets --cpus-per-task=threads
+
+
+def test_a_jobs_runtime_comes_from_its_images_and_the_rate_capped_by_max_runtime():
+    """SMALL runs: 10 steps x 10 clients x 50 images = 5,000 images each. Without a rate every
+    job asks for `runtime`; at 10 images/s a bundle of 3 runs (15,000 images, 25 minutes) asks
+    for 5 + 1.25 x 25 = 36.25 -> 37 minutes, one run for 5 + ceil(10.42) = 16; max_runtime caps
+    both."""
+    plan = load_plan(_bundle_config(3, runtime=99))
+    trio = next(ids for ids in plan.bundles.values() if len(ids) == 3)
+    assert plan.training_images(trio) == 15_000
+    assert plan.job_runtime(trio) == plan.job_runtime(trio[:1]) == 99
+    rated = load_plan(_bundle_config(3, images_per_second=10))
+    assert (rated.job_runtime(trio), rated.job_runtime(trio[:1])) == (37, 16)
+    capped = load_plan(_bundle_config(3, images_per_second=10, max_runtime=20))
+    assert (capped.job_runtime(trio), capped.job_runtime(trio[:1])) == (20, 16)
+    assert load_plan(_bundle_config(3, runtime=99, max_runtime=20)).job_runtime(trio) == 20
 
 
 def test_resume_points_lie_outside_every_job_output():

@@ -330,24 +330,39 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
 def test_a_new_seed_plans_only_its_runs_in_a_dry_run(tmp_path):
     """Issue 22: with every run of the quick profile complete, one more seed on the FBN gamma
     grid (4 normalizers x 4 heterogeneities) makes a dry run plan exactly its 16 runs, and no
-    run that exists (the resume points changed nothing there)."""
+    run that exists. With execution.images_per_second and max_runtime, each training job asks
+    for 5 minutes plus 1.25 times its images' time at that rate, at most max_runtime."""
     work = work_copy(tmp_path)
     before = load_plan(merge(yaml.safe_load((work / "config/config.yaml").read_text()),
                              yaml.safe_load((work / "config/quick.yaml").read_text())))
     for path in before.run_files(tuple(before.runs)):  # complete: all its files exist
         (work / path).parent.mkdir(parents=True, exist_ok=True)
         (work / path).write_text("")
-    more = {"experiments": {"fbn_gamma": {"grid": {"seed": [0, 1, 2]}}}}
+    rate, cap = 200.0, 30
+    more = {"experiments": {"fbn_gamma": {"grid": {"seed": [0, 1, 2]}}},
+            "execution": {"images_per_second": rate, "max_runtime": cap}}
     (work / "more.yaml").write_text(yaml.safe_dump(more))
     out = snakemake("-n", "--configfile", "config/quick.yaml", "more.yaml", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
-    outputs = [line for line in (out.stdout + out.stderr).splitlines()
-               if line.strip().startswith("output:")]  # the jobs' outputs, not their inputs
-    planned = set(re.findall(rf"{before.paths.results}/runs/([^/\s,]+)/run\.json",
-                             "\n".join(outputs)))
+    jobs = [block for block in re.split(r"\n(?=rule )", out.stdout + out.stderr)
+            if block.startswith("rule train_")]
+    after = load_plan(merge(merge(yaml.safe_load((work / "config/config.yaml").read_text()),
+                                  yaml.safe_load((work / "config/quick.yaml").read_text())),
+                            more))
+    planned, minutes = set(), []
+    for job in jobs:
+        output = next(line for line in job.splitlines() if line.strip().startswith("output:"))
+        ids = re.findall(rf"{before.paths.results}/runs/([^/\s,]+)/run\.json", output)
+        planned |= set(ids)
+        cfgs = [after.runs[r] for r in ids]
+        images = sum(c.steps * c.n_clients * c.batch_size for c in cfgs)
+        want = min(cap, 5 + -(-1.25 * images // (rate * 60)))
+        minutes.append(want)
+        assert f"runtime={want:.0f}," in job, (want, job)
     new = [r for r in planned if r not in before.runs]
     assert len(planned) == len(new) == 16
     assert all(r.split("-s")[-1].startswith("2-") for r in new)
+    assert cap in minutes and min(minutes) < cap, minutes  # some jobs capped, some not
 
 
 @pytest.mark.slow

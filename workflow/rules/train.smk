@@ -33,7 +33,7 @@ for job_id, pending in PLAN.pending_jobs().items():
             gpu=EXECUTION.gpus_per_job,
             cpus_per_gpu=EXECUTION.cpus_per_gpu,
             mem_mb=EXECUTION.mem_mb,
-            runtime=EXECUTION.runtime,
+            runtime=PLAN.job_runtime(run_ids),  # execution.images_per_second, max_runtime
         log:
             f"{RESULTS}/logs/train/{job_id}.log",
         conda:
