@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from fednorm.claims import load_claims
+from fednorm.data.tinyimagenet import ARCHIVE_NAME, write_sample_archive
 from fednorm.plan import load_plan, merge
 from fednorm.report import entries
 
@@ -41,8 +42,9 @@ def _bundle_jobs(counts):
 
 @pytest.mark.parametrize(("bundle_size", "jobs"), [
     # FBN: Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13); FixBN:
-    # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213),
+    # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py); FixBN on
+    # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2)
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 417),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -58,7 +60,12 @@ def _bundle_jobs(counts):
     # (at E = 100 Table 4's 3 runs grow to a bundle of 12); bn, gn, fixbn and centralized BN
     # are runs of the FixBN figures -> 0.
     (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 9)
-     + (1 + 4) + 8 + (10 + 4)),
+     + (1 + 4) + 8 + (10 + 4)
+     # Tiny-ImageNet, per (normalizer, E): bn and gn at fixed epochs 15 + 6 momentum runs -> 2
+     # (x 5 E x 2), fixbn 15 + 6 at E = 100 -> 2 and 9 at each other E -> 1 (x 4); fixed
+     # rounds 15 -> 1 (x 5 E x 2: E = 500 at 128 rounds is 64,000 steps, not the 128,000 of
+     # the epoch budget)
+     + (20 + 2 + 4 + 10)),
 ])
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"
@@ -68,7 +75,8 @@ def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     counts = _job_counts(out.stdout)
     assert _bundle_jobs(counts) == jobs
     assert all(n == 1 for rule, n in counts.items() if rule.startswith("train_"))
-    assert counts["dataset_cache"] == 1 and counts["toy"] == 1 and counts["claims"] == 1
+    # the caches of CIFAR-10 and Tiny-ImageNet
+    assert counts["dataset_cache"] == 2 and counts["toy"] == 1 and counts["claims"] == 1
     assert counts["report_captions"] == 1
     assert [counts[f"figures_{f}"] for f in ("fbn", "fixbn", "fedtan", "compare")] == [1] * 4
 
@@ -114,6 +122,9 @@ def _work_copy(tmp_path):
         ".test"))
     shutil.copytree(ROOT / ".test", work / ".test", ignore=shutil.ignore_patterns(
         "results", "figures", "data"))
+    # the Tiny-ImageNet-shaped experiments' archive, in the official layout (.test/config.yaml)
+    write_sample_archive(work / ".test/data" / ARCHIVE_NAME, n_classes=4, train_per_class=10,
+                         val_per_class=3)
     return work
 
 
@@ -141,9 +152,12 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
 
     fixbn = work / ".test/figures/fixbn"
     for name in ("fig2a", "fig2b", "fig1", "fig4", "fig5", "fig6", "figH", "figI", "figJ",
-                 "figK", "figL", "figM", "figN", "fig3"):
+                 "figK", "figL", "figM", "figN", "fig3", "fig2a_tiny", "fig2b_tiny", "figG"):
         for ext in ("pdf", "png", "csv"):
             assert (fixbn / f"{name}.{ext}").stat().st_size > 0
+    tiny = pd.read_csv(fixbn / "fig2a_tiny.csv")  # Tiny-ImageNet's BN and GN over 2 splits x 2 E
+    assert tiny.groupby("panel").size().nunique() == 1 and len(tiny) == 3 * 2 * 2
+    assert pd.read_csv(fixbn / "fig4.csv")["part"].nunique() == 2  # CIFAR-10, Tiny-ImageNet
     fig3 = pd.read_csv(fixbn / "fig3.csv")  # four parts; (a) and (b) from the recorded dynamics
     assert fig3["part"].nunique() == 4
     for name, ext in itertools.product(("table1", "table4", "tableH", "tableI"), ("csv", "md")):
@@ -178,8 +192,12 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     # + 16: FedTAN's setting (6 schemes x 2 splits, FedTAN, centralized x 2 splits)
     # + 9: the comparison (bn, fedtan, fedbn x 2 splits x 2 E and 2 centralized; bn's 4 and
     # centralized BN on IID are Fig 2a's and Fig 1's)
+    # + 17: Tiny-ImageNet-shaped, 8 (bn, gn x 2 splits x 2 E) + 4 fixed rounds at E = 1 + 2
+    # fixbn + 3 momentum (fixbn reset at E = 1, global at E = 1 and 4)
     assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
-                                           + 16 + 9)
+                                           + 16 + 9 + 17)
+    tiny_runs = summary[summary.dataset == "tinyimagenet"]
+    assert tiny_runs.run_id.nunique() == 17 and set(tiny_runs.model) == {"resnet18"}
     ok = summary[summary.status == "ok"]
     assert ok.test_accuracy.between(0, 1).all()
     fbn_runs = ok[ok.model == "fbn_cnn"]  # the others (LeNet) evaluate every 4 steps

@@ -189,6 +189,12 @@ class RunConfig:
         return f"{self.split}, E={self.local_steps}"
 
     @property
+    def training_images(self) -> int:
+        """The images the engine trains on: steps x n_clients x batch_size (under partial
+        participation every client computes and the mean is masked, so all n count)."""
+        return self.steps * self.n_clients * self.batch_size
+
+    @property
     def participants(self) -> int:
         """m: the clients that take part in each round (:func:`participants_per_round`)."""
         return participants_per_round(self.participation, self.n_clients)
