@@ -11,10 +11,10 @@ LINT_CONFIGS ?= config/config.yaml config/quick.yaml
 .PHONY: install lint lint-workflow test quick figures dry-run bench clean-quick
 
 install:
-	$(PIP) install -q -e ".[dev,quick]"
+	$(PIP) install -q -e ".[dev,quick,notebooks]"
 
 lint:
-	$(PYTHON) -m ruff check src tests benchmarks workflow/scripts
+	$(PYTHON) -m ruff check src tests benchmarks workflow/scripts notebooks
 
 # Snakemake's linter, for each of LINT_CONFIGS: any finding fails. Snakemake 9 exits 1 on a
 # finding; its report ("Lints for rule ..." or "Lints for snakefile ...") is checked too, for

@@ -22,6 +22,7 @@ from fednorm.claims import (
     selects,
     write_ledger,
 )
+from fednorm.claims_words import planned_runs, words_ledger
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan, merge
 from fednorm.summarize import config_columns
@@ -182,7 +183,7 @@ def test_a_claim_whose_runs_differ_in_more_than_the_seed_is_not_comparable(tmp_p
     path.write_text(yaml.safe_dump({"recipes": {"tiny": TINY},
                                     "claims": [_claim("c", {"normalizer": "bn"}, 40)]}))
     plan = _tiny_plan(tmp_path, str(path), bn_momentum=[0.01, 0.1])
-    (claim,) = load_claims(str(path), plan)
+    (claim,) = load_claims(str(path), plan).numbers
     summary = _summary(tmp_path, [({"normalizer": "bn", "bn_momentum": m, "seed": s},
                                    [0.1, 0.3, 0.4], "ok")
                                   for m in (0.01, 0.1) for s in (0, 1)])
@@ -193,13 +194,31 @@ def test_a_claim_whose_runs_differ_in_more_than_the_seed_is_not_comparable(tmp_p
     assert ledger([claim], one).iloc[0].verdict != NOT_COMPARABLE
 
 
+def test_runs_of_a_variant_key_join_a_claim_only_when_it_names_the_key(tmp_path):
+    """A FedFN run (feature_norm), a tuning run (lr_scale 2, 10 % held out) and the paper's
+    bn run share every other key: the claim on bn selects the plain run alone; a claim that
+    names feature_norm: true selects the FedFN run."""
+    runs = [({"normalizer": "bn", "heterogeneity": 0, "seed": 0}, [0.1, 0.3, 0.4], "ok"),
+            ({"normalizer": "bn", "heterogeneity": 0, "seed": 0, "feature_norm": True},
+             [0.1, 0.3, 0.9], "ok"),
+            ({"normalizer": "bn", "heterogeneity": 0, "seed": 0, "lr_scale": 2.0,
+              "val_fraction": 0.1}, [0.1, 0.3, 0.8], "ok")]
+    summary = _summary(tmp_path, runs)
+    plain, fedfn = _claims(_claim("a", {"normalizer": "bn", "heterogeneity": 0}, 40),
+                           _claim("b", {"normalizer": "bn", "heterogeneity": 0,
+                                        "feature_norm": True}, 90))
+    assert sorted(summary[selects(summary, plain.setting)].feature_norm.unique()) == [False]
+    assert ledger([plain, fedfn], summary)["ours_mean"].tolist() == pytest.approx([40.0, 90.0])
+
+
 def test_the_claims_path_and_the_ledger_name_are_checked(tmp_path):
     with pytest.raises(ConfigError, match=r"key 'claims' has value 3; allowed: the path"):
         _tiny_plan(tmp_path, 3)
     plan = _tiny_plan(tmp_path, str(tmp_path / "absent.yaml"))
     with pytest.raises(ConfigError, match=r"key 'claims' has value '.*absent.yaml'; allowed"):
         load_claims(plan.claims, plan)
-    assert ledger_files(plan) == [f"figures/claims.{e}" for e in ("csv", "md", "pdf", "png")]
+    assert ledger_files(plan) == [f"figures/{name}.{e}" for name in ("claims", "claims_words")
+                                  for e in ("csv", "md", "pdf", "png")]
     assert ledger_files(_tiny_plan(tmp_path, None)) == []
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump({"claims": [_claim("c", {"normalizer": "bn"}, 40)],
@@ -220,15 +239,32 @@ def _profile(*names):
 
 def _plan_summary(plan):
     """The plan's runs as summary rows, one evaluation point each (accuracy 0.5)."""
-    return pd.DataFrame([{**config_columns(cfg), "run_id": run_id, "step": cfg.steps,
-                          "test_accuracy": 0.5, "status": "ok"}
-                         for run_id, cfg in plan.runs.items()])
+    return planned_runs(plan).assign(step=100, test_accuracy=0.5, status="ok")
+
+
+def _check_words(plan, words, n_seeds, byzantine_seeds):
+    """Every qualitative claim selects the seeds of one setting per group, each of its units
+    has runs with ``n_seeds`` seeds (``byzantine_seeds`` for the attacked runs), and on equal
+    accuracies no sign relation holds while every near-equality does, unless it has one seed
+    (the 5-point spread assumed then exceeds every δ)."""
+    table = words_ledger(words, _plan_summary(plan)).set_index("id")
+    assert not table.detail.str.contains("ambiguous|no run").any()
+    for claim in words.claims:
+        byzantine = any(e.startswith("fbn_byzantine") for e in claim.experiments)
+        seeds = byzantine_seeds if byzantine else n_seeds
+        assert table.loc[claim.id, "n_seeds"] == seeds, claim.id
+        expected = "holds" if claim.kind == "within" and seeds > 1 else "inconclusive"
+        assert table.loc[claim.id, "verdict"] == expected, claim.id
 
 
 def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
-    plan, claims = _profile("config/config.yaml")
+    plan, both = _profile("config/config.yaml")
+    claims = both.numbers
     counts = {p: sum(c.paper == p for c in claims) for p in ("fbn", "fixbn", "fedtan")}
     assert counts == {"fbn": 12, "fixbn": 29, "fedtan": 0}
+    words = {p: sum(c.paper == p for c in both.words.claims) for p in ("fbn", "fixbn", "fedtan")}
+    assert words == {"fbn": 19, "fixbn": 24, "fedtan": 3}
+    _check_words(plan, both.words, n_seeds=3, byzantine_seeds=3)
     runs = _plan_summary(plan)
     for claim in claims:
         seeds = sorted(runs[selects(runs, claim.setting)].seed)
@@ -238,11 +274,13 @@ def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
 
 
 def test_the_quick_profile_compares_no_claim_with_the_paper():
-    plan, claims = _profile("config/config.yaml", "config/quick.yaml")
-    table = ledger(claims, _plan_summary(plan))
+    plan, both = _profile("config/config.yaml", "config/quick.yaml")
+    # the claims in words are judged at any scale
+    _check_words(plan, both.words, n_seeds=2, byzantine_seeds=1)
+    table = ledger(both.numbers, _plan_summary(plan))
     assert set(table.verdict) == {NOT_COMPARABLE, NOT_RUN}
     comparable = table[table.verdict == NOT_COMPARABLE]
-    assert comparable.detail.str.contains("dataset synthetic \\(claim: cifar10\\)").all()
+    assert comparable.detail.str.contains("dataset mnist5k \\(claim: cifar10\\)").all()
     # FBN's Byzantine grid at the quick scale has gamma in {0, 1}: gamma = 0.01 is not run
     assert set(table[table.verdict == NOT_RUN].id) == {
         "fbn-fig4-bn-sf-nodefense-g0.01", "fbn-fig4-fbn-sf-nodefense-g0.01-best",

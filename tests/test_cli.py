@@ -22,7 +22,7 @@ def test_run_writes_metrics_and_metadata_bit_identically(tmp_path):
     assert first == second
     assert first.decode().splitlines()[0] == (
         "step,test_accuracy,test_loss,train_loss,norm_error_mean,norm_error_var,stat_change,"
-        "stat_deviation,stat_variance,comm_rounds,local_test_accuracy")
+        "stat_deviation,stat_variance,comm_rounds,local_test_accuracy,val_accuracy")
     meta = json.loads((tmp_path / "a" / "run.json").read_text())
     assert meta["status"] == "ok" and meta["config"]["steps"] == 6 and meta["device"] == "cpu"
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
@@ -59,7 +59,9 @@ def test_plan_checks_the_claims_file_too(tmp_path, capsys, monkeypatch):
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)
     assert main(["plan", "config/config.yaml"]) == 0
-    assert "41 claims in config/claims.yaml (fbn 12, fixbn 29)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "41 claims numeric in config/claims.yaml (fbn 12, fixbn 29)" in out
+    assert "46 claims in words in config/claims.yaml (fbn 19, fixbn 24, fedtan 3)" in out
     bad = tmp_path / "claims.yaml"
     bad.write_text(yaml.safe_dump({"claims": [{"id": "c", "paper": "fbn", "source": "Fig 3a",
                                                "setting": {"normalizer": "fedprox"}, "value": 1}]}))

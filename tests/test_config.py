@@ -49,6 +49,14 @@ def test_defaults_are_the_fbn_paper_table_2():
         ({"client_momentum": "server"}, "client_momentum", "'global'"),
         ({"model": "lenet", "dataset": "synthetic", "n_train": 9, "n_test": 9, "image_size": 7},
          "image_size", ">= 8 with model 'lenet'"),
+        ({"normalizer": "bn", "agc_lambda": 0.1}, "agc_lambda", "with normalizer 'fedwon'"),
+        ({"normalizer": "fedwon", "agc_lambda": 0.0}, "agc_lambda", "(0"),
+        ({"normalizer": "fixup", "model": "resnet20", "feature_norm": True}, "feature_norm",
+         "'fixup'"),
+        ({"feature_norm": 1}, "feature_norm", "true or false"),
+        ({"normalizer": "hybridbn", "participation": 0.5}, "participation", "'hybridbn'"),
+        ({"normalizer": "hybridbn", "attack": "sf", "f": 2}, "attack", "'hybridbn'"),
+        ({"val_fraction": 0.6}, "val_fraction", "[0, 0.5]"),
     ],
 )
 def test_bad_values_name_key_value_and_rule(values, key, allowed):
@@ -105,6 +113,7 @@ PINNED_DEFAULTS = {
     "attack": "none", "f": 0, "aggregator": "mean", "nnm": False, "foe_eps": 1.1,
     "alie_z": None, "var_floor": 1e-05, "attack_stats": "mean_var", "attack_updates": False,
     "eval_every": 50, "record_dynamics": False, "dynamics_window": 200, "seed": 0,
+    "val_fraction": 0.0, "agc_lambda": 0.01, "feature_norm": False, "lr_scale": 1.0,
 }
 
 
@@ -158,7 +167,8 @@ def test_every_field_round_trips_through_identity():
         ({"attack_stats": "both"}, "attack_stats", "'both'", "'mean_var', 'mean', 'var'"),
         ({"attack_updates": 1}, "attack_updates", "1", "true or false"),
         ({"attack": "sf", "f": 3, "normalizer": "central", "attack_updates": True}, "attack",
-         "'sf'", "or one of ['gn', 'gn_ws', 'ln', 'in', 'fixup'] with attack_updates: true"),
+         "'sf'", "or one of ['gn', 'gn_ws', 'ln', 'in', 'fixup', 'fedwon', 'none'] with "
+         "attack_updates: true"),
     ],
 )
 def test_byzantine_errors_name_key_value_and_rule(values, key, value, allowed):

@@ -37,8 +37,10 @@ def test_paper_config_counts_the_issue_grids():
     assert {name: len(plan.experiments[name]) for name in fixbn} == fixbn
     fedtan = {"fedtan_methods": 6 * 2 * 3,  # normalizer x split x seed
               "fedtan_scheme": 2 * 3, "fedtan_central": 2 * 3}
-    compare = {"compare": 12 * 4 * 2 * 3,  # normalizer x split x E x seed
-               "compare_central": 4 * 3}
+    compare = {"compare": 15 * 4 * 2 * 3,  # normalizer x split x E x seed
+               "compare_central": 4 * 3,
+               "compare_fedfn": 2 * 4 * 2 * 3,  # normalizer (none, bn) x split x E x seed
+               "tuning": 17 * 2 * 4 * 3}  # method x E x lr_scale x seed, Dir(0.1)
     assert {name: len(plan.experiments[name]) for name in {**fedtan, **compare}} == {
         **fedtan, **compare}
     # trained once: FBN's 'no attack' runs; FixBN's E = 500 at fixed rounds is the fixed-epochs
@@ -63,7 +65,7 @@ def test_paper_config_counts_the_issue_grids():
     assert len(plan.runs) == (144 + sum(byzantine.values()) + sum(fixbn.values())
                               + sum(fedtan.values()) + sum(compare.values())
                               + sum(tiny.values()) - shared)
-    assert len(plan.runs) == 1272 + 417
+    assert len(plan.runs) == 1800 + 417
     tiny_runs = [c for c in plan.runs.values() if c.dataset == "tinyimagenet"]
     assert {(c.model, c.width, c.image_size, c.n_clients, c.participants, c.batch_size)
             for c in tiny_runs} == {("resnet18", 64, 64, 10, 5, 20)}
@@ -464,6 +466,38 @@ def test_a_table_is_written_as_csv_and_markdown_only():
     assert plan.figure_files() == [f"figures/fixbn/t1.{e}" for e in ("csv", "md")] + [
         f"figures/fixbn/f4.{e}" for e in ("pdf", "png", "csv")]
     assert plan.figure_folders() == {"fixbn": ["fixbn/t1", "fixbn/f4"]}
+
+
+TUNING = {"run": {"steps": 100, "eval_every": 50, "partition": "dirichlet", "heterogeneity": 0.1},
+          "experiments": {
+              "held": {"set": {"val_fraction": 0.1},
+                       "grid": {"normalizer": ["bn", "gn"], "lr_scale": [0.5, 1, 2]}},
+              "plain": {"grid": {"normalizer": ["bn", "gn"], "lr_scale": [0.5, 1]}}}}
+
+
+def test_a_tuning_table_chooses_on_validation_and_is_written_as_csv_and_markdown():
+    plan = load_plan(merge(TUNING, {"figures": {"compare/tuning": {
+        "experiment": "held", "kind": "tuning", "rows": "normalizer", "cols": "regime"}}}))
+    fig = plan.figures["compare/tuning"]
+    assert (fig.kind, fig.select, fig.y) == ("tuning", "val_accuracy", "test_accuracy")
+    assert plan.figure_files() == [f"figures/compare/tuning.{e}" for e in ("csv", "md")]
+    assert len(plan.experiments["held"]) == 6 and len(set(plan.runs)) == 10
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ({"experiment": "plain"}, r"key 'select' has value 'val_accuracy'; allowed: only with runs "
+     r"that hold out a validation set \(val_fraction > 0\); 4 do not"),
+    ({"select": "test_accuracy"}, r"key 'select' has value 'test_accuracy'; allowed: "
+     r"'val_accuracy' \(a learning rate is chosen on the validation split, never on the test"),
+    ({"select": None}, r"key 'select' has value None"),
+    ({"kind": "table", "experiment": ["held", "plain"], "select": "val_accuracy"},
+     r"only with runs that hold out a validation set"),
+])
+def test_bad_tuning_specs_name_the_key_the_value_and_what_is_allowed(spec, expected):
+    spec = {"experiment": "held", "kind": "tuning", "rows": "normalizer", "cols": "regime",
+            **spec}
+    with pytest.raises(ConfigError, match=expected):
+        load_plan(merge(TUNING, {"figures": {"f": spec}}))
 
 
 def test_curve_x_names_are_the_computed_columns():

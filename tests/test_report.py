@@ -9,7 +9,7 @@ from docutils.core import publish_parts
 from jinja2 import Environment
 
 from fednorm.claims import load_claims
-from fednorm.plan import TOY_FIGURES, load_plan, merge
+from fednorm.plan import TABLE_KINDS, TOY_FIGURES, load_plan, merge
 from fednorm.report import MNIST5K, NOT_IN_PAPERS, SYNTHETIC, captions, entries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +17,7 @@ PROFILES = {"paper": ("config/config.yaml",), "quick": ("config/config.yaml", "c
             "test": ("config/config.yaml", ".test/config.yaml")}
 # The figures of config/config.yaml that no paper has (README, The figures)
 OURS = {"fbn/norm_error_curves", "fbn/norm_error_vs_heterogeneity", "fbn/byzantine_norm_error",
-        "compare/heatmap", "compare/table", "compare/norm_error"}
+        "compare/heatmap", "compare/table", "compare/norm_error", "compare/tuning"}
 
 
 def _plan(profile):
@@ -37,9 +37,11 @@ def profile(request):
 def test_every_figure_table_toy_figure_and_the_ledger_has_one_entry(profile):
     _, plan, _, shown, texts = profile
     kinds = {name: fig.kind for name, fig in plan.figures.items()}
-    expected = [plan.paths.figure(n, "md" if k == "table" else "png") for n, k in kinds.items()]
+    expected = [plan.paths.figure(n, "md" if k in TABLE_KINDS else "png")
+                for n, k in kinds.items()]
     expected += [plan.paths.figure(f"fbn/{n}", "png") for n in TOY_FIGURES]
-    expected += [plan.paths.figure("claims", ext) for ext in ("png", "md")]
+    expected += [plan.paths.figure(name, ext) for name in ("claims", "claims_words")
+                 for ext in ("png", "md")]
     assert [e.file for e in shown] == expected
     assert list(texts) == [e.caption for e in shown]  # one caption file each, in order
     assert all(e.caption.startswith(f"{plan.paths.results}/report/") for e in shown)
@@ -47,7 +49,8 @@ def test_every_figure_table_toy_figure_and_the_ledger_has_one_entry(profile):
                   for e in shown}
     assert categories == {"fbn": "FBN", "fixbn": "FixBN", "fedtan": "FedTAN",
                           "compare": "All methods", "claims.png": "Claims ledger",
-                          "claims.md": "Claims ledger"}
+                          "claims.md": "Claims ledger", "claims_words.png": "Claims ledger",
+                          "claims_words.md": "Claims ledger"}
     labels = [tuple(e.labels.values()) for e in shown]
     assert len(set(labels)) == len(labels)  # the report's rows are told apart by their labels
 
@@ -61,7 +64,7 @@ def test_each_caption_names_its_figure_and_what_it_reproduces(profile):
         assert f":Reproduces: {fig.paper or NOT_IN_PAPERS}\n" in text
         assert (SYNTHETIC in text) == (name == "test"), fig.name
         assert (MNIST5K in text) == (name == "quick"), fig.name
-        assert (".. include::" in text) == (fig.kind == "table")
+        assert (".. include::" in text) == (fig.kind in TABLE_KINDS)
     assert {n for n, fig in plan.figures.items() if fig.paper is None} == OURS
     assert all(re.fullmatch(r"(FBN|FixBN|FedTAN)('s)? .+", fig.paper)
                for n, fig in plan.figures.items() if n not in OURS)
@@ -87,12 +90,19 @@ def test_a_caption_states_the_grid_behind_its_figure():
             ) in caption["fixbn/fig2a"]
     assert ":Shared: ``dataset`` = cifar10, ``model`` = fbn_cnn" in caption["fbn/fig3a"]
     assert "CIFAR-10, at the scale the configuration sets" in caption["fbn/fig3a"]
-    assert f"{len(claims)} of the {len(claims)} claims select runs" in caption["claims (plot)"]
+    numbers = len(claims.numbers)
+    assert f"{numbers} of the {numbers} claims select runs" in caption["claims (plot)"]
+    words = caption["claims_words (plot)"]
+    assert f"({len(claims.words.claims)} qualitative claims of ``config/claims.yaml``: FBN" in words
+    assert "CIFAR-10" in words
     assert "at the paper's scale" in caption["fbn/fig1a"]
     quick, quick_claims = _plan("quick")
     texts = captions(quick, quick_claims)
-    ledger = texts[entries(quick, quick_claims)[-1].caption]
-    assert f"0 of the {len(quick_claims)} claims select runs" in ledger and MNIST5K in ledger
+    shown = {e.labels["figure"]: texts[e.caption] for e in entries(quick, quick_claims)}
+    ledger = shown["claims (tables)"]
+    numbers = len(quick_claims.numbers)
+    assert f"0 of the {numbers} claims select runs" in ledger and MNIST5K in ledger
+    assert MNIST5K in shown["claims_words (tables)"]
     tiny, tiny_claims = _plan("test")
     toy = next(e for e in entries(tiny, tiny_claims) if e.labels["figure"] == "fbn/fig2c")
     assert ("at a reduced scale: ``rounds`` = 20 (the paper's: 100)"

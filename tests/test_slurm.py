@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_workflow import _work_copy
+from dag import work_copy
 
 from fednorm.plan import load_plan, merge
 
@@ -124,7 +124,7 @@ def _run_through_slurm(work, log):
 def test_training_jobs_ask_for_a_gpu_and_a_cancelled_job_is_resubmitted(slurm, tmp_path):
     profile = yaml.safe_load(PROFILE.read_text())
     assert profile["executor"] == "slurm" and profile["retries"] >= 1
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     plan = _subset_config(work)
     assert len(plan.bundles) == 2 and list(plan.figures) == ["fbn/fig3a"]
 

@@ -5,7 +5,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,19 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from dag import SNAKEMAKE, snakemake, work_copy
 
 from fednorm.claims import load_claims
-from fednorm.data.tinyimagenet import ARCHIVE_NAME, write_sample_archive
 from fednorm.plan import load_plan, merge
 from fednorm.report import entries
-
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def _snakemake(*args, cwd=ROOT):
-    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=900)
 
 
 def _job_counts(out):
@@ -42,9 +33,10 @@ def _bundle_jobs(counts):
 
 @pytest.mark.parametrize(("bundle_size", "jobs"), [
     # FBN: Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13); FixBN:
-    # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py); FixBN on
+    # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py), and its new
+    # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (408); FixBN on
     # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 417),
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408 + 417),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -58,9 +50,11 @@ def _bundle_jobs(counts):
     # setting: 8 schemes -> 8. The comparison, per (normalizer, E), 12 runs -> 1: fbn, fedtan,
     # fedbn, silobn, heterofl_sbn at E = 1 and 100 -> 10; gn_ws, ln, in, fixup at E = 1 -> 4
     # (at E = 100 Table 4's 3 runs grow to a bundle of 12); bn, gn, fixbn and centralized BN
-    # are runs of the FixBN figures -> 0.
+    # are runs of the FixBN figures -> 0. The new methods: hybridbn, fedwon, none and FedFN's
+    # none+fn, bn+fn at E = 1 and 100, 12 runs each -> 10; the tuning grid, per (method, E), 4
+    # lr_scales x 3 seeds -> 17 x 2 (its held-out images make a key of their own).
     (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 9)
-     + (1 + 4) + 8 + (10 + 4)
+     + (1 + 4) + 8 + (10 + 4) + 10 + 17 * 2
      # Tiny-ImageNet, per (normalizer, E): bn and gn at fixed epochs 15 + 6 momentum runs -> 2
      # (x 5 E x 2), fixbn 15 + 6 at E = 100 -> 2 and 9 at each other E -> 1 (x 4); fixed
      # rounds 15 -> 1 (x 5 E x 2: E = 500 at 128 rounds is 64,000 steps, not the 128,000 of
@@ -70,7 +64,7 @@ def _bundle_jobs(counts):
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"
     size.write_text(yaml.safe_dump({"execution": {"bundle_size": bundle_size}}))
-    out = _snakemake("--dry-run", "--quiet", "rules", "--cores", "1", "--configfile", str(size))
+    out = snakemake("--dry-run", "--quiet", "rules", "--cores", "1", "--configfile", str(size))
     assert out.returncode == 0, out.stderr
     counts = _job_counts(out.stdout)
     assert _bundle_jobs(counts) == jobs
@@ -94,7 +88,7 @@ def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
 def test_bad_config_fails_before_any_job(tmp_path, patch, message):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")}, **patch}))
-    out = _snakemake("--cores", "1", "--configfile", str(bad))
+    out = snakemake("--cores", "1", "--configfile", str(bad))
     assert out.returncode != 0
     assert message in out.stderr
     assert not (tmp_path / "results").exists()
@@ -108,30 +102,15 @@ def test_a_bad_claim_fails_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")},
                                    "claims": str(claims)}))
-    out = _snakemake("--cores", "1", "--configfile", str(bad))
+    out = snakemake("--cores", "1", "--configfile", str(bad))
     assert out.returncode != 0
     assert "claim 'fbn-fig3-bn', setting: key 'heterogeneity' has value 2" in out.stderr
     assert not (tmp_path / "results").exists()
 
 
-def _work_copy(tmp_path):
-    """The repository without its outputs, to run Snakemake in."""
-    work = tmp_path / "repo"
-    shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(
-        ".git", ".snakemake", "results", "figures", ".venv", "*.egg-info", "__pycache__",
-        ".test"))
-    shutil.copytree(ROOT / ".test", work / ".test", ignore=shutil.ignore_patterns(
-        "results", "figures", "data"))
-    # the Tiny-ImageNet-shaped experiments' archive, in the official layout (.test/config.yaml)
-    write_sample_archive(work / ".test/data" / ARCHIVE_NAME, n_classes=4, train_per_class=10,
-                         val_per_class=3)
-    return work
-
-
 @pytest.mark.slow
-def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
-    work = _work_copy(tmp_path)
-    out = _snakemake("--cores", "2", "--configfile", ".test/config.yaml", cwd=work)
+def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path):
+    work, out = tiny_dag.work, tiny_dag.out
     assert out.returncode == 0, out.stderr[-3000:]
     config = merge(*(yaml.safe_load((work / f).read_text())
                      for f in ("config/config.yaml", ".test/config.yaml")))
@@ -192,12 +171,19 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     # + 16: FedTAN's setting (6 schemes x 2 splits, FedTAN, centralized x 2 splits)
     # + 9: the comparison (bn, fedtan, fedbn x 2 splits x 2 E and 2 centralized; bn's 4 and
     # centralized BN on IID are Fig 2a's and Fig 1's)
+    # + 4: FedFN (none+fn x 2 splits x 2 E); + 4: the tuning grid (bn, hybridbn x lr x 1, 2)
     # + 17: Tiny-ImageNet-shaped, 8 (bn, gn x 2 splits x 2 E) + 4 fixed rounds at E = 1 + 2
     # fixbn + 3 momentum (fixbn reset at E = 1, global at E = 1 and 4)
     assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
-                                           + 16 + 9 + 17)
+                                           + 16 + 9 + 4 + 4 + 17)
     tiny_runs = summary[summary.dataset == "tinyimagenet"]
     assert tiny_runs.run_id.nunique() == 17 and set(tiny_runs.model) == {"resnet18"}
+    tuned = summary[summary.val_fraction > 0]
+    assert tuned.run_id.nunique() == 4 and tuned.val_accuracy.notna().all()
+    assert summary.loc[summary.val_fraction == 0, "val_accuracy"].isna().all()
+    tuning = pd.read_csv(work / ".test/figures/compare/tuning.csv")
+    assert tuning["method"].tolist() == ["bn", "hybridbn"]
+    assert set(tuning["lr_scale"]) <= {1.0, 2.0} and tuning["common_mean"].notna().all()
     ok = summary[summary.status == "ok"]
     assert ok.test_accuracy.between(0, 1).all()
     fbn_runs = ok[ok.model == "fbn_cnn"]  # the others (LeNet) evaluate every 4 steps
@@ -231,9 +217,17 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tmp_path):
     assert ledger.loc["tiny-fbn-diverged", "n_diverged"] == 1
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims.{ext}").stat().st_size > 0
+    words = pd.read_csv(work / ".test/figures/claims_words.csv").set_index("id")
+    assert dict(words.verdict) == {"tiny-words-holds": "holds",
+                                   "tiny-words-contradicted": "contradicted",
+                                   "tiny-words-inconclusive": "inconclusive"}
+    assert words.loc["tiny-words-contradicted", "n_diverged"] == 1
+    assert words.loc["tiny-words-inconclusive", "margin"] == 0
+    for ext in ("md", "pdf", "png"):
+        assert (work / f".test/figures/claims_words.{ext}").stat().st_size > 0
 
     report = tmp_path / "report.html"  # self-contained: every file embedded
-    out = _snakemake("--configfile", ".test/config.yaml", "--report", str(report), cwd=work)
+    out = snakemake("--configfile", ".test/config.yaml", "--report", str(report), cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     _check_report(report.read_text(), work, plan)
     leftovers = [p for p in (work / ".test").rglob(".*") if p.is_file()]
@@ -253,7 +247,7 @@ def _check_report(html, work, plan):
     shown = entries(plan, load_claims(str(work / plan.claims), plan))
     results = _report_variable(html, "results")
     assert set(results) == {e.file for e in shown}
-    assert len(shown) == len(plan.figures) + 5 + 2  # the toy's figures, the ledger's two files
+    assert len(shown) == len(plan.figures) + 5 + 4  # the toy's figures, the ledgers' two each
     categories = {category: {f for files in subs.values() for f in files}
                   for category, subs in _report_variable(html, "categories").items()}
     assert categories == {c: {e.file for e in shown if e.category == c}
@@ -299,10 +293,10 @@ def _run_json(work, plan, run_ids):
 
 @pytest.mark.slow
 def test_a_new_seed_trains_only_the_new_runs(tmp_path):
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     grid = {"normalizer": ["fbn"], "heterogeneity": [0, 1]}
     before = _tiny_config(work, 3, {"grid": {**grid, "seed": [0]}})
-    out = _snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     old = _run_json(work, before, before.runs)
     assert len(old) == 2
@@ -312,7 +306,7 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
     # bundles of 3 in (seed, run_id) order: both old runs and one new run share the first
     mixed = next(ids for ids in after.bundles.values() if len(ids) == 3)
     assert set(mixed) - new == set(old) and len(set(mixed) & new) == 1
-    out = _snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert _run_json(work, before, before.runs) == old  # byte for byte, not even rewritten
     trained = {r: json.loads(meta) for r, (meta, _) in _run_json(work, after, new).items()}
@@ -325,7 +319,7 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     # one bundle (lr is not in the key) whose diverged run finishes at once and whose other two
     # train long: whatever the order, once one run.json exists, another run is still training
     plan = _tiny_config(work, 4, {"set": {"momentum": 0.0}, "grid": {
@@ -345,8 +339,8 @@ def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
     finished = _run_json(work, plan, run_ids)
     assert 0 < len(finished) < len(run_ids), (tmp_path / "killed.log").read_text()[-3000:]
 
-    assert _snakemake("--unlock", cwd=work).returncode == 0
-    out = _snakemake("--cores", "1", "--rerun-incomplete", cwd=work)
+    assert snakemake("--unlock", cwd=work).returncode == 0
+    out = snakemake("--cores", "1", "--rerun-incomplete", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert {r: v for r, v in _run_json(work, plan, run_ids).items() if r in finished} == finished
     log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
@@ -389,13 +383,13 @@ def _fixbn_config(work):
 
 @pytest.mark.slow
 def test_fixbn_kinds_write_their_own_files(tmp_path):
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     plan = _fixbn_config(work)
-    out = _snakemake("--dry-run", "--quiet", "rules", "--cores", "1", cwd=work)
+    out = snakemake("--dry-run", "--quiet", "rules", "--cores", "1", cwd=work)
     assert out.returncode == 0, out.stderr
     counts = _job_counts(out.stdout)
     assert counts["figures_fixbn"] == 1 and "figures_top" not in counts
-    out = _snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     written = sorted(str(p.relative_to(work)) for p in (work / "figures").rglob("*"))
     assert written == sorted(["figures/fixbn", *plan.figure_files()])
@@ -414,7 +408,7 @@ def test_fixbn_kinds_write_their_own_files(tmp_path):
 def test_the_workflow_lint_fails_on_any_finding(tmp_path):
     """make lint-workflow: clean as the repository is, failing once a rule lacks its conda
     environment (one of Snakemake's lints)."""
-    work = _work_copy(tmp_path)
+    work = work_copy(tmp_path)
     make = ["make", "--no-print-directory", "lint-workflow", f"PYTHON={sys.executable}",
             "LINT_CONFIGS=.test/config.yaml"]
     clean = subprocess.run(make, cwd=work, capture_output=True, text=True, timeout=300)

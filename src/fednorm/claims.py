@@ -1,6 +1,8 @@
 """The claims ledger: each number a paper states, beside ours, with a verdict.
 
-A claims file (the config's ``claims:``, e.g. ``config/claims.yaml``) has two sections::
+A claims file (the config's ``claims:``, e.g. ``config/claims.yaml``) has two sections of
+numeric claims (this module) and one of claims in words, ``qualitative:``
+(:mod:`fednorm.claims_words`: relations between groups of runs, judged with the seed noise)::
 
     recipes:                   # named settings that claims share (a paper's scale and recipe)
       fbn_paper: {dataset: cifar10, model: fbn_cnn, width: 64, steps: 3000, ...}
@@ -41,7 +43,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -49,13 +51,17 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fednorm.config import FIELDS, ConfigError, fail, resolve_budget, run_config
+from fednorm.config import FIELDS, ConfigError, RunConfig, fail, resolve_budget, run_config
 from fednorm.io import write_csv, write_text
 from fednorm.plan import FIGURE_METRICS, Plan
 from fednorm.plots.cells import percent, value_label
 from fednorm.plots.save import PNG_DPI, save_together
 from fednorm.plots.table import cell_text, escape_cell
+from fednorm.results import AT, matches, seed_stats
 from fednorm.summarize import config_columns
+
+if TYPE_CHECKING:
+    from fednorm.claims_words import Words
 
 PAPERS = {
     "fbn": "FBN: Guerraoui et al., arXiv 2405.14670",
@@ -63,18 +69,26 @@ PAPERS = {
     "fedtan": "FedTAN: Wang, Shi, Chang, arXiv 2301.02982",
 }
 # The keys that set a run's scale, not its method: what the quick profile shrinks to fit a CPU.
-# The data (dataset, n_train, n_test, image_size, synthetic_separation), the model's size
-# (model, width, hidden), the budget and its schedule (batch_size, local_steps, steps, lr,
-# lr_milestones) and the evaluation grid (eval_every).
-SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separation", "model",
-              "width", "hidden", "batch_size", "local_steps", "steps", "lr", "lr_milestones",
-              "eval_every")
-AT = {"final": "last", "max": "max"}  # a run's value: its last or its best evaluation point
+# The data (dataset, n_train, n_test, image_size, synthetic_separation) and its augmentation
+# (augment, crop_padding: the quick digits are not flipped), the model's size (model, width,
+# hidden), the budget and its schedule (batch_size, local_steps, steps, lr, lr_milestones) and
+# the evaluation grid (eval_every).
+SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separation", "augment",
+              "crop_padding", "model", "width", "hidden", "batch_size", "local_steps", "steps",
+              "lr", "lr_milestones", "eval_every")
+# Keys that make a run a variant no paper ran: the penultimate feature normalized (FedFN),
+# training images held out for validation, the learning rate rescaled (the tuning grid). A claim
+# that does not name one matches only runs at its default, so that those runs never join the
+# seeds of a paper's setting.
+VARIANT_KEYS = ("feature_norm", "val_fraction", "lr_scale")
+_DEFAULT_RUN = RunConfig()
 TOLERANCE = 2.0  # points (of the metric as shown: % for an accuracy) within which ours agrees
 REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN = "reproduced", "differs", "not comparable", "not run"
 VERDICTS = (REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN)
 EXTENSIONS = ("csv", "md", "pdf", "png")
 NAME = "claims"  # the ledger's files: <figures>/claims.<ext>
+WORDS_NAME = "claims_words"  # the qualitative claims': <figures>/claims_words.<ext>
+SECTIONS = ("recipes", "claims", "qualitative")  # a claims file's keys
 _REQUIRED = ("id", "paper", "source", "setting", "value")
 _OPTIONAL = {"recipe": None, "metric": "test_accuracy", "at": "final", "spread": None,
              "tolerance": TOLERANCE, "note": ""}
@@ -105,9 +119,23 @@ class Claim:
         return tuple((k, v) for k, v in self.setting if k not in SCALE_KEYS)
 
 
+@dataclass(frozen=True)
+class Claims:
+    """A claims file, checked: its numeric claims and its claims in words."""
+
+    numbers: tuple[Claim, ...]
+    words: Words
+
+    def __bool__(self) -> bool:
+        return bool(self.numbers or self.words.claims)
+
+
 def ledger_files(plan: Plan) -> list[str]:
-    """The ledger's files under the plan's figures folder (none without a claims file)."""
-    return [plan.paths.figure(NAME, ext) for ext in EXTENSIONS] if plan.claims else []
+    """The ledgers' files under the plan's figures folder, the numbers' then the words' (none
+    without a claims file)."""
+    if not plan.claims:
+        return []
+    return [plan.paths.figure(name, ext) for name in (NAME, WORDS_NAME) for ext in EXTENSIONS]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,14 +207,14 @@ def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int)
 
 
 def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
-    """A claims file's content (``recipes``, ``claims``) as checked Claims, in file order."""
+    """A claims file's numeric claims (``recipes``, ``claims``) checked, in file order (its
+    ``qualitative`` section is :func:`fednorm.claims_words.parse_words`')."""
     if not isinstance(spec, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with 'claims' (and 'recipes'), "
-                          f"got {spec!r}")
+        raise ConfigError(f"{where}: expected a mapping with 'claims' (and 'recipes', "
+                          f"'qualitative'), got {spec!r}")
     for key in spec:
-        if key not in ("recipes", "claims"):
-            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: "
-                              "['recipes', 'claims']")
+        if key not in SECTIONS:
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: {list(SECTIONS)}")
     recipes = spec.get("recipes") or {}
     if not isinstance(recipes, Mapping) or not all(
             isinstance(r, Mapping) for r in recipes.values()):
@@ -202,34 +230,36 @@ def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
     return claims
 
 
-def load_claims(path: str, plan: Plan | None = None) -> tuple[Claim, ...]:
-    """Read and check a claims file; with ``plan``, also :func:`check_plan`."""
+def load_claims(path: str, plan: Plan | None = None) -> Claims:
+    """Read and check a claims file, both kinds of claims; with ``plan``, also against the
+    plan (:func:`check_plan`, :func:`fednorm.claims_words.check_plan`)."""
+    # imported here: fednorm.claims_words builds on this module's helpers
+    from fednorm.claims_words import check_plan as check_words
+    from fednorm.claims_words import parse_words
+
     if not Path(path).is_file():
         raise fail("config", "claims", path, "the path of an existing claims file (e.g. "
                    "config/claims.yaml) or null")
     with open(path) as f:
-        claims = parse_claims(yaml.safe_load(f), where=f"claims file {path}")
+        spec = yaml.safe_load(f)
+    where = f"claims file {path}"
+    claims = Claims(parse_claims(spec, where=where), parse_words(spec.get("qualitative")))
     if plan is not None:
-        check_plan(claims, plan)
+        check_plan(claims.numbers, plan)
+        check_words(claims.words, plan)
     return claims
 
 
 def selects(frame: pd.DataFrame, setting: Pairs) -> pd.Series:
-    """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys.
-
-    Numbers compare to a relative 1e-12 (a CSV may parse a decimal one unit in the last place
-    away); null matches an empty value; everything else exactly.
-    """
+    """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys (see
+    :func:`fednorm.results.matches`: null matches an empty value, numbers to a relative 1e-12),
+    and at their defaults on the VARIANT_KEYS that it does not name."""
+    named = {key for key, _ in setting}
+    variants = tuple((k, getattr(_DEFAULT_RUN, k)) for k in VARIANT_KEYS
+                     if k not in named and k in frame.columns)
     mask = pd.Series(True, index=frame.index)
-    for key, value in setting:
-        column = frame[key]
-        if value is None:
-            mask &= column.isna()
-        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-            numeric = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
-            mask &= np.isclose(numeric, float(value), rtol=1e-12, atol=0.0)
-        else:
-            mask &= column == value
+    for key, value in (*setting, *variants):
+        mask &= matches(frame[key], value)
     return mask
 
 
@@ -248,24 +278,14 @@ def check_plan(claims: Sequence[Claim], plan: Plan) -> None:
     """Checks against the plan, before any job: the ledger's name is free. (A claim whose
     runs are several configurations is not an error: a user may widen a grid without
     touching the claims; the ledger says 'not comparable' and why.)"""
-    if NAME in plan.figures:
-        raise ConfigError(f"figures: key '{NAME}' names a figure; allowed: another name "
-                          f"('{NAME}' is the claims ledger's)")
+    for name in (NAME, WORDS_NAME):
+        if name in plan.figures:
+            raise ConfigError(f"figures: key '{name}' names a figure; allowed: another name "
+                              f"('{name}' is the claims ledger's)")
 
 
 # ---------------------------------------------------------------------------------------------
 # The ledger: ours beside the paper's, and the verdict.
-
-
-def run_values(rows: pd.DataFrame, *, y: str, at: str) -> pd.DataFrame:
-    """One row per run: ``run_id``, ``diverged`` and ``value`` (its last or best non-NaN ``y``,
-    by step; NaN for a diverged run)."""
-    ordered = rows.sort_values("step", kind="stable")
-    per_run = ordered.groupby("run_id", sort=True)
-    out = per_run["status"].agg(lambda s: s.eq("diverged").any()).rename("diverged").to_frame()
-    measured = ordered.dropna(subset=[y]).groupby("run_id")[y].agg(AT[at])
-    out["value"] = measured.reindex(out.index).where(~out["diverged"])
-    return out.reset_index()
 
 
 def verdict(claim: Claim, mean: float, std: float, n_diverged: int) -> tuple[str, float]:
@@ -325,14 +345,13 @@ def ledger_row(claim: Claim, summary: pd.DataFrame) -> dict[str, Any]:
     ambiguous = ambiguity(rows)
     if ambiguous:
         return {**row, "verdict": NOT_COMPARABLE, "detail": ambiguous}
-    runs = run_values(rows, y=claim.metric, at=claim.at)
-    values = runs["value"].dropna() * scale
-    mean, std = float(values.mean()), float(values.std(ddof=1))
-    n_diverged = int(runs["diverged"].sum())
+    stats = seed_stats(rows, [], y=claim.metric, at=claim.at).iloc[0]
+    mean, std = float(stats["mean"]) * scale, float(stats["std"]) * scale
+    n_seeds, n_diverged = int(stats["n_seeds"]), int(stats["n_diverged"])
     outcome, threshold = verdict(claim, mean, std, n_diverged)
-    detail = (f"{n_diverged} of {len(runs)} seeds diverged (left out of the mean)"
-              if n_diverged else "" if len(values) else f"its runs have no {claim.metric}")
-    return {**row, "ours_mean": mean, "ours_std": std, "n_seeds": len(values),
+    detail = (f"{n_diverged} of {rows['run_id'].nunique()} seeds diverged (left out of the "
+              "mean)" if n_diverged else "" if n_seeds else f"its runs have no {claim.metric}")
+    return {**row, "ours_mean": mean, "ours_std": std, "n_seeds": n_seeds,
             "n_diverged": n_diverged, "difference": mean - claim.value,
             "threshold": threshold, "verdict": outcome, "detail": detail}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 
 import torch
 import yaml
@@ -50,9 +51,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
               f"once)")
     if plan.claims:
         claims = load_claims(plan.claims, plan)
-        papers = {c.paper: sum(d.paper == c.paper for d in claims) for c in claims}
-        print(f"{len(claims)} claims in {plan.claims} ("
-              + ", ".join(f"{paper} {n}" for paper, n in papers.items()) + ")")
+        for kind, listed in (("numeric", claims.numbers), ("in words", claims.words.claims)):
+            papers = Counter(c.paper for c in listed)
+            print(f"{len(listed)} claims {kind} in {plan.claims} ("
+                  + ", ".join(f"{paper} {n}" for paper, n in papers.items()) + ")")
     return 0
 
 

@@ -26,7 +26,7 @@ MNIST5K_IMAGES, MNIST5K_SIZE = 5_000, 28
 TINYIMAGENET_TRAIN, TINYIMAGENET_TEST, TINYIMAGENET_SIZE = 100_000, 10_000, 64
 MODELS = ("fbn_cnn", "resnet20", "lenet", "resnet18")
 NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup", "fedtan",
-               "fedbn", "silobn", "heterofl_sbn")
+               "fedbn", "silobn", "heterofl_sbn", "hybridbn", "fedwon", "none")
 # Normalizers whose clients keep part of BN to themselves, never averaged (personalized).
 PERSONALIZED = ("fedbn", "silobn")
 PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
@@ -48,7 +48,11 @@ AGGREGATORS = ("mean", "median", "trimmed_mean")  # fednorm.robust.aggregators
 # Normalizers whose clients send statistics to the server, the target of the attacks.
 STAT_SENDING = ("bn", "fbn", "fixbn")
 # Normalizers without statistics (per-sample, or none at all): the server sees parameters only.
-STAT_FREE = ("gn", "gn_ws", "ln", "in", "fixup")
+STAT_FREE = ("gn", "gn_ws", "ln", "in", "fixup", "fedwon", "none")
+# FedWon's adaptive gradient clipping (fednorm.fl.optim.adaptive_clip): lambda of Brock et al.
+# (2021), "High-Performance Large-Scale Image Recognition Without Normalization", §4.1: 0.01 is
+# their choice for their large batches (4096); FedWon's text states no value that we could read.
+AGC_LAMBDA = 0.01
 
 
 class ConfigError(ValueError):
@@ -65,6 +69,10 @@ class RunConfig:
     # tinyimagenet: null is the full 100,000 and 10,000, a number a class-balanced subset)
     n_train: int | None = None
     n_test: int | None = None
+    # fraction of the training images held out as a validation set (stratified, the same for
+    # every run of a dataset: fednorm.data.arrays.hold_out), evaluated as ``val_accuracy``: what
+    # a learning rate is chosen on, never the test set; 0: none held out
+    val_fraction: float = 0.0
     image_size: int = 32  # pixels per side; cifar10 is 32; mnist5k (28), tinyimagenet (64) shrink
     synthetic_separation: float = 1.0  # synthetic only: norm of each class's mean colour
     augment: str = "none"  # the FBN paper uses none (AUGMENTS)
@@ -84,6 +92,10 @@ class RunConfig:
     fbn_init: str = "zero_one"  # shared statistics start at mean 0, var 1 (Algorithm 3, line 1)
     fixbn_freeze: float = 0.5  # FixBN's T*: fraction of the training steps before freezing
     fixbn_fix: str = "stats"  # what FixBN fixes from T*: stats (mu, sigma), affine, both
+    agc_lambda: float = AGC_LAMBDA  # fedwon only: adaptive gradient clipping's lambda
+    # FedFN (Kim et al. 2023): the penultimate feature scaled to unit L2 norm before the
+    # classifier, with any normalizer (FedFN itself: normalizer 'none')
+    feature_norm: bool = False
     # FedTAN's union statistics in every local step (the paper's description) or in the first
     # of each round only, the other steps naive BN (the authors' code; fednorm.fl.engine.FedTAN)
     fedtan_union: str = "every_step"
@@ -100,6 +112,9 @@ class RunConfig:
     steps: int = 3000  # T: total local steps of each client
     lr: tuple[float, ...] = (0.1, 0.05, 0.033)
     lr_milestones: tuple[int, ...] = (1000, 2000)  # steps at which lr moves to its next value
+    # a factor on every value of ``lr``: one recipe's schedule at other step sizes (a learning
+    # rate sweep; fednorm.tuning picks the best on the validation split)
+    lr_scale: float = 1.0
     momentum: float = 0.99
     momentum_convention: str = "ema"  # ema: m <- b*m + (1-b)*g (paper); pytorch: m <- b*m + g
     weight_decay: float = 0.0
@@ -195,14 +210,21 @@ class RunConfig:
         return self.steps * self.n_clients * self.batch_size
 
     @property
+    def method(self) -> str:
+        """The normalizer, '+fn' when the penultimate feature is normalized (``feature_norm``):
+        one row of the all-methods comparison per method ('none+fn' is FedFN)."""
+        return f"{self.normalizer}+fn" if self.feature_norm else self.normalizer
+
+    @property
     def participants(self) -> int:
         """m: the clients that take part in each round (:func:`participants_per_round`)."""
         return participants_per_round(self.participation, self.n_clients)
 
     def lr_at(self, step: int) -> float:
-        """Learning rate of the piecewise-constant schedule at a (0-based) step."""
+        """Learning rate of the piecewise-constant schedule at a (0-based) step, times
+        ``lr_scale``."""
         k = sum(step >= m for m in self.lr_milestones)
-        return self.lr[k]
+        return self.lr[k] * self.lr_scale
 
 
 def participants_per_round(participation: float, n_clients: int) -> int:
@@ -278,6 +300,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "dataset": _one_of(DATASETS),
     "n_train": _optional(int_at_least(1)),
     "n_test": _optional(int_at_least(1)),
+    "val_fraction": number_in(0, 0.5),
     "image_size": int_at_least(4),
     "synthetic_separation": number_in(0, math.inf, low_open=True),
     "augment": _one_of(AUGMENTS),
@@ -293,6 +316,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "fbn_init": _one_of(FBN_INITS),
     "fixbn_freeze": number_in(0, 1),
     "fixbn_fix": _one_of(FIXBN_FIXES),
+    "agc_lambda": number_in(0, math.inf, low_open=True),
+    "feature_norm": _boolean,
     "fedtan_union": _one_of(FEDTAN_UNIONS),
     "n_clients": int_at_least(1),
     "participation": number_in(0, 1, low_open=True),
@@ -303,6 +328,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "steps": int_at_least(1),
     "lr": _positive_numbers,
     "lr_milestones": _increasing_ints,
+    "lr_scale": number_in(0, math.inf, low_open=True),
     "momentum": number_in(0, 1),
     "momentum_convention": _one_of(MOMENTUM_CONVENTIONS),
     "weight_decay": number_in(0, math.inf),
@@ -324,7 +350,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 _DEFAULT_IDENTITY = RunConfig().identity()
 # Columns derived from a run's config (properties of RunConfig), usable like keys in figures.
-DERIVED = ("scenario", "split", "regime")
+DERIVED = ("scenario", "split", "regime", "method")
 assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"
 
 
@@ -373,11 +399,11 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         # (lenet: w, w, 2w)
         raise fail(where, "gn_groups", cfg.gn_groups,
                    f"a divisor of every normalized width (of width = {cfg.width})")
-    if cfg.model == "resnet18" and cfg.normalizer in ("gn_ws", "fedtan"):
-        # torchvision's BasicBlock builds plain nn.Conv2d (no WSConv2d) and single-client
-        # layers (no client-stacked weights for FedTAN's one forward pass)
-        raise fail(where, "normalizer", cfg.normalizer, "not 'gn_ws' or 'fedtan' with model "
-                   "'resnet18' (torchvision's blocks build plain convolutions; "
+    if cfg.model == "resnet18" and cfg.normalizer in ("gn_ws", "fedtan", "fedwon"):
+        # torchvision's BasicBlock builds plain nn.Conv2d (no WSConv2d, no ScaledWSConv2d) and
+        # single-client layers (no client-stacked weights for FedTAN's one forward pass)
+        raise fail(where, "normalizer", cfg.normalizer, "not 'gn_ws', 'fedtan' or 'fedwon' "
+                   "with model 'resnet18' (torchvision's blocks build plain convolutions; "
                    "fednorm.models.resnet18)")
     if cfg.model == "lenet" and cfg.image_size < 8:
         # three 3x3 stride-2 poolings (ceil mode): 8 -> 4 -> 2 -> 1; 7 -> 3 -> 1 -> nothing
@@ -390,6 +416,13 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "fedtan_union", cfg.fedtan_union,
                    f"'every_step' (the default) with normalizer '{cfg.normalizer}'; "
                    f"{list(FEDTAN_UNIONS)} with normalizer 'fedtan'")
+    if cfg.agc_lambda != AGC_LAMBDA and cfg.normalizer != "fedwon":
+        raise fail(where, "agc_lambda", cfg.agc_lambda,
+                   f"{AGC_LAMBDA} (the default) with normalizer '{cfg.normalizer}'; any positive "
+                   f"number with normalizer 'fedwon' (the only one that clips)")
+    if cfg.feature_norm and cfg.normalizer == "fixup":
+        raise fail(where, "feature_norm", True, "false with normalizer 'fixup' (FixupResNet20 "
+                   "has no feature normalization)")
     if cfg.client_momentum == "global" and cfg.attack_updates:
         # the server combines attacked updates robustly; averaging the Byzantine clients'
         # momenta as honest ones would be a threat model of its own, not implemented
@@ -436,6 +469,10 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "participation", cfg.participation,
                    f"1.0 with normalizer '{cfg.normalizer}' (its clients' own BN parts under "
                    f"partial participation are not implemented)")
+    if cfg.normalizer == "hybridbn":
+        raise fail(where, "participation", cfg.participation,
+                   "1.0 with normalizer 'hybridbn' (its server pools every client's batches of "
+                   "a round; a masked pool is not implemented)")
     if cfg.normalizer in ("central", "fedtan"):
         raise fail(where, "participation", cfg.participation,
                    f"1.0 with normalizer '{cfg.normalizer}' (it normalizes over the union of "
@@ -580,7 +617,7 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])
-    for key in ("foe_eps", "alie_z", "var_floor"):
+    for key in ("foe_eps", "alie_z", "var_floor", "agc_lambda", "val_fraction", "lr_scale"):
         if clean.get(key) is not None:
             clean[key] = float(clean[key])
     cfg = RunConfig(**clean)
@@ -596,7 +633,8 @@ def with_values(cfg: RunConfig, **values: Any) -> RunConfig:
 
 
 # What may differ between the runs of one bundle (fednorm.fl.train.train_bundle).
-BUNDLE_FREE = ("seed", "partition", "heterogeneity", "lr", "client_momentum", "participation")
+BUNDLE_FREE = ("seed", "partition", "heterogeneity", "lr", "lr_scale", "client_momentum",
+               "participation")
 
 
 # The attack on the statistics and the server's rule for them: per run in a bundle, unless the
@@ -608,7 +646,8 @@ def bundle_key(cfg: RunConfig) -> tuple:
     """Which runs may train together in one bundle (one process, vectorized over runs): those
     with equal keys share the shape of their computation. Every field counts except the run's
     ``seed``, its data split (``partition``, ``heterogeneity``), its ``lr`` values (a stacked
-    hyper-parameter; ``lr_milestones`` must match, they decide when every run's lr moves) and
+    hyper-parameter, and so is ``lr_scale``; ``lr_milestones`` must match, they decide when
+    every run's lr moves) and
     its ``client_momentum`` (a per-run mask on what happens to the momenta between rounds), its
     ``participation`` (a per-run (n,) mask of the round's clients; whether a run participates
     partially at all still counts: partial runs train on FedAvg's per-client path with masked
@@ -673,3 +712,6 @@ class Figure:
     # not in the papers
     paper: str | None = None
     note: str = ""  # what a reader must know to read it (the report's caption), if anything
+    # table, heatmap: per cell, only the runs of the lr_scale whose final value of this metric
+    # (a validation one), averaged over seeds, is best (fednorm.tuning); None: every run
+    select: str | None = None

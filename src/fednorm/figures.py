@@ -11,6 +11,8 @@ import pandas as pd
 from fednorm.config import Figure
 from fednorm.plots import Part, make_figure, make_heatmap, make_parts_figure, make_table
 from fednorm.plots.cells import value_label
+from fednorm.results import in_experiments
+from fednorm.tuning import make_tuning_table, select_by_validation
 
 log = logging.getLogger("fednorm.figures")
 _X_LABELS = {"gamma": "heterogeneity γ (1 = iid)", "dirichlet": "Dirichlet α (small = non-iid)"}
@@ -32,8 +34,7 @@ def _one_partition(rows: pd.DataFrame) -> str | None:
 def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
     """The summary rows of the figure's experiments that match its ``where`` filters (a tuple
     of values keeps the rows whose key is any of them)."""
-    groups = summary["figure_group"].astype(str).str.split("|")
-    rows = summary[groups.apply(lambda g: any(e in g for e in fig.experiments))]
+    rows = summary[in_experiments(summary, fig.experiments)]
     for key, value in fig.where:
         rows = rows[rows[key].isin(value) if isinstance(value, tuple) else rows[key] == value]
     return rows
@@ -118,10 +119,19 @@ def _table(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
                       order=dict(fig.orders), title=fig.title or fig.name, extra=fig.extra)
 
 
+def _tuning(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
+    if rows.empty:
+        raise ValueError(f"table {stem}: no rows matched its selection")
+    assert fig.rows is not None and fig.cols is not None and fig.select is not None
+    return make_tuning_table(rows, stem, cells=[fig.rows, fig.cols], by=fig.select,
+                             order=dict(fig.orders), title=fig.title or fig.name)
+
+
 DRAW: dict[str, Callable[[Figure, pd.DataFrame, str | Path], list[Path]]] = {
     **dict.fromkeys(_ARGS, _plain),
     "heatmap": _heatmap,
     "table": _table,
+    "tuning": _tuning,
 }
 
 
@@ -129,7 +139,11 @@ def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     """Write ``fig``'s files under ``stem`` (see fednorm.plan.extensions) from the summary."""
     if fig.kind == "parts":  # each part selects its own rows
         return _parts(fig, summary, stem)
-    return DRAW[fig.kind](fig, figure_rows(fig, summary), stem)
+    rows = figure_rows(fig, summary)
+    if fig.select is not None and fig.kind != "tuning":  # per cell, the lr chosen on val
+        cells = [c for c in (fig.rows, fig.cols, fig.compare) if c is not None]
+        rows = select_by_validation(rows, cells, by=fig.select)
+    return DRAW[fig.kind](fig, rows, stem)
 
 
 def draw_all(figures: Sequence[Figure], summary: pd.DataFrame, stems: Sequence[str | Path]

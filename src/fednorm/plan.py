@@ -35,7 +35,13 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                                ``col_order``;
                  ``table``     final y as "mean ± std" over ``rows`` x ``cols``, written as .csv
                                and .md; ``row_order``, ``col_order``; ``extra``: metrics shown
-                               as one more column each (e.g. comm_rounds);
+                               as one more column each (e.g. comm_rounds); ``select:
+                               val_accuracy``: per cell, only the runs of the ``lr_scale``
+                               with the best validation accuracy (fednorm.tuning);
+                 ``tuning``    per ``rows`` x ``cols`` cell, the ``lr_scale`` chosen on the
+                               validation accuracy (``select``, the only choice), its test
+                               accuracy, and the test accuracy at lr_scale 1 (the common
+                               recipe), as .csv and .md (fednorm.tuning.tuning_table);
                  ``parts``     ``parts: [figure, ...]``: figures of kinds curves, final_vs or
                                bars side by side in one file, one axes each (no panels), each
                                with its own experiment (default the parent's), where, y, title.
@@ -76,7 +82,7 @@ from fednorm.config import (
 
 FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var",
                   "stat_change", "stat_deviation", "stat_variance", "comm_rounds",
-                  "local_test_accuracy")
+                  "local_test_accuracy", "val_accuracy", "lr_scale")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
 TABLE_EXTENSIONS = ("csv", "md")  # a table is data and text, no picture
 _TOP = ("paths", "execution", "run", "experiments", "figures", "toy", "claims")
@@ -90,7 +96,7 @@ RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
 
 def extensions(kind: str) -> tuple[str, ...]:
     """The files a figure of ``kind`` is written as: <name>.<ext> for each ext."""
-    return TABLE_EXTENSIONS if kind == "table" else FIGURE_EXTENSIONS
+    return TABLE_EXTENSIONS if kind in TABLE_KINDS else FIGURE_EXTENSIONS
 
 
 @dataclass(frozen=True)
@@ -360,12 +366,15 @@ FIGURE_KEYS: dict[str, dict[str, Any]] = {
     "final_vs": {"x": None, "hue": "normalizer", "panels": None, "logy": False, "logx": None},
     "bars": {"x": REQUIRED, "hue": "normalizer", "panels": None, "x_order": None},
     "heatmap": {"rows": REQUIRED, "cols": REQUIRED, "compare": REQUIRED, "row_order": None,
-                "col_order": None},
+                "col_order": None, "select": None},
     "table": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None,
-              "extra": None},
+              "extra": None, "select": None},
+    "tuning": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None,
+               "select": "val_accuracy"},
     "parts": {"parts": REQUIRED},
 }
 FIGURE_KINDS = tuple(FIGURE_KEYS)
+TABLE_KINDS = ("table", "tuning")  # written as data and text (TABLE_EXTENSIONS), no picture
 # What a part of a ``parts`` figure may be: a kind drawn on one axes (no panels of its own).
 PART_KINDS = ("curves", "final_vs", "bars")
 # The x a kind's axis may show: curves also the steps and the x computed from them
@@ -495,6 +504,21 @@ def _extra(spec: _FigureSpec, value: Any) -> dict[str, Any]:
     return {"extra": tuple(value)}
 
 
+def _select(spec: _FigureSpec, value: Any) -> dict[str, Any]:
+    """``select``: a validation metric; per cell, the runs of the best ``lr_scale`` by it
+    (fednorm.tuning). Every run of the figure must hold out a validation set."""
+    if value is None and spec.kind != "tuning":
+        return {}
+    if value != "val_accuracy":
+        raise spec.error("select", value, "'val_accuracy' (a learning rate is chosen on the "
+                         "validation split, never on the test set), or null")
+    without = sorted({r.run_id for r in spec.runs if r.val_fraction == 0})
+    if without:
+        raise spec.error("select", value, f"only with runs that hold out a validation set "
+                         f"(val_fraction > 0); {len(without)} do not, e.g. {without[0]}")
+    return {"select": value}
+
+
 def _order(key: str) -> Callable[[_FigureSpec, Any], dict[str, Any]]:
     """``row_order`` / ``col_order`` / ``x_order``: every value of the axis's column that the
     figure's runs have, once each, in the order to draw them."""
@@ -524,6 +548,7 @@ _KEY_RULES: dict[str, Callable[[_FigureSpec, Any], dict[str, Any]]] = {
     "compare": _compare,
     "parts": _parts,
     "extra": _extra,
+    "select": _select,
     **{key: _order(key) for key in ORDER_OF},
 }
 assert {k for keys in FIGURE_KEYS.values() for k in keys} == set(_KEY_RULES)

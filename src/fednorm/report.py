@@ -1,8 +1,9 @@
 """The HTML report (``snakemake --report report.html``): which files it shows, under which
 category, and what each one's caption says, from the configuration alone.
 
-Every figure is shown as its .png, every table (and the claims ledger's) as its .md, the
-claims ledger's plot as its .png. A caption is reStructuredText (Snakemake renders it): the
+Every figure is shown as its .png, every table (and the claims ledgers') as its .md, the
+claims ledgers' plots as their .png (the numbers' and the words', :mod:`fednorm.claims_words`).
+A caption is reStructuredText (Snakemake renders it): the
 figure's title and name, the figure or table of a paper it reproduces (its ``paper`` key; none:
 not in the papers), what it shows (from its kind and keys), the runs behind it (its
 experiments, the keys in which its runs differ, their number and seeds), what they share, and
@@ -21,9 +22,11 @@ from typing import Any
 import pandas as pd
 
 from fednorm.claims import NAME as CLAIMS_NAME
-from fednorm.claims import PAPERS, Claim, config_text, selects
+from fednorm.claims import PAPERS, WORDS_NAME, Claim, Claims, config_text, selects
+from fednorm.claims_words import Words, planned_runs
 from fednorm.config import FIELDS, Figure, RunConfig
-from fednorm.plan import TOY_FIGURES, Plan
+from fednorm.plan import TABLE_KINDS, TOY_FIGURES, Plan
+from fednorm.results import in_experiments
 from fednorm.summarize import config_columns
 from fednorm.toy import ERROR_SCHEMES, SCATTER_FIGURES, ToyConfig
 
@@ -69,7 +72,7 @@ def category(folder: str) -> str:
     return CATEGORIES.get(folder, folder or "Other")
 
 
-def _items(plan: Plan, claims: Sequence[Claim]) -> Iterator[tuple[Entry, Callable[[], str]]]:
+def _items(plan: Plan, claims: Claims | None) -> Iterator[tuple[Entry, Callable[[], str]]]:
     """Every file the report shows, in the order of the configuration (the figures, the
     toy's, the claims ledger's plot and tables), each with the function that writes its
     caption. Captions go to ``<results>/report/<file>.rst``."""
@@ -79,7 +82,7 @@ def _items(plan: Plan, claims: Sequence[Claim]) -> Iterator[tuple[Entry, Callabl
         return Entry(file, caption, cat, {"figure": label or name, "reproduces": reproduces})
 
     for name, fig in plan.figures.items():
-        yield (entry(name, "md" if fig.kind == "table" else "png",
+        yield (entry(name, "md" if fig.kind in TABLE_KINDS else "png",
                      category(name.rpartition("/")[0]), fig.paper or NOT_IN_PAPERS),
                partial(figure_caption, plan, fig))
     if plan.toy:
@@ -87,21 +90,25 @@ def _items(plan: Plan, claims: Sequence[Claim]) -> Iterator[tuple[Entry, Callabl
             yield (entry(f"{plan.toy.folder}/{name}", "png", category(plan.toy.folder),
                          TOY_SHOWS[name][0]), partial(toy_caption, plan, name))
     if claims:
-        selected = cache(partial(claim_runs, plan, claims))  # the same for both captions
+        selected = cache(partial(claim_runs, plan, claims.numbers))  # the same for both
         for ext, what in (("png", "plot"), ("md", "tables")):
             # labelled apart: the report's rows are told apart by their labels
             yield (entry(CLAIMS_NAME, ext, CLAIMS_CATEGORY, "the numbers the papers state",
                          label=f"{CLAIMS_NAME} ({what})"),
-                   partial(claims_caption, plan, claims, ext, selected))
+                   partial(claims_caption, plan, claims.numbers, ext, selected))
+        for ext, what in (("png", "plot"), ("md", "tables")):
+            yield (entry(WORDS_NAME, ext, CLAIMS_CATEGORY, "the claims the papers state in words",
+                         label=f"{WORDS_NAME} ({what})"),
+                   partial(words_caption, plan, claims.words, ext))
 
 
-def entries(plan: Plan, claims: Sequence[Claim] = ()) -> list[Entry]:
+def entries(plan: Plan, claims: Claims | None = None) -> list[Entry]:
     """The files the report shows (what Snakemake's ``report()`` flags need, when the
     workflow is parsed; their captions' text is computed only by :func:`captions`)."""
     return [item for item, _ in _items(plan, claims)]
 
 
-def captions(plan: Plan, claims: Sequence[Claim] = ()) -> dict[str, str]:
+def captions(plan: Plan, claims: Claims | None = None) -> dict[str, str]:
     """Caption path -> its reStructuredText, for each of :func:`entries`."""
     return {item.caption: compose() for item, compose in _items(plan, claims)}
 
@@ -168,8 +175,14 @@ def shows(fig: Figure) -> str:
         return (f"the final {_metric(fig.y)} over {_literal(fig.rows)} (rows) × "
                 f"{_literal(fig.cols)} (columns), each cell the mean over seeds: panels "
                 f"{_literal(fig.compare)} = {a}, {b}, and {b} − {a}")
+    if fig.kind == "tuning":
+        return (f"per {_literal(fig.rows)} (rows) and {_literal(fig.cols)}, the lr_scale with "
+                f"the best final {_metric(fig.select)} over seeds, its {_metric(fig.y)} as mean "
+                f"± std, and the {_metric(fig.y)} at lr_scale 1 (the common recipe)")
     if fig.kind == "table":
-        extra = f", and the mean {_metric(fig.extra)} per row" if fig.extra else ""
+        chosen = (f", per cell the lr_scale with the best final {_metric(fig.select)}"
+                  if fig.select else "")
+        extra = f", and the mean {_metric(fig.extra)} per row{chosen}" if fig.extra else chosen
         return (f"the final {_metric(fig.y)} as mean ± std over seeds, rows "
                 f"{_literal(fig.rows)}, columns {_literal(fig.cols)}{extra}")
     parts = "; ".join(f"({chr(ord('a') + i)}) {shows(p)}" for i, p in enumerate(fig.parts))
@@ -235,7 +248,7 @@ def figure_caption(plan: Plan, fig: Figure) -> str:
         fields += [("Shared", setting_text(runs)), ("Scale", scale_text(runs))]
     if fig.note:
         fields.append(("Note", _escape(fig.note)))
-    table = plan.paths.figure(fig.name, "md") if fig.kind == "table" else None
+    table = plan.paths.figure(fig.name, "md") if fig.kind in TABLE_KINDS else None
     return rst(fig.title or fig.name, fig.name, fields, show=table)
 
 
@@ -298,3 +311,31 @@ def claims_caption(plan: Plan, claims: Sequence[Claim], ext: str,
     fields.append(("Scale", scale_text(scale_runs)))
     title = "The claims ledger: " + ("plot" if ext == "png" else "tables")
     return rst(title, f"{CLAIMS_NAME}.{ext}", fields)
+
+
+def words_caption(plan: Plan, words: Words, ext: str) -> str:
+    """The qualitative ledger's plot (png) or tables (md): how many claims of which paper,
+    what is shown, the runs of the experiments they are judged on, and their scale."""
+    counts = pd.Series([c.paper for c in words.claims], dtype=object).value_counts()
+    papers = ", ".join(f"{PAPERS[p].split(':')[0]} {counts[p]}" for p in PAPERS if p in counts)
+    shows_text = ("one row per claim: its deciding margin (the side the claim says is better "
+                  "minus the other, runs paired by seed) ± its spread over seeds, against 0, "
+                  "or the ±δ band of a near-equality, coloured by verdict (holds, "
+                  "contradicted, inconclusive, not run)" if ext == "png" else
+                  "the count of each verdict per paper, then one table per paper: the paper's "
+                  "words, the relation, our values per group, margin ± spread, verdict and "
+                  "detail")
+    names = sorted({e for c in words.claims for e in c.experiments})
+    runs = planned_runs(plan)
+    ids = set(runs[in_experiments(runs, names)]["run_id"])
+    judged = [cfg for run_id, cfg in plan.runs.items() if run_id in ids]
+    fields = [("Reproduces", f"the claims the papers state in words ({len(words.claims)} "
+                             f"qualitative claims of {_literal(plan.claims)}"
+                             + (f": {papers})" if papers else ")")),
+              ("Shows", shows_text),
+              ("Runs", f"{len(judged)} runs of the experiments "
+                       f"{', '.join(map(_literal, names)) or '(none)'}; one seed: a spread of "
+                       f"{words.single_seed_spread:g} points is assumed"),
+              ("Scale", scale_text(judged or list(plan.runs.values())))]
+    title = "The claims in words: " + ("plot" if ext == "png" else "tables")
+    return rst(title, f"{WORDS_NAME}.{ext}", fields)

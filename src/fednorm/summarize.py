@@ -10,7 +10,9 @@ metrics (``step``, ``test_accuracy`` as a fraction, ``test_loss``, ``train_loss`
 without BN; ``stat_change``, ``stat_deviation``, ``stat_variance``: the FixBN paper's training
 dynamics summed over BN layers, fednorm.fl.dynamics, NaN unless the run recorded them;
 ``comm_rounds``: client-server exchanges so far, fednorm.fl.engine; ``local_test_accuracy``:
-the accuracy on each client's own label distribution, averaged over the clients; with FedBN and
+the accuracy on each client's own label distribution, averaged over the clients;
+``val_accuracy``: on the images held out of the training set (``val_fraction``), NaN without;
+with FedBN and
 SiloBN, ``test_accuracy`` is the mean of the clients' models on the global test set,
 fednorm.fl.train.evaluate), and the run's ``status`` and ``wall_time_s``.
 """
@@ -31,7 +33,7 @@ FIRST_COLUMNS = ("run_id", "figure_group", "model", "normalizer", "partition", "
                  "local_steps", "attack", "f", "aggregator", "nnm", "scenario", "split", "seed")
 METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
            "norm_error_var", "stat_change", "stat_deviation", "stat_variance", "comm_rounds",
-           "local_test_accuracy", "status", "wall_time_s")
+           "local_test_accuracy", "val_accuracy", "status", "wall_time_s")
 
 
 def config_columns(cfg: RunConfig) -> dict[str, Any]:
@@ -58,6 +60,7 @@ def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:
 def summarize(plan: Plan, out: str | Path | None = None) -> pd.DataFrame:
     frame = pd.concat([run_rows(plan, r) for r in plan.runs], ignore_index=True)
     rest = [c for c in (*FIELDS, *DERIVED) if c not in FIRST_COLUMNS]
-    frame = frame[[*FIRST_COLUMNS, *rest, *METRICS]]
+    # reindex: a run written before a metric existed (val_accuracy) has NaN there
+    frame = frame.reindex(columns=[*FIRST_COLUMNS, *rest, *METRICS])
     write_csv(out or plan.paths.summary(), frame)
     return frame

@@ -97,6 +97,14 @@ CASES = {
     "dsgd-fixbn-affine": dict(normalizer="fixbn", fixbn_fix="affine", weight_decay=0.01),
     "fedavg-E2-fixbn-both-global": dict(normalizer="fixbn", fixbn_fix="both", local_steps=2,
                                         client_momentum="global"),
+    **{f"dsgd-{n}": dict(normalizer=n) for n in ("hybridbn", "fedwon", "none")},
+    **{f"fedavg-E2-{n}": dict(normalizer=n, local_steps=2) for n in ("hybridbn", "fedwon")},
+    "lenet-fedavg-E2-fedwon-agc": dict(model="lenet", normalizer="fedwon", local_steps=2,
+                                       agc_lambda=0.001),
+    "resnet20-dsgd-hybridbn": dict(normalizer="hybridbn", model="resnet20"),
+    "dsgd-fedfn": dict(normalizer="none", feature_norm=True),
+    "lenet-fedavg-E2-bn-fedfn": dict(model="lenet", normalizer="bn", feature_norm=True,
+                                     local_steps=2),
 }
 
 

@@ -14,11 +14,12 @@ from client_loop import client_step
 from fednorm.config import RunConfig, run_config
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.engine import DSGD, FedAvg, make_trainer
-from fednorm.fl.optim import momentum_step
+from fednorm.fl.optim import AGC_EPS, adaptive_clip, momentum_step
 from fednorm.models import build_model
 from fednorm.norms import (
     BatchStats,
     FrozenStats,
+    HybridStats,
     NormContext,
     bn_layers,
     fixbn_freeze_step,
@@ -116,7 +117,7 @@ def test_dsgd_gn_two_steps_equal_sgd_on_the_union_batch():
 # --- 7. FedAvg with E = 1 is DSGD ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("normalizer", ["fbn", "bn", "fixbn", "gn"])
+@pytest.mark.parametrize("normalizer", ["fbn", "bn", "fixbn", "gn", "hybridbn"])
 def test_fedavg_with_one_local_step_equals_dsgd(normalizer):
     cfg = tiny_config(normalizer=normalizer, momentum=0.9, steps=4, fixbn_freeze=0.5)
     m_dsgd, m_avg = twin_models(cfg)
@@ -197,6 +198,19 @@ def test_fedavg_two_local_steps_equal_per_client_loop(normalizer):
 
 
 
+
+def trained_and_twin(cfg):
+    """A model trained by the engine for cfg.steps, its untrained twin, and a replay of the
+    batches the engine drew (seed 4), for a per-client loop to retrace."""
+    m_avg, m_ref = twin_models(cfg)
+    x, y, parts = client_data()
+    trainer = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
+    replay = batches_for(x, y, parts, seed=4)
+    for first in range(0, cfg.steps, cfg.local_steps):
+        trainer.round(first)
+    return m_avg, m_ref, replay
+
+
 def test_fbn_with_local_steps_equals_per_client_loop():
     """FBN with E > 1 (the FBN paper has E = 1 only; fednorm.fl.engine's extension): within a
     round each client normalizes with, and moves towards its batches, its own copy of the
@@ -205,12 +219,7 @@ def test_fbn_with_local_steps_equals_per_client_loop():
         var = mean_i var_i + Kn/((Kn - 1) beta_E) mean_i (mean_i - mean)^2.
     Written here per client, the formula by hand."""
     cfg = tiny_config(normalizer="fbn", local_steps=3, steps=6, momentum=0.5)
-    m_avg, m_ref = twin_models(cfg)
-    x, y, parts = client_data()
-    trainer = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
-    replay = batches_for(x, y, parts, seed=4)
-    for first in range(0, cfg.steps, cfg.local_steps):
-        trainer.round(first)
+    m_avg, m_ref, replay = trained_and_twin(cfg)
     n, E, beta = cfg.n_clients, cfg.local_steps, cfg.bn_momentum
     beta_e = 1 - (1 - beta) ** E
     momenta = [[torch.zeros_like(p) for p in m_ref.parameters()] for _ in range(n)]
@@ -238,6 +247,120 @@ def test_fbn_with_local_steps_equals_per_client_loop():
     assert_models_close(m_avg, m_ref, rtol=1e-4, atol=1e-5)
     layer = bn_layers(m_avg)[0]
     assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
+
+
+def test_hybrid_bn_with_local_steps_equals_per_client_loop_and_pools_the_round_by_hand():
+    """Hybrid BN (fednorm.norms.rules.HybridStats) with E = 2: within a round every client
+    normalizes with the round's global statistics G mixed with its batch (G does not move on
+    the clients); the server then pools the nE batches of the round, count-weighted, with the
+    unbiased pooled variance, smoothed once:
+        mean = (1 - beta) G_mean + beta mean_j m_j,
+        var  = (1 - beta) G_var + beta N/(N-1) (mean_j v_j + mean_j (m_j - mean_j m_j)^2),
+    j over the clients' batches of the round, N = nEK. Written here with a per-client loop and
+    the formula by hand from each batch's raw statistics."""
+    cfg = tiny_config(normalizer="hybridbn", local_steps=2, steps=4, momentum=0.5)
+    m_avg, m_ref, replay = trained_and_twin(cfg)
+    n, E, beta = cfg.n_clients, cfg.local_steps, cfg.bn_momentum
+    momenta = [[torch.zeros_like(p) for p in m_ref.parameters()] for _ in range(n)]
+    step = 0
+    for _ in range(cfg.steps // E):
+        clients = [copy.deepcopy(m_ref) for _ in range(n)]
+        raw: dict[str, list] = {}
+        for _ in range(E):
+            xb, yb = draw(replay, step)
+            step += 1
+            for i, client in enumerate(clients):
+                rows = slice(i * B, (i + 1) * B)
+                bn_layers(client)
+                ctx = NormContext(HybridStats(), 1, n * E, beta, batches={})
+                with norm_context(ctx):
+                    loss = F.nll_loss(client(xb[rows]), yb[rows])
+                grads = torch.autograd.grad(loss, list(client.parameters()))
+                with torch.no_grad():
+                    for p, m, g in zip(client.parameters(), momenta[i], grads, strict=True):
+                        m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)
+                        p.sub_(cfg.lr[0] * m)
+                for key, stats in ctx.batches.items():
+                    raw.setdefault(key, []).append(stats)
+        with torch.no_grad():
+            states = [c.state_dict() for c in clients]
+            new = {k: torch.stack([st[k] for st in states]).mean(0) for k in states[0]}
+            K = {la.key: la.elements_per_client for la in bn_layers(clients[0])}  # b*H*W
+            for layer in bn_layers(m_ref):
+                means = torch.cat([s.mean for s in raw[layer.key]])  # (nE, C)
+                vars_ = torch.cat([s.var for s in raw[layer.key]])
+                N = n * E * K[layer.key]
+                pooled = vars_.mean(0) + ((means - means.mean(0)) ** 2).mean(0)
+                new[f"{layer.key}.running_mean"] = ((1 - beta) * layer.running_mean
+                                                    + beta * means.mean(0))
+                new[f"{layer.key}.running_var"] = ((1 - beta) * layer.running_var
+                                                   + beta * N / (N - 1) * pooled)
+            m_ref.load_state_dict(new)
+    assert_models_close(m_avg, m_ref, rtol=1e-4, atol=1e-5)
+    layer = bn_layers(m_avg)[0]
+    assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
+    assert not torch.allclose(layer.mix, torch.zeros_like(layer.mix))  # d trained
+
+
+def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise():
+    """FedWon trains on FedAvg's per-client path also at E = 1 (each client clips its own
+    gradient; clipping the clients' mean gradient would be another method): one round equals
+    the average of the clients' SGD steps with Brock et al.'s adaptive clipping applied by
+    hand, unit by unit (a Python loop over output units), to every parameter but the last
+    nn.Linear's; lambda small enough that most units are clipped."""
+    cfg = tiny_config(normalizer="fedwon", steps=1, momentum=0.0, agc_lambda=0.002)
+    m_run, m_ref = twin_models(cfg)
+    x, y, parts = client_data()
+    trainer = make_trainer([cfg], [m_run], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
+    assert isinstance(trainer, FedAvg)
+    trainer.round(0)
+    xb, yb = draw(batches_for(x, y, parts, seed=4), 0)
+    names = [k for k, _ in m_ref.named_parameters()]
+    classifier = {"classifier.3.weight", "classifier.3.bias"}
+    clipped_units, steps = 0, []
+    for i in range(cfg.n_clients):
+        rows = slice(i * B, (i + 1) * B)
+        grads = torch.autograd.grad(F.nll_loss(m_ref(xb[rows]), yb[rows]),
+                                    list(m_ref.parameters()))
+        step = {}
+        for name, p, g in zip(names, m_ref.parameters(), grads, strict=True):
+            g = g.clone()
+            if name not in classifier:
+                for unit in range(g.shape[0]):
+                    w_norm = max(float(p[unit].detach().norm()), AGC_EPS)
+                    if float(g[unit].norm()) > cfg.agc_lambda * w_norm:
+                        g[unit] *= cfg.agc_lambda * w_norm / float(g[unit].norm())
+                        clipped_units += 1
+            step[name] = cfg.lr[0] * (1 - cfg.momentum) * g
+        steps.append(step)
+    with torch.no_grad():
+        for name, p in m_ref.named_parameters():
+            p.sub_(torch.stack([s[name] for s in steps]).mean(0))
+    assert clipped_units > 10
+    assert_models_close(m_run, m_ref, rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_clip_is_brock_et_al_eq_3_per_unit_and_per_leading_index():
+    """G_i <- lam max(||W_i||, eps) / ||G_i|| G_i when ||G_i|| / max(||W_i||, eps) > lam, units
+    over the trailing dims; the leading (runs, clients) dims are independent batches of units;
+    0 unit dims: every element its own unit; a weight under eps counts as eps."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(2, 3, 4, 5, generator=gen, dtype=torch.float64)
+    g = torch.randn(2, 3, 4, 5, generator=gen, dtype=torch.float64) * torch.tensor(
+        [0.01, 1.0, 100.0], dtype=torch.float64).view(1, 3, 1, 1)
+    w[1, 2] = 0.0  # floor at eps
+    out = adaptive_clip(g, w, 0.1, 2)
+    for r in range(2):
+        for i in range(3):
+            limit = 0.1 * max(float(w[r, i].norm()), AGC_EPS)
+            gn = float(g[r, i].norm())
+            want = g[r, i] * (limit / gn) if gn > limit else g[r, i]
+            torch.testing.assert_close(out[r, i], want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(out[0, 0], g[0, 0])  # a small gradient passes unchanged
+    elementwise = adaptive_clip(g, w, 0.1, 0)
+    want = torch.where(g.abs() > 0.1 * w.abs().clamp_min(AGC_EPS),
+                       g.sign() * 0.1 * w.abs().clamp_min(AGC_EPS), g)
+    torch.testing.assert_close(elementwise, want, rtol=1e-12, atol=0)
 
 
 # --- 9. FixBN freezes its statistics at T* --------------------------------------------------

@@ -161,18 +161,55 @@ EASY = colour_classes(n_train=60, n_test=40, image_size=8, seed=0, separation=3.
 
 
 @pytest.mark.parametrize(
-    ("normalizer", "model", "local_steps"),
-    [("gn_ws", "fbn_cnn", 1), ("ln", "fbn_cnn", 1), ("in", "fbn_cnn", 1),
-     ("gn_ws", "resnet20", 2), ("ln", "resnet20", 2), ("in", "resnet20", 2),
-     ("fixup", "resnet20", 1), ("fixup", "resnet20", 2)],
+    ("normalizer", "model", "local_steps", "lr"),
+    [("gn_ws", "fbn_cnn", 1, 0.1), ("ln", "fbn_cnn", 1, 0.1), ("in", "fbn_cnn", 1, 0.1),
+     ("gn_ws", "resnet20", 2, 0.1), ("ln", "resnet20", 2, 0.1), ("in", "resnet20", 2, 0.1),
+     ("fixup", "resnet20", 1, 0.1), ("fixup", "resnet20", 2, 0.1),
+     # without any normalization, each at a step size where it moves within 30 steps (at 0.1
+     # FedWon's CNN barely moves, its ResNet-20 jumps around, and the plain CNN stays at chance)
+     ("fedwon", "fbn_cnn", 1, 0.3), ("fedwon", "resnet20", 2, 0.01), ("none", "resnet20", 2, 0.1)],
 )
-def test_models_without_bn_layers_train_through_the_engine(normalizer, model, local_steps):
+def test_models_without_bn_layers_train_through_the_engine(normalizer, model, local_steps, lr):
     """No BN layer, so no statistics to report or commit (DSGD and FedAvg alike): 30 steps on
     well-separated colour classes lower the training loss by 10 % and the test loss."""
     cfg = small_config(normalizer=normalizer, model=model, local_steps=local_steps, n_test=40,
-                       partition="iid", heterogeneity=None, steps=30, eval_every=10, lr=[0.1])
+                       partition="iid", heterogeneity=None, steps=30, eval_every=10, lr=[lr])
     result = train(cfg, EASY)
     assert result.status == "ok" and [r["step"] for r in result.rows] == [0, 10, 20, 30]
     first, last = result.rows[1]["train_loss"], result.rows[-1]["train_loss"]
     assert last < 0.9 * first, [r["train_loss"] for r in result.rows]
     assert result.rows[-1]["test_loss"] < result.rows[0]["test_loss"]
+
+
+# --- Validation split: what a learning rate is chosen on -------------------------------------
+
+
+def test_val_accuracy_is_the_accuracy_on_the_held_out_images_and_training_never_sees_them():
+    """With val_fraction 0.2, round(0.2 x 6) = 1 image of each of the 10 classes (6 each) is
+    held out: the run's val_accuracy is its global model's accuracy on those 10 (checked by
+    evaluating the returned model by hand), and it trains on the other 50 (a run with those 50
+    as its whole training set gives the same test rows). Without a validation split the column
+    is NaN."""
+    from fednorm.data.arrays import hold_out
+
+    cfg = small_config(normalizer="gn", val_fraction=0.2, partition="iid", heterogeneity=None)
+    result = train(cfg, DATA)
+    held = hold_out(DATA, 0.2)
+    assert len(held.val_y) == 10 and len(held.train_y) == 50
+    model = result.model.eval()
+    with torch.no_grad():
+        want = (model(held.val_x).argmax(1) == held.val_y).double().mean().item()
+    assert result.rows[-1]["val_accuracy"] == pytest.approx(want)
+    alone = train(dataclasses.replace(cfg, val_fraction=0.0, n_train=50),
+                  dataclasses.replace(held, val_x=None, val_y=None))
+    assert [r["test_loss"] for r in alone.rows] == [r["test_loss"] for r in result.rows]
+    assert all(math.isnan(r["val_accuracy"]) for r in alone.rows)
+
+
+def test_lr_scale_multiplies_every_value_of_the_schedule():
+    """lr [0.05, 0.01] at lr_scale 2 trains exactly as lr [0.1, 0.02] (the same run's steps)."""
+    scaled = small_config(normalizer="bn", lr=[0.05, 0.01], lr_milestones=[5], lr_scale=2.0)
+    plain = small_config(normalizer="bn", lr=[0.1, 0.02], lr_milestones=[5])
+    assert scaled.lr_at(6) == pytest.approx(0.02)
+    a, b = train(scaled, DATA), train(plain, DATA)
+    assert [r["test_loss"] for r in a.rows] == [r["test_loss"] for r in b.rows]

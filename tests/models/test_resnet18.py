@@ -3,6 +3,8 @@ scale every stage; it takes the project's normalizers and trains under the engin
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -53,8 +55,25 @@ def test_builds_with_the_projects_normalizers():
     torch.testing.assert_close(out.exp().sum(1), torch.ones(3))
 
 
-@pytest.mark.parametrize("normalizer", ["gn_ws", "fedtan"])
+@pytest.mark.parametrize("normalizer", ["gn_ws", "fedtan", "fedwon"])
 def test_normalizers_it_cannot_take_are_config_errors(normalizer):
     with pytest.raises(ConfigError, match=f"'normalizer' has value '{normalizer}'.*resnet18"):
         run_config({"model": "resnet18", "normalizer": normalizer, "partition": "iid",
                     "heterogeneity": None})
+
+
+def test_feature_norm_gives_the_classifier_unit_features():
+    """FedFN on ResNet-18: the classifier sees the pooled feature scaled to unit norm, so the
+    logits are the classifier applied to the unit feature (and no parameter is added)."""
+    cfg = run_config({"dataset": "synthetic", "n_train": 40, "n_test": 20, "model": "resnet18",
+                      "width": 4, "image_size": 16, "normalizer": "gn", "gn_groups": 2,
+                      "partition": "iid", "heterogeneity": None, "feature_norm": True})
+    model = build_model(cfg, n_classes=5).eval()
+    plain = build_model(replace(cfg, feature_norm=False), n_classes=5)
+    assert model.state_dict().keys() == plain.state_dict().keys()
+    x = torch.randn(3, 3, 16, 16)
+    body = torch.nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool, model.layer1,
+                               model.layer2, model.layer3, model.layer4)
+    feature = body(x).mean(dim=(2, 3))
+    unit = feature / feature.norm(dim=1, keepdim=True)
+    torch.testing.assert_close(model(x), torch.log_softmax(model.fc(unit), dim=1))

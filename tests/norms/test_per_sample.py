@@ -1,4 +1,5 @@
-"""LayerNorm, InstanceNorm and Weight Standardization (fednorm.norms.per_sample) against
+"""LayerNorm, InstanceNorm, (scaled) Weight Standardization and FedFN's feature norm
+(fednorm.norms.per_sample) against
 PyTorch's own layers and hand formulas, and their entries in the normalizer table.
 
 All checks run in float64 with non-trivial inputs (channel offsets and scales differ), so
@@ -15,14 +16,17 @@ from torch import nn
 from fednorm.config import NORMALIZERS, RunConfig
 from fednorm.models import build_model
 from fednorm.norms import (
+    FeatureNorm,
     InstanceNorm2d,
     LayerNorm2d,
+    ScaledWSConv2d,
     WSConv2d,
     bn_layers,
     normalizer_for,
+    scaled_standardize_weight,
     standardize_weight,
 )
-from fednorm.norms.per_sample import WS_EPS
+from fednorm.norms.per_sample import RELU_GAIN, WS_EPS
 
 N, C, H, W = 4, 6, 5, 5
 EPS = 1e-5
@@ -149,7 +153,7 @@ def test_ws_conv_is_invariant_to_each_output_channel_s_scale_and_shift_and_its_g
         torch.testing.assert_close(moved, conv(x), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["gn", "gn_ws", "ln", "in", "fixup"])
+@pytest.mark.parametrize("name", ["gn", "gn_ws", "ln", "in", "fixup", "fedwon", "none"])
 def test_statistic_free_normalizers_have_no_rule_no_bn_layers_and_no_buffers(name):
     cfg = RunConfig(normalizer=name, model="resnet20", width=4, gn_groups=2)
     normalizer = normalizer_for(cfg)
@@ -159,6 +163,77 @@ def test_statistic_free_normalizers_have_no_rule_no_bn_layers_and_no_buffers(nam
 
 
 @pytest.mark.parametrize("name", NORMALIZERS)
-def test_only_gn_ws_standardizes_convolutions(name):
-    expected = WSConv2d if name == "gn_ws" else nn.Conv2d
+def test_only_gn_ws_and_fedwon_standardize_convolutions(name):
+    expected = {"gn_ws": WSConv2d, "fedwon": ScaledWSConv2d}.get(name, nn.Conv2d)
     assert normalizer_for(RunConfig(normalizer=name)).conv is expected
+
+
+# --- FedWon's scaled weight standardization and FedFN's feature normalization ----------------
+
+
+def conv_weight(seed: int = 2) -> torch.Tensor:
+    """(C_out, C_in, 3, 3) float64 with a different mean and scale per output channel."""
+    gen = torch.Generator().manual_seed(seed)
+    o = torch.arange(5, dtype=torch.float64).reshape(5, 1, 1, 1)
+    return o - 2 + (0.1 + o) * torch.randn(5, 4, 3, 3, generator=gen, dtype=torch.float64)
+
+
+def test_scaled_ws_is_fedwon_s_formula_with_the_biased_std():
+    """FedWon's Eq. 1 (Brock et al. 2021a, Eq. 1): W_hat = g gamma (W - mean) / (std sqrt(N)),
+    per output channel, N = C_in kh kw, std biased; written here with torch.std."""
+    w = conv_weight()
+    gain = torch.linspace(0.5, 2.0, 5, dtype=torch.float64)
+    flat = w.reshape(5, -1)
+    mean = flat.mean(1, keepdim=True)
+    std = flat.std(1, correction=0, keepdim=True)
+    want = (gain[:, None] * RELU_GAIN * (flat - mean) / (std * 36 ** 0.5)).reshape(w.shape)
+    torch.testing.assert_close(scaled_standardize_weight(w, gain), want, rtol=1e-8, atol=0)
+
+
+def test_relu_gain_keeps_unit_variance_through_a_relu_and_a_scaled_ws_layer():
+    """Brock et al.'s definition of gamma: for z ~ N(0, 1), Var(relu(z)) = (1 - 1/pi) / 2 and
+    a scaled-WS unit has ||W_hat_i||^2 = gamma^2 (gain 1), so its output on relu(z) has unit
+    variance: checked exactly for the norm, and by sampling (2e5 draws, 1 % tolerance)."""
+    w = conv_weight()
+    w_hat = scaled_standardize_weight(w, torch.ones(5, dtype=torch.float64))
+    torch.testing.assert_close(w_hat.reshape(5, -1).pow(2).sum(1),
+                               torch.full((5,), RELU_GAIN ** 2, dtype=torch.float64),
+                               rtol=1e-8, atol=0)
+    z = torch.randn(200_000, 36, generator=torch.Generator().manual_seed(0),
+                    dtype=torch.float64)
+    out = torch.relu(z) @ w_hat.reshape(5, -1).T
+    assert torch.allclose(out.var(0), torch.ones(5, dtype=torch.float64), rtol=0.01)
+
+
+def test_scaled_ws_conv_convolves_with_the_scaled_weight_and_trains_its_gain():
+    conv = ScaledWSConv2d(4, 5, 3, padding=1).double()
+    with torch.no_grad():
+        conv.weight.copy_(conv_weight())
+        conv.gain.copy_(torch.linspace(0.5, 2.0, 5))
+    x = torch.randn(2, 4, 6, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    want = F.conv2d(x, scaled_standardize_weight(conv.weight, conv.gain), conv.bias, padding=1)
+    torch.testing.assert_close(conv(x), want, rtol=1e-12, atol=1e-12)
+    (g,) = torch.autograd.grad(conv(x).sum(), conv.gain)
+    assert g.abs().min() > 0
+
+
+def test_feature_norm_gives_each_sample_unit_l2_norm_in_its_own_direction():
+    x = torch.randn(6, 10, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    x[0] *= 1e3
+    y = FeatureNorm()(x)
+    torch.testing.assert_close(y.norm(dim=1), torch.ones(6, dtype=torch.float64))
+    torch.testing.assert_close(y * x.norm(dim=1, keepdim=True), x)
+
+
+@pytest.mark.parametrize("model", ["fbn_cnn", "lenet", "resnet20"])
+def test_feature_norm_sits_right_before_the_classifier(model):
+    """With feature_norm the classifier's input has unit norm per sample: a forward hook on the
+    model's last nn.Linear sees it."""
+    cfg = RunConfig(normalizer="none", model=model, width=4, hidden=8, image_size=8,
+                    feature_norm=True, dropout=0.0)
+    net = build_model(cfg).double().eval()
+    last = [m for m in net.modules() if isinstance(m, nn.Linear)][-1]
+    seen = []
+    last.register_forward_hook(lambda m, inp, out: seen.append(inp[0]))
+    net(torch.randn(3, 3, 8, 8, dtype=torch.float64))
+    torch.testing.assert_close(seen[0].norm(dim=1), torch.ones(3, dtype=torch.float64))

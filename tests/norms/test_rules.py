@@ -19,6 +19,8 @@ from fednorm.norms import (
     FedBatchNorm2d,
     FederatedStats,
     FrozenStats,
+    HybridBatchNorm2d,
+    HybridStats,
     NormContext,
     UnionStats,
     bn_layers,
@@ -422,3 +424,91 @@ def test_fbn_under_undefended_sign_flip_has_its_mean_pulled_towards_zero():
     fbn = commit_under(Server(attack="sf", f=N_BYZ), FederatedStats(), x)
     torch.testing.assert_close(fbn.running_mean, 0.4 * ref.running_mean, rtol=1e-10, atol=0.0)
     assert torch.all((fbn.running_mean - ref.running_mean).abs() > 0.5 * ref.running_mean.abs())
+
+
+# --- Hybrid BN (Chen et al., ICML 2025) ------------------------------------------------------
+
+
+def hybrid_pair(running, mix: float):
+    """A HybridBatchNorm2d with make_pair's weights and running statistics, d = ``mix``."""
+    fed, _ = make_pair(running)
+    hybrid = HybridBatchNorm2d(C, eps=EPS).double()
+    hybrid.load_state_dict({**fed.state_dict(), "mix": torch.full((C,), mix)})
+    bn_layers(hybrid)
+    return hybrid, fed
+
+
+def test_hybrid_bn_at_start_mixes_global_and_batch_statistics_half_and_half():
+    """d = 0, so a = 0.5: client i's values are normalized with 0.5 G + 0.5 (its batch mean,
+    biased variance), written here per client from the values (with the gradient that flows
+    through the batch part: compared by autograd of this formula)."""
+    x = client_batches().requires_grad_(True)
+    hybrid, _ = hybrid_pair(NONTRIVIAL, 0.0)
+    out, ctx = fed_forward(hybrid, x, HybridStats())
+    values = per_client(x)  # (n, C, K)
+    mean = 0.5 * NONTRIVIAL[0] + 0.5 * values.mean(-1)
+    var = 0.5 * NONTRIVIAL[1] + 0.5 * values.var(-1, correction=0)
+    xs = x.reshape(N_CLIENTS, B, C, H, W)
+    shape = (N_CLIENTS, 1, C, 1, 1)
+    want = ((xs - mean.view(shape)) / torch.sqrt(var.view(shape) + EPS)
+            * hybrid.weight.view(1, 1, C, 1, 1) + hybrid.bias.view(1, 1, C, 1, 1))
+    torch.testing.assert_close(out, want.reshape(x.shape), rtol=1e-12, atol=1e-12)
+    r = torch.randn(x.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    (g_layer,) = torch.autograd.grad((out * r).sum(), x)
+    (g_want,) = torch.autograd.grad((want.reshape(x.shape) * r).sum(), x)
+    torch.testing.assert_close(g_layer, g_want, rtol=1e-10, atol=1e-12)
+    # it reports as FBN does (the server step is FBN's, over a round's pooled rows)
+    fbn, _ = make_pair(NONTRIVIAL)
+    bn_layers(fbn)
+    _, fbn_ctx = fed_forward(fbn, x, FederatedStats())
+    for stat in ("mean", "var"):
+        torch.testing.assert_close(getattr(ctx.reports[hybrid.key], stat),
+                                   getattr(fbn_ctx.reports[fbn.key], stat), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("mix", "reference"), [(-40.0, FederatedStats()), (40.0, BatchStats())],
+                         ids=["a_to_0_frozen_global", "a_to_1_plain_bn"])
+def test_hybrid_bn_limits_are_frozen_global_bn_and_plain_bn(mix, reference):
+    """a -> 0: normalizing with the global statistics alone, as FBN / FixBN's frozen stage do
+    (no gradient through them); a -> 1: each client's plain BatchNorm. Outputs and input
+    gradients agree with those layers' (sigmoid(-40) ~ 4e-18)."""
+    x = client_batches().requires_grad_(True)
+    hybrid, fed = hybrid_pair(NONTRIVIAL, mix)
+    out, _ = fed_forward(hybrid, x, HybridStats())
+    want, _ = fed_forward(fed, x, reference)
+    torch.testing.assert_close(out, want, rtol=1e-9, atol=1e-9)
+    r = torch.randn(x.shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    (g_out,) = torch.autograd.grad((out * r).sum(), x)
+    (g_want,) = torch.autograd.grad((want * r).sum(), x)
+    torch.testing.assert_close(g_out, g_want, rtol=1e-8, atol=1e-9)
+
+
+def test_hybrid_bn_server_step_is_the_smoothed_pooled_union_of_every_batch_by_hand():
+    """The server's step over a round of E = 2 steps of n clients (the engine passes nE as n):
+    mean <- (1-beta) G + beta * mean of all nEK values, var <- (1-beta) G_var + beta * their
+    unbiased variance: computed here from the concatenated values themselves."""
+    E = 2
+    batches = [client_batches(seed=s) for s in (0, 1)]
+    hybrid, _ = hybrid_pair(NONTRIVIAL, 0.0)
+    layers = bn_layers(hybrid)
+    reports = []
+    for x in batches:
+        ctx = NormContext(HybridStats(), N_CLIENTS, N_CLIENTS * E, BETA)
+        with norm_context(ctx):
+            hybrid(x)
+        reports.append(ctx.reports[hybrid.key])
+    pooled = Stats(torch.cat([r.mean for r in reports]), torch.cat([r.var for r in reports]))
+    commit_stats(layers, {hybrid.key: pooled}, HybridStats(), N_CLIENTS * E, BETA)
+    values = torch.cat([per_channel(x) for x in batches], dim=1)  # (C, nEK)
+    torch.testing.assert_close(hybrid.running_mean,
+                               (1 - BETA) * NONTRIVIAL[0] + BETA * values.mean(1),
+                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(hybrid.running_var,
+                               (1 - BETA) * NONTRIVIAL[1] + BETA * values.var(1, correction=1),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_hybrid_bn_evaluates_with_the_global_statistics():
+    x = client_batches()
+    hybrid, fed = hybrid_pair(NONTRIVIAL, 1.5)
+    torch.testing.assert_close(hybrid.eval()(x), fed.eval()(x), rtol=0, atol=0)

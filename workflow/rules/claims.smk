@@ -1,5 +1,6 @@
 rule claims:
-    """The claims ledger: each paper number beside ours, with a verdict (fednorm.claims)."""
+    """The claims ledgers: each paper number beside ours, with a verdict (fednorm.claims), and
+    each claim in words with a verdict that knows the seed noise (fednorm.claims_words)."""
     input:
         summary=PLAN.paths.summary(),
         claims=PLAN.claims,
@@ -7,7 +8,8 @@ rule claims:
         reported(ledger_files(PLAN)),
     params:
         claims=CLAIMS,
-        stem=output_stem,  # figures/claims: the outputs' stem
+        stem=output_stem,  # figures/claims: the numbers' stem
+        words_stem=lambda wildcards, output: os.path.splitext(output[-1])[0],  # claims_words
     log:
         f"{RESULTS}/logs/claims.log",
     conda:

@@ -1,13 +1,17 @@
-"""Snakemake script: the claims ledger from the summary (logic in fednorm.claims)."""
+"""Snakemake script: the claims ledgers from the summary, the numbers' and the words' (logic in
+fednorm.claims and fednorm.claims_words)."""
 import logging
 
 import pandas as pd
 
 from fednorm.claims import write_ledger
+from fednorm.claims_words import write_words
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
 summary = pd.read_csv(snakemake.input.summary)  # noqa: F821
-paths = write_ledger(snakemake.params.claims, summary, snakemake.params.stem)  # noqa: F821
+claims = snakemake.params.claims  # noqa: F821
+paths = write_ledger(claims.numbers, summary, snakemake.params.stem)  # noqa: F821
+paths += write_words(claims.words, summary, snakemake.params.words_stem)  # noqa: F821
 if sorted(map(str, paths)) != sorted(snakemake.output):  # noqa: F821
     raise RuntimeError(f"wrote {paths}, the rule declares {list(snakemake.output)}")  # noqa: F821
 logging.info("wrote %s", [str(p) for p in paths])

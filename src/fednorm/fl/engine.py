@@ -111,7 +111,7 @@ from fednorm import rng
 from fednorm.config import CLIENT_MOMENTA, RunConfig
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import Dynamics
-from fednorm.fl.optim import momentum_step
+from fednorm.fl.optim import adaptive_clip, momentum_step
 from fednorm.fl.participation import participant_mask, participation_keys
 from fednorm.norms import (
     BatchStats,
@@ -221,6 +221,13 @@ class _Trainer:
         self.model = models[0]  # the template that functional_call runs
         self.layers = bn_layers(self.model)
         self.names = [name for name, _ in self.model.named_parameters()]
+        # what adaptive gradient clipping needs: each parameter's unit (all dimensions but its
+        # first) and the classifier's parameters (the last nn.Linear, by type), never clipped
+        self.unit_dims = {name: p.dim() - 1 for name, p in self.model.named_parameters()}
+        linears = [m for m in self.model.modules() if isinstance(m, nn.Linear)]
+        self.classifier = ({f"{name}.{p}" for name, m in self.model.named_modules()
+                            if m is linears[-1] for p, _ in m.named_parameters(recurse=False)}
+                           if linears else set())
         self.stat_names = [f"{la.key}.{s}" for la in self.layers
                            for s in ("running_mean", "running_var")]
         params = [dict(m.named_parameters()) for m in models]
@@ -232,9 +239,10 @@ class _Trainer:
             momenta={k: self._zero_momentum(p) for k, p in stacked.items()},
         )
         first = stacked[self.names[0]]
-        # Per-run learning rates (the schedule's milestones are shared), (R, len(lr)), in the
+        # Per-run learning rates, lr x lr_scale (the milestones are shared), (R, len(lr)), in the
         # parameters' dtype so that a float64 run is not stepped with float32-rounded rates.
-        self.lrs = torch.tensor([c.lr for c in cfgs], device=first.device, dtype=first.dtype)
+        self.lrs = torch.tensor([[v * c.lr_scale for v in c.lr] for c in cfgs],
+                                device=first.device, dtype=first.dtype)
         self.dropout_keys = rng.fold(rng.run_key(torch.tensor([c.seed for c in cfgs]),
                                                  first.device),
                                      rng.DROPOUT)
@@ -307,12 +315,12 @@ class _Trainer:
                         t.copy_(tensors[k][r])
 
     def forward_fn(self, rule: StatRule | None, n_groups: int, beta: float,
-                   record: bool = False) -> Callable:
+                   record: bool = False, union_clients: int | None = None) -> Callable:
         """One run's training-mode forward: (params, stats, x, key[, n_union]) -> (log-probs,
         reports, batches); ``n_union`` (a 0-dim tensor: the round's participants) replaces
         n_clients as the n of the rules' Kn/(Kn-1). ``batches`` holds each layer's raw
         mini-batch statistics per client when ``record``, else nothing."""
-        model, n = self.model, self.n
+        model, n = self.model, union_clients or self.n
 
         def forward(params: dict[str, Tensor], stats: dict[str, Tensor], x: Tensor,
                     key: Tensor, n_union: Tensor | None = None
@@ -326,14 +334,15 @@ class _Trainer:
 
         return forward
 
-    def grad_fn(self, rule: StatRule | None, n_groups: int, loss_scale: float = 1.0
-                ) -> Callable:
+    def grad_fn(self, rule: StatRule | None, n_groups: int, loss_scale: float = 1.0,
+                union_clients: int | None = None) -> Callable:
         """One run's (or client's) gradient: (params, stats, x, y, key) -> (grads, (loss,
         reports, batches)); the loss is the mean over the batch (= the mean of the clients'
         losses), differentiated times ``loss_scale``; ``batches``: see :meth:`forward_fn`
-        (recorded when the run has a recorder)."""
+        (recorded when the run has a recorder); ``union_clients``: the n of the rules'
+        Kn/(Kn-1) when not n_clients (Hybrid BN's pool of a round's nE batches)."""
         forward = self.forward_fn(rule, n_groups, self.cfg.bn_momentum,
-                                  record=self.dynamics is not None)
+                                  record=self.dynamics is not None, union_clients=union_clients)
 
         def loss_fn(params, stats, x, y, key, *n_union):
             out, reports, batches = forward(params, stats, x, key, *n_union)
@@ -342,28 +351,39 @@ class _Trainer:
 
         return grad(loss_fn, has_aux=True)
 
-    def _optimize(self, params: list[Tensor], grads: list[Tensor], momenta: list[Tensor],
+    def _optimize(self, names: list[str], params: dict[str, Tensor], grads: dict[str, Tensor],
                   step: int) -> None:
+        """The optimizer step of the parameters ``names`` (stacked per run, or per run and
+        client), after adaptive gradient clipping when the normalizer asks for it (FedWon):
+        unit-wise per output unit (the template's first dimension; every run and client
+        clipped on its own), the classifier excluded (Brock et al. 2021, §4.1)."""
+        lam = self.normalizer.agc
+        clipped = {k: adaptive_clip(grads[k], params[k], lam, self.unit_dims[k])
+                   if lam is not None and k not in self.classifier else grads[k]
+                   for k in names}
         k = sum(step >= m for m in self.cfg.lr_milestones)
         momentum_step(
-            params, grads, momenta, lr=self.lrs[:, k], beta=self.cfg.momentum,
+            [params[k] for k in names], [clipped[k] for k in names],
+            [self.state.momenta[k] for k in names], lr=self.lrs[:, k], beta=self.cfg.momentum,
             convention=self.cfg.momentum_convention, weight_decay=self.cfg.weight_decay,
         )
 
     @torch.no_grad()
     def _commit(self, reports: Reports, rule: StatRule, beta: float,
-                mask: Tensor | None = None) -> None:
+                mask: Tensor | None = None, n: int | None = None) -> None:
         """Every run's server aggregates its clients' (R, n, C) reports into its statistics;
-        with a participation ``mask`` (R, n), those of the participants only."""
+        with a participation ``mask`` (R, n), those of the participants only; ``n``: the rows
+        when not n_clients (a pool of several steps' reports)."""
         if not self.layers:
             return
         K = {la.key: la.elements_per_client for la in self.layers}
+        rows = n or self.n
 
         def aggregate(rep: Reports, which: Tensor) -> Reports:
             """One run: its own server's aggregation, which = its index in self.servers."""
-            out = aggregate_reports(rep, K, rule, self.n, beta, self.servers[0])
+            out = aggregate_reports(rep, K, rule, rows, beta, self.servers[0])
             for i, server in enumerate(self.servers[1:], start=1):
-                other = aggregate_reports(rep, K, rule, self.n, beta, server)
+                other = aggregate_reports(rep, K, rule, rows, beta, server)
                 out = tree_map(lambda a, b, i=i: torch.where(which == i, b, a), out, other)
             return out
 
@@ -408,8 +428,7 @@ class _Trainer:
                                                rng.fold(self.dropout_keys, t))
         if self.dynamics is not None:
             self.dynamics.observe_step(batches, self.state.stats)
-        self._optimize([params[k] for k in names], [grads[k] for k in names],
-                       [self.state.momenta[k] for k in names], t)
+        self._optimize(names, params, grads, t)
         if self.layers:
             with self._observed_round():
                 self._commit(reports, rule, self.cfg.bn_momentum)
@@ -519,9 +538,14 @@ class FedAvg(_Trainer):
         for k, own in self.local.items():  # personalized BN: each client's own parts
             (params if k in params else stats)[k] = own.clone()
         part = self.participants(first_step)  # (R, n) or None: every client takes part
-        if part is None:
-            step = over_runs(vmap(self.grad_fn(rule, 1)), R)
+        # Hybrid BN: the statistics stay the round's global ones; every step's reports pooled
+        pool: list[Reports] | None = [] if rule is not None and rule.pools_round else None
+        if pool is not None:  # the union of the round's nE batches (fednorm.config: full part.)
+            step = over_runs(vmap(self.grad_fn(rule, 1, union_clients=n * E)), R)
             extra: tuple[Tensor, ...] = ()
+        elif part is None:
+            step = over_runs(vmap(self.grad_fn(rule, 1)), R)
+            extra = ()
         else:  # the run's m (shared by its clients) is the n of the rules' Kn/(Kn-1)
             step = over_runs(vmap(self.grad_fn(rule, 1), in_dims=(0, 0, 0, 0, 0, None)), R)
             extra = (self.part_count,)
@@ -532,23 +556,25 @@ class FedAvg(_Trainer):
         total = torch.zeros(R, device=self.dropout_keys.device)
         for e in range(E):
             total = total + self._local_step(step, extra, params, stats, first_step + e, names,
-                                             part)
+                                             part, pool)
         if part is not None:
             for k, m in self.state.momenta.items():
                 m.copy_(torch.where(part.view(R, n, *[1] * (m.dim() - 2)), m, before[k]))
         for k, own in self.local.items():  # kept by the clients, never averaged
             own.copy_(params[k] if k in params else stats[k])
-        self._aggregate(params, stats, rule, part, set(names) - set(self.local))
+        self._aggregate(params, stats, rule, part, set(names) - set(self.local), pool)
         self.end_round(part)
         return total
 
     def _local_step(self, step: Callable, extra: tuple[Tensor, ...],
                     params: dict[str, Tensor], stats: dict[str, Tensor], t: int,
-                    names: list[str], part: Tensor | None) -> Tensor:
+                    names: list[str], part: Tensor | None,
+                    pool: list[Reports] | None = None) -> Tensor:
         """Local step ``t`` of every client of every run, each on its own batch with its own
         weights (``step``: vmap over clients of the gradient); updates the clients' ``params``
-        and running ``stats`` (R, n, ...) in place; returns the (R,) mean loss of the clients
-        (of the participants ``part``)."""
+        and running ``stats`` (R, n, ...) in place (with a ``pool``, the statistics stay and
+        the reports are appended to it); returns the (R,) mean loss of the clients (of the
+        participants ``part``)."""
         R, n, b = self.runs, self.n, self.cfg.batch_size
         x, y = self.batches.sample(t)
         keys = rng.fold(self.dropout_keys[:, None], t, self.clients)  # (R, n)
@@ -557,8 +583,11 @@ class FedAvg(_Trainer):
         if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
             self.dynamics.observe_step({k: (m.squeeze(2), v.squeeze(2))
                                         for k, (m, v) in batches.items()}, self.state.stats)
-        self._optimize([params[k] for k in names], [grads[k] for k in names],
-                       [self.state.momenta[k] for k in names], t)
+        self._optimize(names, params, grads, t)
+        if pool is not None:
+            pool.append({key: (mean.squeeze(2), var.squeeze(2))
+                         for key, (mean, var) in reports.items()})
+            reports = {}
         for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
             stats[f"{key}.running_mean"] = mean.squeeze(2)
             stats[f"{key}.running_var"] = var.squeeze(2)
@@ -589,12 +618,21 @@ class FedAvg(_Trainer):
     @torch.no_grad()
     def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
                    rule: StatRule | None, part: Tensor | None = None,
-                   trained: set[str] | None = None) -> None:
+                   trained: set[str] | None = None, pool: list[Reports] | None = None) -> None:
         """The server's round: parameters (the participants' ``part`` only, when given; those
-        not ``trained`` this round keep their global value exactly), then BN statistics."""
+        not ``trained`` this round keep their global value exactly), then BN statistics: from
+        the clients' running ``stats``, or from the ``pool`` of every local step's reports
+        (Hybrid BN: E lists of (R, n, C) -> the rule over (R, nE, C) rows, n -> nE, smoothed
+        once with bn_momentum)."""
         self._average_params(params, part, set(self.names) if trained is None else trained)
         if not self.layers or self.normalizer.static or "stats" in self.normalizer.local:
             return  # nothing to aggregate: no running statistics, or the clients keep theirs
+        if pool is not None:
+            pooled = {key: (torch.cat([p[key][0] for p in pool], 1),
+                            torch.cat([p[key][1] for p in pool], 1)) for key in pool[0]}
+            with self._observed_round():
+                self._commit(pooled, rule, self.cfg.bn_momentum, n=self.n * len(pool))
+            return
         reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
                    for la in self.layers}
         # After E local updates a client's running mean has moved by 1 - (1 - beta)^E towards
@@ -714,12 +752,14 @@ def make_trainer(
 ) -> _Trainer:
     """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise (and whenever
     the server needs each client's update: ``attack_updates``; or the clients' own state under
-    partial participation: ``participation`` < 1). ``cfgs`` share a bundle key; ``models``
+    partial participation: ``participation`` < 1; or each client's own gradient, clipped by
+    itself: FedWon's adaptive clipping, which the mean of the clients' gradients would not
+    reproduce). ``cfgs`` share a bundle key; ``models``
     are their initialized models, one per run."""
     cfg = cfgs[0]
     if normalizer.clientwise:  # FedTAN: one forward over all clients' stacked batches
         return FedTAN(cfgs, models, normalizer, batches)
     fedavg = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
-              or bool(normalizer.local) or normalizer.static)
+              or bool(normalizer.local) or normalizer.static or normalizer.agc is not None)
     cls = FedAvg if force_fedavg or fedavg else DSGD
     return cls(cfgs, models, normalizer, batches)

@@ -26,6 +26,7 @@ from torch.func import functional_call, vmap
 from fednorm import rng
 from fednorm.config import RunConfig, bundle_key
 from fednorm.data import Arrays
+from fednorm.data.arrays import hold_out
 from fednorm.data.augment import augment_for
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
@@ -36,7 +37,8 @@ from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
 METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
-                  "norm_error_var", *QUANTITIES, "comm_rounds", "local_test_accuracy")
+                  "norm_error_var", *QUANTITIES, "comm_rounds", "local_test_accuracy",
+                  "val_accuracy")
 LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
 DYNAMICS_COLUMNS = ("step", "layer", *QUANTITIES)  # fednorm.fl.dynamics, when recorded
 EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
@@ -121,7 +123,7 @@ def train_bundle(
     The models take the data's floating dtype (float32; float64 for exact comparisons)."""
     _check_bundle(cfgs)
     cfg, device = cfgs[0], torch.device(device)
-    data = data.to(device)
+    data = hold_out(data, cfg.val_fraction).to(device)  # val_fraction: a bundle_key field
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)  # model initialization, as the run alone would have it
@@ -204,9 +206,13 @@ class _Loop:
             trainer.static_statistics(self.data.train_x)
         acc, test_loss, local_acc = evaluate(trainer, self.data.test_x, self.data.test_y,
                                              self.label_dist)
+        val_acc = acc.new_full((trainer.runs,), math.nan)  # no validation set held out
+        if self.data.val_x is not None:
+            val_acc, _, _ = evaluate(trainer, self.data.val_x, self.data.val_y, self.label_dist)
         trained = torch.isfinite(train_loss) | (step == 0)
         test_loss = torch.where(trained, test_loss, math.nan)
         acc = torch.where(torch.isfinite(test_loss), acc, math.nan)  # argmax over NaN: no acc
+        val_acc = torch.where(torch.isfinite(test_loss), val_acc, math.nan)
         # the BN layers of a global model (FedBN, SiloBN: the clients keep their statistics)
         measured = [] if "stats" in trainer.normalizer.local else trainer.layers
         mean_err = var_err = acc.new_zeros(trainer.runs, 0)  # no BN layer: nothing to measure
@@ -221,8 +227,9 @@ class _Loop:
         self.mean_accuracy = _mean([a for a in accuracies if math.isfinite(a)])
         local_acc = torch.where(torch.isfinite(test_loss), local_acc, math.nan)
         columns = zip(self.active, accuracies, test_loss.tolist(), train_loss.tolist(),
-                      mean_err.tolist(), var_err.tolist(), local_acc.tolist(), strict=True)
-        for r, (i, a, tl, trl, me, ve, la) in enumerate(columns):
+                      mean_err.tolist(), var_err.tolist(), local_acc.tolist(), val_acc.tolist(),
+                      strict=True)
+        for r, (i, a, tl, trl, me, ve, la, va) in enumerate(columns):
             result = self.results[i]
             result.layer_rows += [{"step": step, "layer": name, "mean_error": m, "var_error": v}
                                   for name, m, v in zip(names, me, ve, strict=True)]
@@ -238,7 +245,8 @@ class _Loop:
             result.rows.append(dict(
                 step=step, test_accuracy=a, test_loss=tl, train_loss=trl,
                 norm_error_mean=_mean(me), norm_error_var=_mean(ve), **totals,
-                comm_rounds=trainer.communication_rounds(step), local_test_accuracy=la))
+                comm_rounds=trainer.communication_rounds(step), local_test_accuracy=la,
+                val_accuracy=va))
         ok = torch.isfinite(test_loss) & trained
         if bool(ok.all()):
             return True

@@ -26,11 +26,12 @@ def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
         return FixupResNet20(cfg.width, n_classes)
     if cfg.model == "fbn_cnn":
         model = FBNCNN(norm, cfg.width, cfg.hidden, cfg.dropout, cfg.image_size, n_classes,
-                       conv=conv)
+                       conv=conv, feature_norm=cfg.feature_norm)
     elif cfg.model == "lenet":
-        model = LeNet(norm, cfg.width, cfg.image_size, n_classes, conv=conv)
+        model = LeNet(norm, cfg.width, cfg.image_size, n_classes, conv=conv,
+                      feature_norm=cfg.feature_norm)
     elif cfg.model == "resnet18":
-        model = ResNet18(norm, cfg.width, n_classes)
+        model = ResNet18(norm, cfg.width, n_classes, feature_norm=cfg.feature_norm)
     else:
-        model = ResNet20(norm, cfg.width, n_classes, conv=conv)
+        model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=cfg.feature_norm)
     return clientwise(model) if normalizer.clientwise else model

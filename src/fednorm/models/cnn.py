@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from fednorm.models.dropout import KeyedDropout
+from fednorm.norms import feature_normalization
 
 
 class FBNCNN(nn.Module):
@@ -27,6 +28,7 @@ class FBNCNN(nn.Module):
         n_classes: int = 10,
         in_channels: int = 3,
         conv: Callable[..., nn.Conv2d] = nn.Conv2d,
+        feature_norm: bool = False,
     ) -> None:
         super().__init__()
         w1, w2 = width, 2 * width
@@ -40,7 +42,8 @@ class FBNCNN(nn.Module):
         )
         flat = w2 * (image_size // 4) ** 2
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, n_classes)
+            nn.Flatten(), nn.Linear(flat, hidden), nn.ReLU(), *feature_normalization(feature_norm),
+            nn.Linear(hidden, n_classes)
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -33,6 +33,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from fednorm.norms import feature_normalization
+
 
 def _pooled(size: int) -> int:
     """Side after one 3x3 stride-2 pooling in ceil mode, no padding."""
@@ -48,6 +50,7 @@ class LeNet(nn.Module):
         n_classes: int = 10,
         in_channels: int = 3,
         conv: type[nn.Conv2d] = nn.Conv2d,
+        feature_norm: bool = False,
     ) -> None:
         super().__init__()
         w1, w2 = width, 2 * width
@@ -67,7 +70,8 @@ class LeNet(nn.Module):
             conv(w1, w1), norm(w1), nn.ReLU(), pool(nn.AvgPool2d),
             conv(w1, w2), norm(w2), nn.ReLU(), pool(nn.AvgPool2d),
         )
-        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(w2 * side * side, n_classes))
+        self.classifier = nn.Sequential(nn.Flatten(), *feature_normalization(feature_norm),
+                                        nn.Linear(w2 * side * side, n_classes))
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.log_softmax(self.classifier(self.features(x)), dim=1)

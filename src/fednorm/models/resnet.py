@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fednorm.norms import feature_normalization
+
 
 def option_a_shortcut(x: Tensor, stride: int, pad: int) -> Tensor:
     """Option A: subsample by ``stride`` and pad ``pad`` zero channels (half on each side)."""
@@ -54,6 +56,7 @@ class ResNet20(nn.Module):
         in_channels: int = 3,
         blocks_per_stage: int = 3,
         conv: Callable[..., nn.Conv2d] = nn.Conv2d,
+        feature_norm: bool = False,
     ) -> None:
         super().__init__()
         self.stem = nn.Sequential(
@@ -67,8 +70,9 @@ class ResNet20(nn.Module):
                 layers.append(BasicBlock(c_in, c_out, stride, norm, conv))
                 c_in = c_out
         self.stages = nn.Sequential(*layers)
+        self.feature_norm = nn.Sequential(*feature_normalization(feature_norm))  # FedFN
         self.head = nn.Linear(c_in, n_classes)
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.stages(self.stem(x))
-        return torch.log_softmax(self.head(x.mean(dim=(2, 3))), dim=1)
+        return torch.log_softmax(self.head(self.feature_norm(x.mean(dim=(2, 3)))), dim=1)

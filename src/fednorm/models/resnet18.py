@@ -12,6 +12,8 @@ stride 2) at every input size, Tiny-ImageNet's 64×64 included: the FixBN paper 
 A.1), whose ResNet-18 is torchvision's, unmodified; it names no CIFAR-style stem. At 64×64 the
 last stage then sees 2×2 pixels (16× less compute than a stride-1 stem without max-pooling).
 
+``feature_norm`` puts FedFN's unit-norm scaling (parameter-free) before the classifier.
+
 Initialization as torchvision's: convolutions Kaiming-normal (fan-out, ReLU gain); normalization
 layers keep their own (weight 1, bias 0); the classifier is PyTorch's default ``nn.Linear``.
 """
@@ -23,6 +25,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 from torchvision.models.resnet import BasicBlock
+
+from fednorm.norms import feature_normalization
 
 BLOCKS_PER_STAGE = (2, 2, 2, 2)
 
@@ -40,7 +44,7 @@ def _stage(c_in: int, c_out: int, stride: int, norm: Callable[[int], nn.Module])
 
 class ResNet18(nn.Module):
     def __init__(self, norm: Callable[[int], nn.Module], width: int = 64,
-                 n_classes: int = 1000, in_channels: int = 3) -> None:
+                 n_classes: int = 1000, in_channels: int = 3, feature_norm: bool = False) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, width, 7, stride=2, padding=3, bias=False)
         self.bn1 = norm(width)  # torchvision's name, whatever the normalizer
@@ -51,6 +55,7 @@ class ResNet18(nn.Module):
         for k, c_out in enumerate(widths):
             setattr(self, f"layer{k + 1}", _stage(c_in, c_out, 1 if k == 0 else 2, norm))
             c_in = c_out
+        self.feature_norm = nn.Sequential(*feature_normalization(feature_norm))  # FedFN
         self.fc = nn.Linear(c_in, n_classes)
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
@@ -59,4 +64,4 @@ class ResNet18(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return torch.log_softmax(self.fc(x.mean(dim=(2, 3))), dim=1)
+        return torch.log_softmax(self.fc(self.feature_norm(x.mean(dim=(2, 3)))), dim=1)

@@ -19,13 +19,21 @@
 | `silobn`  | FedBatchNorm2d                  | BatchStats; statistics local             |
 | `heterofl_sbn` | FedBatchNorm2d             | BatchStats; no running statistics: one   |
 |           |                                 | pass over the training data before tests |
+| `hybridbn`| HybridBatchNorm2d               | HybridStats: (1-a) global + a batch; the |
+|           |                                 | server pools the round's batches         |
+| `fedwon`  | none (ScaledWSConv2d convs)     | none; adaptive gradient clipping (agc)   |
+| `none`    | none                            | none (no normalization at all)           |
+
+Any normalizer may add FedFN's feature normalization (``feature_norm``: the penultimate feature
+at unit norm, fednorm.norms.per_sample.FeatureNorm; the models place it before the classifier);
+FedFN itself is ``none`` with it.
 
 The four questions (fednorm.norms.rules) for the BN family are answered by its rule. The
 others (rule None) answer them alike: (1) a client normalizes each sample with that sample's
 own statistics (GN, LN, IN; GN+WS also standardizes each conv weight per output channel) or not
-at all (Fixup); (2) it reports nothing; (3) the server aggregates nothing beyond the parameters,
-which it averages like any weight; (4) the global model normalizes a test image exactly as
-training did, with that image's own statistics (there is no train/test mismatch to fix).
+at all (Fixup, FedWon, none); (2) it reports nothing; (3) the server aggregates nothing beyond
+the parameters, which it averages like any weight; (4) the global model normalizes a test image
+exactly as training did, with that image's own statistics (no train/test mismatch to fix).
 
 FixBN's variants (``fixbn_fix``; the FixBN paper's Table H) answer one more question, which
 parameters stop training from T*: :meth:`Normalizer.frozen_params_at` names the affine weight
@@ -64,6 +72,14 @@ alone cannot reach the convolutions. WS applies to every convolution of FBNCNN a
 each of them feeds a normalization layer. ``make_layer`` None means a normalization-free
 network: fednorm.models.build_model builds FixupResNet20 (the config allows it with
 ``model: resnet20`` only).
+
+FedWon (``fedwon``; Zhuang & Lyu, ICLR 2024, "FedWon: Triumphing Multi-domain Federated Learning
+Without Normalization") answers them as a network without normalization: no layer normalizes
+(``make_layer`` gives identities), every convolution is a ScaledWSConv2d, and one more answer,
+to how a client steps: ``agc`` is the lambda of adaptive gradient clipping (Brock et al. 2021,
+fednorm.fl.optim.adaptive_clip), applied by the engine to every parameter but the classifier's
+(the model's last nn.Linear, selected by type), before the momentum step. Hybrid BN
+(``hybridbn``): fednorm.norms.rules.HybridStats.
 """
 
 from __future__ import annotations
@@ -76,12 +92,21 @@ from fractions import Fraction
 from torch import nn
 
 from fednorm.config import RunConfig
-from fednorm.norms.layer import FedBatchNorm2d, NormContext, norm_context
-from fednorm.norms.per_sample import InstanceNorm2d, LayerNorm2d, WSConv2d, standardize_weight
+from fednorm.norms.layer import FedBatchNorm2d, HybridBatchNorm2d, NormContext, norm_context
+from fednorm.norms.per_sample import (
+    FeatureNorm,
+    InstanceNorm2d,
+    LayerNorm2d,
+    ScaledWSConv2d,
+    WSConv2d,
+    scaled_standardize_weight,
+    standardize_weight,
+)
 from fednorm.norms.rules import (
     BatchStats,
     FederatedStats,
     FrozenStats,
+    HybridStats,
     StatRule,
     Stats,
     UnionStats,
@@ -89,21 +114,27 @@ from fednorm.norms.rules import (
 
 __all__ = [
     "BatchStats",
+    "FeatureNorm",
     "FedBatchNorm2d",
     "FederatedStats",
     "FrozenStats",
+    "HybridBatchNorm2d",
+    "HybridStats",
     "InstanceNorm2d",
     "LayerNorm2d",
     "NormContext",
     "Normalizer",
+    "ScaledWSConv2d",
     "StatRule",
     "Stats",
     "UnionStats",
     "WSConv2d",
     "bn_layers",
+    "feature_normalization",
     "fixbn_freeze_step",
     "norm_context",
     "normalizer_for",
+    "scaled_standardize_weight",
     "standardize_weight",
 ]
 
@@ -118,6 +149,7 @@ class Normalizer:
     clientwise: bool = False  # layers take client-stacked weights (FedTAN's one forward pass)
     local: tuple[str, ...] = ()  # BN parts each client keeps: "stats", "affine" (personalized)
     static: bool = False  # no running statistics in training; one pass before each test
+    agc: float | None = None  # adaptive gradient clipping's lambda (FedWon); None: no clipping
 
     def frozen_params_at(self, step: int, model: nn.Module) -> frozenset[str]:
         """Names (as in ``model.named_parameters()``) of the parameters that do not train
@@ -135,6 +167,11 @@ def _no_rule(step: int) -> None:
     return None
 
 
+def _identity(channels: int) -> nn.Module:
+    """No normalization layer (FedWon, none): the models' norm slots stay empty."""
+    return nn.Identity()
+
+
 def normalizer_for(cfg: RunConfig) -> Normalizer:
     """The normalizer a run config names."""
     eps = cfg.bn_eps
@@ -144,10 +181,13 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
         "ln": (lambda c: LayerNorm2d(c, eps=eps), nn.Conv2d),
         "in": (lambda c: InstanceNorm2d(c, eps=eps), nn.Conv2d),
         "fixup": (None, nn.Conv2d),
+        "none": (_identity, nn.Conv2d),
+        "fedwon": (_identity, ScaledWSConv2d),
     }
     if cfg.normalizer in per_sample:
         make_layer, conv = per_sample[cfg.normalizer]
-        return Normalizer(cfg.normalizer, make_layer, _no_rule, conv)
+        agc = cfg.agc_lambda if cfg.normalizer == "fedwon" else None
+        return Normalizer(cfg.normalizer, make_layer, _no_rule, conv, agc=agc)
     make_bn = lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps)  # noqa: E731
     own_batch = {"fedbn": {"local": ("stats", "affine")}, "silobn": {"local": ("stats",)},
                  "heterofl_sbn": {"static": True}}
@@ -155,6 +195,10 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
         batch = BatchStats()
         return Normalizer(cfg.normalizer, make_bn, lambda step: batch,
                           **own_batch[cfg.normalizer])
+    if cfg.normalizer == "hybridbn":
+        hybrid = HybridStats()
+        return Normalizer(cfg.normalizer, lambda c: HybridBatchNorm2d(c, eps=cfg.bn_eps),
+                          lambda step: hybrid)
     if cfg.normalizer == "fedtan":
         union = UnionStats()
         return Normalizer(cfg.normalizer, lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps),
@@ -188,6 +232,12 @@ def fixbn_freeze_step(cfg: RunConfig) -> int:
     """
     t_star = Fraction(repr(float(cfg.fixbn_freeze))) * cfg.steps
     return cfg.local_steps * math.ceil(t_star / cfg.local_steps)
+
+
+def feature_normalization(on: bool) -> list[nn.Module]:
+    """The modules a model puts between its penultimate feature and its classifier: FedFN's
+    unit-norm scaling (``feature_norm``), or nothing."""
+    return [FeatureNorm()] if on else []
 
 
 def bn_layers(model: nn.Module) -> list[FedBatchNorm2d]:

@@ -107,6 +107,8 @@ class FedBatchNorm2d(nn.Module):
         self.elements_per_client = K
         ctx.reports[self.key] = ctx.rule.report(batch, running, K, ctx.n_clients, ctx.beta)
         mode = ctx.rule.normalize_with
+        if mode == "hybrid":
+            return self._hybrid(xg, running).reshape(x.shape)
         if mode == "running":  # constants: no gradient through the statistics
             return self._affine(xg, running.mean, running.var).reshape(x.shape)
         if (mode == "union" or ctx.n_groups == 1) and self.weight.dim() == 1:
@@ -118,6 +120,10 @@ class FedBatchNorm2d(nn.Module):
             return torch.addcmul(_per_channel(self.bias, xg.dim()), xg,
                                  _per_channel(self.weight, xg.dim())).reshape(x.shape)
         return self._per_client_batch_norm(xg).reshape(x.shape)
+
+    def _hybrid(self, xg: Tensor, running: Stats) -> Tensor:
+        raise RuntimeError(f"normalizer rule 'hybrid' needs a HybridBatchNorm2d, not "
+                           f"{type(self).__name__}")
 
     @torch.no_grad()
     def _client_stats(self, xg: Tensor) -> Stats:
@@ -142,3 +148,22 @@ class FedBatchNorm2d(nn.Module):
         out = F.batch_norm(folded, None, None, self.weight.repeat(g), self.bias.repeat(g),
                            True, 0.0, self.eps)
         return out.reshape(b, g, c, *xg.shape[3:]).transpose(0, 1)
+
+
+class HybridBatchNorm2d(FedBatchNorm2d):
+    """Hybrid BN's layer (fednorm.norms.rules.HybridStats): in training, each client's batch is
+    normalized with (1 - a) running + a batch, per channel, for both the mean and the (biased)
+    variance, a = sigmoid(``mix``), ``mix`` (the paper's d) a parameter initialized at 0 (a =
+    0.5); the gradient flows through the batch statistics, the running ones are constants. Eval
+    mode normalizes with the running (global) statistics, as FedBatchNorm2d does."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5) -> None:
+        super().__init__(num_features, eps)
+        self.mix = nn.Parameter(torch.zeros(num_features))
+
+    def _hybrid(self, xg: Tensor, running: Stats) -> Tensor:
+        dims = (1, *range(3, xg.dim()))
+        var, mean = torch.var_mean(xg, dim=dims, correction=0)  # (g, C), with gradient
+        a = torch.sigmoid(self.mix)
+        return self._affine(xg, (1 - a) * running.mean + a * mean,
+                            (1 - a) * running.var + a * var)

@@ -15,9 +15,22 @@ functions of (parameters, input) and hold no buffers.
   and Weight Standardization"): a convolution whose weight is standardized per output channel
   at every forward, W_hat = (W - mean) / sqrt(var + eps) over (in, kh, kw) (biased variance, as
   the paper's 1/I), before convolving; the stored parameter stays unstandardized.
+- :class:`ScaledWSConv2d` (Brock et al. 2021a, "Characterizing Signal Propagation to Close the
+  Performance Gap in Unnormalized ResNets", §4, Eq. 1; FedWon, Zhuang & Lyu 2024, Eq. 1): the
+  scaled weight standardization of normalization-free networks,
+  W_hat = g * gamma * (W - mean) / (std * sqrt(N)), N = fan-in, std biased, gamma the ReLU gain
+  sqrt(2 / (1 - 1/pi)) (so that a ReLU of unit Gaussians keeps unit variance through it) and g
+  a learnable gain per output channel (init 1).
+- :class:`FeatureNorm` (FedFN, Kim et al. 2023): each sample's feature vector scaled to unit L2
+  norm, as the issue and FedFN's name say. The FedFN baseline in the Hybrid BN authors' code
+  (Hongyao-Chen/HybridBN, FedBaseline/models/Nets.py, SimpleCNN with fn) multiplies the unit
+  vector by sqrt(D) (D: the feature's size); not done here: in a 60-step probe (LeNet, width 4,
+  synthetic 8x8, no other normalizer) the unit norm reached 44 % and the sqrt(D) one 33 %.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -72,3 +85,36 @@ class WSConv2d(nn.Conv2d):
 
     def forward(self, x: Tensor) -> Tensor:
         return self._conv_forward(x, standardize_weight(self.weight), self.bias)
+
+
+# Brock et al. 2021a, §4 and their Appendix: E[relu(z)^2] - E[relu(z)]^2 = (1 - 1/pi) / 2 for
+# z ~ N(0, 1), so gamma^2 * that = 1.
+RELU_GAIN = math.sqrt(2.0 / (1.0 - 1.0 / math.pi))
+
+
+def scaled_standardize_weight(weight: Tensor, gain: Tensor, gamma: float = RELU_GAIN) -> Tensor:
+    """(C_out, C_in, kh, kw) -> gain * gamma * (W - mean) / (std * sqrt(fan_in)) per output
+    channel (``gain``: (C_out,)); :func:`standardize_weight` divided by sqrt(fan_in)."""
+    fan_in = weight[0].numel()
+    scale = gain.view(-1, 1, 1, 1) * (gamma / math.sqrt(fan_in))
+    return standardize_weight(weight) * scale
+
+
+class ScaledWSConv2d(nn.Conv2d):
+    """``nn.Conv2d`` (same signature and init) convolving with
+    :func:`scaled_standardize_weight`; adds the learnable gain ``gain`` (C_out,), init 1."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gain = nn.Parameter(torch.ones(self.out_channels))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._conv_forward(x, scaled_standardize_weight(self.weight, self.gain),
+                                  self.bias)
+
+
+class FeatureNorm(nn.Module):
+    """x (N, D) -> x / max(||x||, eps) per sample (eps 1e-12): unit L2 norm, no parameters."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.normalize(x, dim=1)

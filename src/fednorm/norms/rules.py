@@ -78,8 +78,12 @@ class StatRule:
     """Base: a client normalizes with its batch; the server averages what clients report."""
 
     name = "batch"
-    normalize_with = "batch"  # "batch" | "union" | "running"
+    normalize_with = "batch"  # "batch" | "union" | "running" | "hybrid"
     sends = True  # whether clients send statistics (what Byzantine clients can attack)
+    # False: a client's running statistics follow its reports step by step within a round;
+    # True: they stay the round's global ones, and the server pools the reports of every local
+    # step of the round (Hybrid BN; fednorm.fl.engine.FedAvg.round)
+    pools_round = False
 
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         # Algorithm 1, lines 4-5: unbiased local variance K/(K-1).
@@ -164,3 +168,44 @@ class FrozenStats(StatRule):
                   combine: Combine = mean_rows) -> Stats:
         # Every row is the frozen statistic; averaging n float32 copies could move it by rounding.
         return Stats(reports.mean[0], reports.var[0])
+
+
+class HybridStats(FederatedStats):
+    """Hybrid BN (Chen, Xu, Wu, Kittler, ICML 2025, "Hybrid Batch Normalisation: Resolving the
+    Dilemma of Batch Normalisation in Federated Learning"; arXiv 2505.21877).
+
+    (1) A client normalizes a training batch with a per-channel mixture of the global statistics
+    G and its batch's (mean, biased variance): (1 - a) G + a batch, a = sigmoid(d) with d a
+    learnable parameter (fednorm.norms.layer.HybridBatchNorm2d; the gradient flows through the
+    batch part, G is a constant). (2) Over a round it reports its batches' statistics, moved from
+    G with the smoothing beta as FBN's report is (``report``, unchanged), while G itself stays
+    fixed for the round (``pools_round``). (3) The server pools all clients' batches of the
+    round, count-weighted: with E local steps of n clients, the union of the nE batches of K
+    values each; the smoothed result is
+
+        mean <- (1 - beta) G_mean + beta mean_j m_j,
+        var  <- (1 - beta) G_var + beta N/(N-1) (mean_j v_j + mean_j (m_j - mean_j m_j)^2),
+
+    j over the nE batches, N = nEK: the pooled mean and unbiased pooled variance (law of total
+    variance), which is exactly FBN's aggregation (``FederatedStats.aggregate``) over nE rows
+    with n -> nE; the engine passes nE as the rules' n. (4) The global model normalizes with G.
+
+    What the paper's text leaves open, read in the authors' code (Hongyao-Chen/HybridBN,
+    FedBaseline/models/FedHBN/{MyBNtool,server,clients}.py and FedHBN_main.py), and where we
+    follow the paper rather than the code:
+    - the code's clients compute the reported statistics in a separate forward pass of one
+      batch (64 images) of the *global* model before local training, and report the *mixed*
+      statistics (the mixture above, not the batch's own); we pool the batches that training
+      itself sees (the paper's separation of statistics from learnable parameters is kept: G
+      is fixed through the round and moves only at the server);
+    - the code's server combines count-weighted means and an unbiased pooled variance (N - 1),
+      as here, then smooths with avg_momentum 0.002 (0.998 of the old G); we smooth with the
+      run's ``bn_momentum``; before each test the code recomputes G without smoothing;
+    - the code keeps each client's own mixing parameter d (the server's average is unused), and
+      clips local gradients at norm 10; here d is averaged like every parameter and there is no
+      clipping (the paper describes a shared model).
+    """
+
+    name = "hybridbn"
+    normalize_with = "hybrid"
+    pools_round = True

@@ -2,7 +2,7 @@
 chart's bars, a table's entries): statistics over seeds, the order of each axis, the unit shown.
 
 A cell's number is the mean over its seeds of each run's final value (see
-:func:`fednorm.plots.final.final_stats`); a diverged seed is counted in ``n_diverged`` and left
+:func:`fednorm.results.seed_stats`); a diverged seed is counted in ``n_diverged`` and left
 out of the mean, and the cell is marked with :data:`DIVERGED_MARK`.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from fednorm.plots.final import final_stats
+from fednorm.results import seed_stats
 
 DIVERGED_MARK = "†"
 DIVERGED_NOTE = f"{DIVERGED_MARK} some seeds diverged: mean over the others"
@@ -64,7 +64,7 @@ def cell_stats(
     """
     axes = list(axes)
     order = order or {}
-    stats = final_stats(df, axes, y=y, last=last)
+    stats = seed_stats(df, axes, y=y, last=last)
     if percent(y):
         stats[list(STATS)] *= 100.0
     levels = [axis_order(df[a], order.get(a)) for a in axes]

@@ -1,12 +1,12 @@
 """A metric against training step: mean over seeds, min–max band, and where runs diverged.
 
-Also holds the pieces shared with :mod:`fednorm.plots.final`: statistics over seeds, drawing one
-hue's line and band, divergence marks and the legend.
+Also holds the pieces shared with :mod:`fednorm.plots.final`: drawing one hue's line and band,
+divergence marks and the legend. Statistics over seeds are :mod:`fednorm.results`'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -14,6 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from fednorm.plots import style
+from fednorm.results import over_seeds, require_columns
 
 DIVERGED_COLOUR = "#555555"
 Hue = str | Sequence[str]  # the column(s) that tell the lines apart (see style.lines)
@@ -29,27 +30,13 @@ def hue_keys(hue: Hue) -> list[str]:
     return [hue] if isinstance(hue, str) else list(hue)
 
 
-def require_columns(df: pd.DataFrame, columns: Iterable[str]) -> None:
-    """Raise ValueError naming the columns of ``columns`` missing from ``df``."""
-    missing = [c for c in dict.fromkeys(columns) if c not in df.columns]
-    if missing:
-        raise ValueError(f"missing columns {missing}; have {list(df.columns)}")
-
-
-def summarise_over_seeds(frame: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
-    """Per group of ``keys``: mean, std (ddof=1), min, max and count (n_seeds) of ``value``.
-
-    NaN values are ignored, so ``n_seeds`` counts only the runs that contribute a number.
-    """
-    grouped = frame.groupby(keys, sort=True)[value]
-    stats = grouped.agg(mean="mean", std="std", min="min", max="max", n_seeds="count")
-    return stats.reset_index()
-
-
 def run_ends(df: pd.DataFrame, *, x: str, hue: Hue) -> pd.DataFrame:
-    """One row per run: ``run_id``, its hue column(s), its last ``x`` and whether it diverged."""
-    last = df.sort_values(x, kind="stable").groupby("run_id", sort=True).tail(1)
-    ends = last[["run_id", *hue_keys(hue), x]].copy()
+    """One row per run and hue (a run has several when a hue varies within it, e.g. the layers
+    of fednorm.results.load_norm_error): ``run_id``, the hue column(s), the last ``x`` and
+    whether the run diverged."""
+    keys = ["run_id", *hue_keys(hue)]
+    last = df.sort_values(x, kind="stable").groupby(keys, sort=True, dropna=False).tail(1)
+    ends = last[[*keys, x]].copy()
     ends["diverged"] = last["status"].eq("diverged").to_numpy()
     return ends.reset_index(drop=True)
 
@@ -85,7 +72,7 @@ def curve_data(
     keys = hue_keys(hue)
     df = with_x(df, x)
     require_columns(df, ["run_id", "status", x, y, *keys])
-    stats = summarise_over_seeds(df, [*keys, x], y)
+    stats = over_seeds(df, [*keys, x], y)
     ends = run_ends(df, x=x, hue=keys)
     per_hue = ends.groupby(keys).agg(n_runs=("run_id", "size"), n_diverged=("diverged", "sum"))
     here = ends[ends["diverged"]].groupby([*keys, x]).size().rename("diverged_here")

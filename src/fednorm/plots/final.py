@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -18,46 +17,11 @@ from fednorm.plots.curves import (
     legend_title,
     mark_divergence,
     present_lines,
-    require_columns,
-    summarise_over_seeds,
 )
+from fednorm.results import seed_stats
 
 Scale = Literal["auto", "categorical", "log", "linear"]
 SPAN_RATIO = 20.0
-
-
-def run_finals(df: pd.DataFrame, keys: Sequence[str], *, y: str, last: int = 1) -> pd.DataFrame:
-    """One row per run: ``run_id``, the ``keys`` columns, ``diverged`` and ``final``.
-
-    ``final`` is the mean of the run's last ``last`` non-NaN values of ``y`` (by step); NaN for a
-    diverged run. Raises ValueError when ``last`` < 1 or a run has several values of a key.
-    """
-    if last < 1:
-        raise ValueError(f"last must be >= 1, got {last}")
-    keys = list(keys)
-    require_columns(df, ["run_id", "status", "step", y, *keys])
-    per_run = df.groupby("run_id", sort=True)
-    varying = per_run[keys].nunique(dropna=False).max()
-    if (varying > 1).any():
-        raise ValueError(f"{list(varying[varying > 1].index)} vary within a run")
-    runs = per_run[keys].first()
-    runs["diverged"] = per_run["status"].agg(lambda s: s.eq("diverged").any())
-    measured = df.dropna(subset=[y]).sort_values("step", kind="stable")
-    runs["final"] = measured.groupby("run_id")[y].agg(lambda s: s.tail(last).mean())
-    runs.loc[runs["diverged"], "final"] = np.nan
-    return runs.reset_index()
-
-
-def final_stats(df: pd.DataFrame, keys: Sequence[str], *, y: str, last: int = 1) -> pd.DataFrame:
-    """Per group of ``keys``: ``mean``, ``std``, ``min``, ``max`` over seeds of the runs' final
-    values (see :func:`run_finals`); ``n_seeds`` counts the runs with a final value and
-    ``n_diverged`` the diverged runs (which have none), so a diverged seed is never averaged in.
-    """
-    keys = list(keys)
-    runs = run_finals(df, keys, y=y, last=last)
-    stats = summarise_over_seeds(runs, keys, "final")
-    diverged = runs.groupby(keys)["diverged"].sum().rename("n_diverged").astype(int)
-    return stats.merge(diverged.reset_index(), on=keys, how="left")
 
 
 def final_data(
@@ -68,8 +32,9 @@ def final_data(
     hue: Hue = "normalizer",
     last: int = 1,
 ) -> pd.DataFrame:
-    """Per (hue, x): :func:`final_stats` of ``y``."""
-    return final_stats(df, [*hue_keys(hue), x], y=y, last=last)
+    """Per (hue, x): :func:`fednorm.results.seed_stats` of ``y`` (mean, std, min, max over
+    seeds of the runs' final values, ``n_seeds``, ``n_diverged``)."""
+    return seed_stats(df, [*hue_keys(hue), x], y=y, last=last)
 
 
 def x_scale(values: pd.Series) -> Literal["categorical", "log", "linear"]:

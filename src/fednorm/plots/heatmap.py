@@ -30,8 +30,8 @@ from fednorm.plots.cells import (
     percent,
     value_text,
 )
-from fednorm.plots.curves import require_columns
 from fednorm.plots.save import save_figure
+from fednorm.results import require_columns
 
 VALUE_CMAP = "Blues"
 DIFF_CMAP = "PRGn_r"  # low (A wins) green, high (B wins) purple

@@ -15,9 +15,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fednorm.plots.curves import require_columns
 from fednorm.plots.figure import make_figure
 from fednorm.plots.save import save_figure
+from fednorm.results import require_columns
 
 STAGE_MARKERS = {"before": "o", "after": "+"}  # the paper's "●" and "+"
 STAGE_LABELS = {"before": "before normalization", "after": "after normalization"}

@@ -44,6 +44,11 @@ KNOWN: dict[str, Look] = {
     "fedbn": Look("FedBN", "#e377c2", "h", (0, (1, 2))),
     "silobn": Look("SiloBN", "#8c564b", "p", (0, (3, 2))),
     "heterofl_sbn": Look("HeteroFL (static BN)", "#17becf", "d", (0, (2, 1, 2, 3))),
+    "hybridbn": Look("Hybrid BN", "#e6550d", "8", (0, (4, 2, 1, 2))),
+    "fedwon": Look("FedWon", "#006d2c", "H", (0, (6, 1))),
+    "none": Look("No normalization", "#525252", "x", (0, (1, 3))),
+    "none+fn": Look("FedFN", "#8c6d31", "1", (0, (3, 3))),
+    "bn+fn": Look("BN + FedFN", "#d6616b", "2", (0, (2, 3))),
 }
 FALLBACK_COLOURS = ("#ff7f0e", "#bcbd22", "#7f7f7f", "#a6761d", "#1b9e77", "#e7298a")
 FALLBACK_MARKERS = ("P", "X", "*", "h", "<", ">")

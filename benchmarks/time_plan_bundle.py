@@ -1,0 +1,65 @@
+"""Train and time one bundle of a configured plan, as a Snakemake job would (1 thread): what
+one more experiment costs, from one of its bundles, before adding it to a profile.
+
+    python benchmarks/time_plan_bundle.py config/config.yaml config/quick.yaml \\
+        --experiment tuning --normalizer hybridbn --data-dir data
+
+Picks the first bundle (fednorm.plan.bundles) whose runs all belong to ``--experiment`` and
+have ``--normalizer``; trains it with ``fednorm.run.train_bundle`` into ``--out`` (a temporary
+folder by default); prints the bundle, its wall time (data loading and training, not Python's
+start-up) and each run's lr_scale, split, E and final test and validation accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+import yaml
+
+from fednorm.plan import load_plan, merge
+from fednorm.run import train_bundle
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("configs", nargs="+", help="config/config.yaml [overrides.yaml ...]")
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--normalizer", required=True)
+    parser.add_argument("--data-dir", default="data")
+    parser.add_argument("--out", default=None, help="default: a temporary folder")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    config: dict = {}
+    for name in args.configs:
+        config = merge(config, yaml.safe_load(Path(name).read_text()))
+    plan = load_plan(config)
+    if args.experiment not in plan.experiments:
+        parser.error(f"--experiment {args.experiment!r}; allowed: one of {list(plan.experiments)}")
+    ids = set(plan.experiments[args.experiment])
+    found = [(b, m) for b, m in plan.bundles.items()
+             if set(m) <= ids and plan.runs[m[0]].normalizer == args.normalizer]
+    if not found:
+        parser.error(f"no bundle of {args.experiment!r} with normalizer {args.normalizer!r}")
+    bundle_id, members = found[0]
+    cfgs = [plan.runs[r] for r in members]
+    out = Path(args.out or tempfile.mkdtemp(prefix="time_plan_bundle-"))
+    start = time.perf_counter()
+    statuses = train_bundle(cfgs, [out / c.run_id for c in cfgs], bundle_id=bundle_id,
+                            data_dir=args.data_dir, device="cpu")
+    wall = time.perf_counter() - start
+    print(f"bundle {bundle_id}: {len(cfgs)} runs, {wall:.1f} s wall "
+          f"({args.threads} thread{'s' if args.threads > 1 else ''}), files in {out}")
+    for cfg, status in zip(cfgs, statuses, strict=True):
+        last = pd.read_csv(out / cfg.run_id / "metrics.csv").iloc[-1]
+        print(f"  {cfg.run_id}: lr_scale {cfg.lr_scale:g}, {cfg.regime}, {status}, test "
+              f"{last['test_accuracy']:.4f}, val {last['val_accuracy']:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,692 @@
+"""Qualitative claims: what the papers state in words, judged on our runs with the seed noise.
+
+The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
+:mod:`fednorm.claims`)::
+
+    qualitative:
+      single_seed_spread: 5          # points: the spread assumed when a margin has one seed
+      claims:
+        - id: fixbn-s4-gn-falls-with-E       # unique; names the claim in every message
+          paper: fixbn                       # fbn | fixbn | fedtan
+          source: "§9, (a) fixed 128 epochs" # the section, figure or table
+          words: "... in which GN degrades monotonically ..."   # the paper's sentence, quoted
+          experiment: fixbn_epochs           # a name or a list: the runs it is judged on
+          where: {partition: shards, normalizer: gn}  # keys every compared run has
+          relation: trend                    # greater | best | within | trend
+          over: local_steps                  # trend: the axis, ...
+          direction: decreasing              # ... and the way the value goes along it
+          steps: neighbours                  # trend, optional: neighbours | ends
+          for_each: split                    # optional: the relation holds at each value
+                                             # (a list of columns: at each combination)
+          metric: test_accuracy              # optional, a summary metric (the default)
+          at: final                          # optional: final | max (the best point)
+          note: ""                           # optional
+
+A *group* (``where``, ``a``, ``b``, each of ``others``) maps summary columns (RunConfig keys and
+``scenario``, ``split``, ``regime``) to one value each; ``min`` / ``max`` on a numeric column
+is the smallest / largest value that column takes among the experiment's runs (``local_steps:
+max`` is E = 2500 at paper scale, 25 in the quick profile). The relations, each a *margin*
+per seed that the claim says is positive (in points for an accuracy):
+
+- ``greater``: ``a`` − ``b`` > −slack (``slack`` optional, default 0);
+- ``best``: ``a`` − max(each of ``others``) > −slack (a ranking: a above every other);
+- ``trend``: along ``over`` (its values sorted), each neighbour pair moves the claimed way
+  (``direction``: increasing | decreasing): the larger (or smaller) value's run − the
+  other's > −slack; ``steps: ends`` compares only the smallest value with the largest (a
+  paper that says "falls as E grows" without "monotonically");
+- ``within``: |``a`` − ``b``| ≤ ``delta`` (points): near-equality.
+
+A *unit* is one comparison: one value of ``for_each`` (all of them when it is absent) and, for
+a trend, one neighbour pair. Its runs are paired **by seed** (the same seed is the same
+partition and initialization stream), so the margin m_s of seed s is a difference of two runs
+that share their randomness. Verdict of a unit, with mean m̄ and spread σ (the std of the m_s,
+ddof 1; with a single seed σ is unknown and ``single_seed_spread`` stands in, and the detail
+says '1 seed'):
+
+- sign relations: ``holds`` when m̄ > σ and every m_s > 0; ``contradicted`` when m̄ < −σ and
+  every m_s < 0; else ``inconclusive`` (the margin is within the seed noise, or the seeds
+  disagree);
+- ``within``: ``holds`` when |m̄| + σ ≤ δ; ``contradicted`` when |m̄| − σ > δ; else
+  ``inconclusive``;
+- ``not run``: a compared group has no run in the summary.
+
+**A diverged run** (status ``diverged``) has no value: it is left out of the means and counted
+in the detail. In a sign relation a diverged run on the side the claim says is better is a seed
+*against* the claim (the claim cannot hold; it is contradicted when every seed is against it),
+and a diverged run on the other side is a seed *for* it (it cannot be contradicted); when every
+run of one side diverged the seed counts for the side that did not. In ``within`` a diverged
+run on either side is a seed against equality.
+
+A claim's verdict: ``not run`` when no unit has runs; ``inconclusive`` (refused) when a group's
+runs differ in more than their seed (the reason names the keys the claim should add: a user may
+widen a grid, so this is no plan-time error); else ``contradicted`` when any unit is, ``holds``
+when every unit holds (and none is not run), ``inconclusive`` otherwise. The ledger row shows
+the deciding unit's margin ± spread: the weakest of the claim's units (the smallest m̄ − σ; for
+``within`` the largest |m̄| + σ), or the contradicting unit with the most negative m̄ + σ.
+
+Checked at the door (:func:`parse_words`, then :func:`check_plan` when
+:func:`fednorm.claims.load_claims` is given the plan): unknown or missing keys, a relation that
+is not one of the kinds, keys of another kind, an unknown experiment, a column the summary does
+not have, a value no run of the experiment has, ``min`` / ``max`` on a column that is not
+numeric, an axis (``over``, ``for_each``) that takes a single value in the experiment: each a
+ConfigError naming the claim, the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from fednorm.claims import PAPERS, _number, _one_of, ambiguity, config_text, selects
+from fednorm.config import FIELDS, ConfigError, fail
+from fednorm.io import write_csv, write_text
+from fednorm.plan import COLUMNS, FIGURE_METRICS, Plan
+from fednorm.plots.cells import DIVERGED_MARK, percent, value_label
+from fednorm.plots.save import PNG_DPI, save_together
+from fednorm.plots.table import escape_cell
+from fednorm.results import AT, in_experiments, matches, run_values, values_of
+from fednorm.summarize import config_columns
+
+HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "holds", "contradicted", "inconclusive", "not run"
+VERDICTS = (HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN)
+RELATIONS = ("greater", "best", "trend", "within")
+DIRECTIONS = ("increasing", "decreasing")
+SYMBOLIC = ("min", "max")
+SINGLE_SEED_SPREAD = 5.0  # points, when the file does not say
+SECTION = "qualitative"
+_REQUIRED = ("id", "paper", "source", "words", "experiment", "relation")
+_OPTIONAL = {"where": {}, "for_each": None, "slack": 0.0, "metric": "test_accuracy",
+             "at": "final", "note": ""}
+_KIND_KEYS = {"greater": ("a", "b"), "best": ("a", "others"), "trend": ("over", "direction"),
+              "within": ("a", "b", "delta")}
+_KIND_OPTIONAL = {"greater": ("slack",), "best": ("slack",), "trend": ("slack", "steps"),
+                  "within": ()}
+STEPS = ("neighbours", "ends")
+
+Group = tuple[tuple[str, Any], ...]  # column -> a value, or 'min' / 'max'
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One qualitative claim: a relation between groups of runs of some experiments."""
+
+    id: str
+    paper: str
+    source: str
+    words: str
+    experiments: tuple[str, ...]
+    kind: str
+    where: Group = ()
+    a: Group = ()
+    b: Group = ()
+    others: tuple[Group, ...] = ()
+    over: str | None = None
+    direction: str | None = None
+    steps: str = "neighbours"
+    for_each: tuple[str, ...] = ()
+    delta: float | None = None
+    slack: float = 0.0
+    metric: str = "test_accuracy"
+    at: str = "final"
+    note: str = ""
+
+    def groups(self) -> tuple[Group, ...]:
+        """Every group the claim names (``where`` first)."""
+        return (self.where, self.a, self.b, *self.others)
+
+
+@dataclass(frozen=True)
+class Words:
+    """The qualitative section of a claims file."""
+
+    claims: tuple[Relation, ...] = ()
+    single_seed_spread: float = SINGLE_SEED_SPREAD
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and checking.
+
+
+def _text(where: str, key: str, value: Any, *, empty: bool = False) -> str:
+    if not isinstance(value, str) or not (empty or value):
+        raise fail(where, key, value, "text" if empty else "a non-empty text")
+    return value
+
+
+def _group(where: str, key: str, value: Any) -> Group:
+    """A mapping of summary columns to single values ('min'/'max' allowed), as pairs."""
+    if not isinstance(value, Mapping) or (key != "where" and not value):
+        raise fail(where, key, value, "a mapping of summary columns to values"
+                   + ("" if key == "where" else " (at least one)"))
+    for column, one in value.items():
+        if column not in COLUMNS:
+            raise ConfigError(f"{where}, {key}: unknown key '{column}'; allowed keys: "
+                              f"{list(COLUMNS)}")
+        if not (one is None or isinstance(one, str | numbers.Real)):
+            raise fail(f"{where}, {key}", column, one, "a single value (text, number, true/"
+                       "false, null) or 'min'/'max'")
+    return tuple(value.items())
+
+
+def _axis(where: str, key: str, value: Any) -> str | None:
+    if value not in COLUMNS:
+        raise fail(where, key, value, f"a summary column: one of {list(COLUMNS)}")
+    return value
+
+
+def _axes(where: str, value: Any) -> tuple[str, ...]:
+    """``for_each``: a column or a list of them (none: null)."""
+    names = [] if value is None else value if isinstance(value, list) and value else [value]
+    for name in names:
+        if not isinstance(name, str) or name not in COLUMNS:
+            raise fail(where, "for_each", value, f"a summary column or a list of them: "
+                       f"{list(COLUMNS)}")
+    return tuple(names)
+
+
+def _experiments(where: str, value: Any) -> tuple[str, ...]:
+    names = value if isinstance(value, list) and value else [value]
+    if not all(isinstance(n, str) and n for n in names):
+        raise fail(where, "experiment", value, "an experiment's name or a list of them")
+    return tuple(dict.fromkeys(names))
+
+
+def parse_relation(spec: Any, index: int) -> Relation:
+    """One entry of ``qualitative.claims``, checked; errors name the claim's id (or index)."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{SECTION}.claims[{index}]: expected a mapping of claim keys, got "
+                          f"{spec!r}")
+    named = isinstance(spec.get("id"), str) and spec["id"]
+    where = f"{SECTION}: claim '{spec['id']}'" if named else f"{SECTION}.claims[{index}]"
+    kind = spec.get("relation")
+    allowed = [*_REQUIRED, *_OPTIONAL,
+               *dict.fromkeys(k for keys in _KIND_KEYS.values() for k in keys), "steps"]
+    for key in spec:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: {allowed}")
+    missing = [k for k in _REQUIRED if k not in spec]
+    if missing:
+        raise ConfigError(f"{where}: key '{missing[0]}' is missing; a claim needs {_REQUIRED}")
+    _one_of(where, "relation", kind, RELATIONS)
+    own = (*_REQUIRED, *_OPTIONAL, *_KIND_KEYS[kind], *_KIND_OPTIONAL[kind])
+    for key in spec:
+        if key not in own or (key == "slack" and key not in _KIND_OPTIONAL[kind]):
+            raise ConfigError(f"{where}: key '{key}' is not a key of relation '{kind}'; its "
+                              f"keys: {[*_KIND_KEYS[kind], *_KIND_OPTIONAL[kind]]}")
+    absent = [k for k in _KIND_KEYS[kind] if k not in spec]
+    if absent:
+        raise ConfigError(f"{where}: key '{absent[0]}' is missing; relation '{kind}' needs "
+                          f"{list(_KIND_KEYS[kind])}")
+    f = {**_OPTIONAL, **spec}
+    others = f.get("others", [])
+    if kind == "best" and (not isinstance(others, list) or not others):
+        raise fail(where, "others", others, "a non-empty list of groups (mappings)")
+    return Relation(
+        id=_text(where, "id", f["id"]),
+        paper=_one_of(where, "paper", f["paper"], list(PAPERS)),
+        source=_text(where, "source", f["source"]),
+        words=_text(where, "words", f["words"]),
+        experiments=_experiments(where, f["experiment"]),
+        kind=kind,
+        where=_group(where, "where", f["where"]),
+        a=_group(where, "a", f["a"]) if "a" in f else (),
+        b=_group(where, "b", f["b"]) if "b" in f else (),
+        others=tuple(_group(where, f"others[{i}]", g) for i, g in enumerate(others)),
+        over=_axis(where, "over", f["over"]) if kind == "trend" else None,
+        direction=(_one_of(where, "direction", f["direction"], DIRECTIONS)
+                   if kind == "trend" else None),
+        steps=_one_of(where, "steps", f.get("steps", "neighbours"), STEPS),
+        for_each=_axes(where, f["for_each"]),
+        delta=_number(where, "delta", f["delta"], low=0) if kind == "within" else None,
+        slack=_number(where, "slack", f["slack"], low=0),
+        metric=_one_of(where, "metric", f["metric"], FIGURE_METRICS),
+        at=_one_of(where, "at", f["at"], list(AT)),
+        note=_text(where, "note", f["note"], empty=True),
+    )
+
+
+def parse_words(spec: Any) -> Words:
+    """The ``qualitative`` section (None: no qualitative claims), checked."""
+    if spec is None:
+        return Words()
+    if not isinstance(spec, Mapping):
+        raise fail("claims file", SECTION, spec, "a mapping with 'claims' (and "
+                   "'single_seed_spread')")
+    for key in spec:
+        if key not in ("claims", "single_seed_spread"):
+            raise ConfigError(f"{SECTION}: unknown key '{key}'; allowed keys: "
+                              "['claims', 'single_seed_spread']")
+    entries = spec.get("claims")
+    if not isinstance(entries, list) or not entries:
+        raise fail(SECTION, "claims", entries, "a non-empty list of claims")
+    claims = tuple(parse_relation(entry, i) for i, entry in enumerate(entries))
+    ids = [c.id for c in claims]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise fail(SECTION, "id", twice[0], "an id no other qualitative claim has")
+    spread = spec.get("single_seed_spread", SINGLE_SEED_SPREAD)
+    return Words(claims, _number(SECTION, "single_seed_spread", spread, low=0))
+
+
+def planned_runs(plan: Plan) -> pd.DataFrame:
+    """The plan's runs as the summary's columns (one row each, no metric), with their
+    ``figure_group``: what a claim selects from, before any run exists."""
+    return pd.DataFrame([{**config_columns(cfg), "run_id": run_id,
+                          "figure_group": plan.groups(run_id)}
+                         for run_id, cfg in plan.runs.items()])
+
+
+def _numeric(column: pd.Series) -> bool:
+    present = column.dropna()
+    return not present.empty and pd.api.types.is_numeric_dtype(present.infer_objects())
+
+
+def resolve(group: Group, runs: pd.DataFrame) -> Group:
+    """``group`` with 'min' / 'max' replaced by the smallest / largest value of its column
+    among ``runs`` (the experiment's runs)."""
+    out = []
+    for key, value in group:
+        if value in SYMBOLIC and _numeric(runs[key]):
+            numbers_ = pd.to_numeric(runs[key], errors="coerce").dropna()
+            value = float(numbers_.min() if value == "min" else numbers_.max())
+        out.append((key, value))
+    return tuple(out)
+
+
+def check_relation(claim: Relation, runs: pd.DataFrame, experiments: Sequence[str]) -> None:
+    """Check one claim against the planned runs (:func:`planned_runs`)."""
+    where = f"{SECTION}: claim '{claim.id}'"
+    for name in claim.experiments:
+        if name not in experiments:
+            raise fail(where, "experiment", name, f"one of {list(experiments)}")
+    rows = runs[in_experiments(runs, claim.experiments)]
+    names = ["where", "a", "b", *(f"others[{i}]" for i in range(len(claim.others)))]
+    for name, group in zip(names, claim.groups(), strict=False):
+        for key, value in group:
+            present = values_of(rows[key])
+            if value in SYMBOLIC and not _numeric(rows[key]):
+                raise fail(f"{where}, {name}", key, value, f"a value the experiment has "
+                           f"({present}); 'min'/'max' only on a numeric column")
+            if value not in SYMBOLIC and not matches(rows[key], value).any():
+                raise fail(f"{where}, {name}", key, value, f"a value the experiment has "
+                           f"({present}), or 'min'/'max' on a numeric column")
+    axes = [("over", claim.over)] if claim.over else []
+    for key, axis in [*axes, *(("for_each", a) for a in claim.for_each)]:
+        if rows[axis].nunique(dropna=False) < 2:
+            varying = [k for k in COLUMNS if k != "seed" and rows[k].nunique(dropna=False) > 1]
+            raise fail(where, key, axis, f"an axis of the experiment's grid: one of {varying}")
+
+
+def check_plan(words: Words, plan: Plan) -> None:
+    """Every qualitative claim against the plan's experiments and their runs."""
+    if not words.claims:
+        return
+    runs = planned_runs(plan)
+    for claim in words.claims:
+        check_relation(claim, runs, list(plan.experiments))
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging: paired margins per unit, a verdict per unit, one per claim.
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One comparison of a claim and its outcome."""
+
+    label: str  # the for_each value and/or the trend's pair, '' for the only one
+    verdict: str
+    values: str = ""  # each group's mean over its seeds, in words
+    mean: float = math.nan  # the margin, mean over seeds
+    spread: float = math.nan  # std over seeds (ddof 1), or the single-seed floor
+    n_seeds: int = 0  # seeds with a margin
+    n_for: int = 0  # seeds whose only value is a diverged run on the worse side
+    n_against: int = 0  # seeds with a diverged run on the better side (within: either side)
+    n_diverged: int = 0  # diverged runs in all
+    reason: str = ""
+
+    def weakness(self, within: bool) -> float:
+        """How near the unit is to failing: larger is weaker."""
+        if math.isnan(self.mean):
+            return math.inf
+        return abs(self.mean) + self.spread if within else self.spread - self.mean
+
+
+@dataclass(frozen=True)
+class _Side:
+    label: str
+    runs: pd.DataFrame = field(repr=False)  # seed, diverged, value (in points)
+
+
+def _side(group: Group, rows: pd.DataFrame, claim: Relation) -> _Side | str:
+    """The runs of one group, one per seed; or why there are none usable (text)."""
+    label = ", ".join(f"{k}={config_text(v)}" for k, v in group) or "all"
+    picked = rows[selects(rows, group)]
+    if picked.empty:
+        return f"no run has {label}"
+    ambiguous = ambiguity(picked)
+    if ambiguous:
+        return f"{label}: {ambiguous}"
+    values = run_values(picked, ["seed"], y=claim.metric, at=claim.at)
+    values["value"] *= 100.0 if percent(claim.metric) else 1.0
+    return _Side(label, values.set_index("seed")[["diverged", "value"]])
+
+
+def _values_text(sides: Sequence[_Side]) -> str:
+    parts = []
+    for side in sides:
+        diverged = int(side.runs["diverged"].sum())
+        mean = side.runs["value"].mean()
+        text = "–" if math.isnan(mean) else f"{mean:.1f}"
+        parts.append(f"{side.label}: {text}" + (f" {DIVERGED_MARK}{diverged}" if diverged else ""))
+    return "; ".join(parts)
+
+
+def _margins(better: _Side, worse: Sequence[_Side], within: bool
+             ) -> tuple[list[float], int, int]:
+    """Per seed of both sides: the margins, the seeds for and against (diverged runs)."""
+    seeds = sorted(set(better.runs.index).intersection(*(w.runs.index for w in worse)))
+    margins, n_for, n_against = [], 0, 0
+    for seed in seeds:
+        b = better.runs.loc[seed]
+        others = [w.runs.loc[seed] for w in worse]
+        alive = [o["value"] for o in others if not o["diverged"] and not math.isnan(o["value"])]
+        if within and (b["diverged"] or any(o["diverged"] for o in others)):
+            n_against += 1
+        elif b["diverged"]:
+            n_against += 1 if alive else 0
+        elif not alive:
+            n_for += 1 if any(o["diverged"] for o in others) else 0
+        elif not math.isnan(b["value"]):
+            margins.append(float(b["value"] - max(alive)))
+    return margins, n_for, n_against
+
+
+def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack: float = 0.0,
+                 delta: float | None = None, floor: float = SINGLE_SEED_SPREAD
+                 ) -> tuple[str, float, float]:
+    """(verdict, mean, spread) of paired margins (see the module's docstring). ``delta``:
+    near-equality within it; else the claim is margin > −``slack``."""
+    if not margins:
+        if n_against and not n_for:
+            return CONTRADICTED, math.nan, math.nan
+        if n_for and not n_against and delta is None:
+            return HOLDS, math.nan, math.nan
+        return INCONCLUSIVE, math.nan, math.nan
+    m = np.asarray(margins, dtype=float)
+    mean = float(m.mean())
+    spread = float(m.std(ddof=1)) if len(m) > 1 else floor
+    if delta is not None:
+        if n_against == 0 and abs(mean) + spread <= delta:
+            return HOLDS, mean, spread
+        if abs(mean) - spread > delta:
+            return CONTRADICTED, mean, spread
+        return INCONCLUSIVE, mean, spread
+    shifted = m + slack
+    if n_against == 0 and mean + slack > spread and (shifted > 0).all():
+        return HOLDS, mean, spread
+    if n_for == 0 and mean + slack < -spread and (shifted < 0).all():
+        return CONTRADICTED, mean, spread
+    return INCONCLUSIVE, mean, spread
+
+
+def _comparisons(claim: Relation, rows: pd.DataFrame, runs: pd.DataFrame
+                 ) -> list[tuple[str, Group, tuple[Group, ...]]]:
+    """(label, better, worse) per comparison in ``rows`` (one value of for_each): for a trend
+    each neighbour pair along ``over``; ``within`` has a and b as better and worse."""
+    if claim.kind == "trend":
+        assert claim.over is not None
+        xs = values_of(rows[claim.over])
+        pairs = list(itertools.pairwise(xs)) if claim.steps == "neighbours" else [
+            (xs[0], xs[-1])][:len(xs) - 1]
+        if claim.direction == "decreasing":
+            return [(f"{config_text(x)} → {config_text(y)}", ((claim.over, x),),
+                     (((claim.over, y),),)) for x, y in pairs]
+        return [(f"{config_text(x)} → {config_text(y)}", ((claim.over, y),),
+                 (((claim.over, x),),)) for x, y in pairs]
+    worse = claim.others if claim.kind == "best" else (claim.b,)
+    return [("", resolve(claim.a, runs), tuple(resolve(g, runs) for g in worse))]
+
+
+def _cells(axes: Sequence[str], rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(label, rows) per combination of the ``axes``' values present in ``rows`` (each axis's
+    values sorted); one cell of every row without axes."""
+    cells = [("", rows)]
+    for axis in axes:
+        cells = [(", ".join(t for t in (label, f"{axis}={config_text(v)}") if t),
+                  part[matches(part[axis], v)])
+                 for label, part in cells for v in values_of(part[axis])]
+    return cells
+
+
+def judge_units(claim: Relation, summary: pd.DataFrame, floor: float) -> list[Unit]:
+    """Every unit of ``claim`` on ``summary`` (see the module's docstring)."""
+    runs = summary[in_experiments(summary, claim.experiments)]
+    rows = runs[selects(runs, resolve(claim.where, runs))]
+    cells = _cells(claim.for_each, rows)
+    units = []
+    for cell, cell_rows in cells:
+        for pair, better, worse in _comparisons(claim, cell_rows, runs):
+            label = " ".join(t for t in (cell, pair) if t)
+            sides = [_side(g, cell_rows, claim) for g in (better, *worse)]
+            problems = [s for s in sides if isinstance(s, str)]
+            if problems:
+                verdict = NOT_RUN if all(p.startswith("no run") for p in problems) else None
+                units.append(Unit(label, verdict or INCONCLUSIVE, reason="; ".join(problems)))
+                continue
+            margins, n_for, n_against = _margins(sides[0], sides[1:], claim.kind == "within")
+            verdict, mean, spread = unit_verdict(margins, n_for, n_against, slack=claim.slack,
+                                                 delta=claim.delta, floor=floor)
+            units.append(Unit(label, verdict, _values_text(sides), mean, spread, len(margins),
+                              n_for, n_against,
+                              sum(int(s.runs["diverged"].sum()) for s in sides)))
+    return units
+
+
+def claim_verdict(units: Sequence[Unit]) -> str:
+    """A claim's verdict from its units' (see the module's docstring)."""
+    verdicts = [u.verdict for u in units]
+    if not units or all(v == NOT_RUN for v in verdicts):
+        return NOT_RUN
+    if any(u.verdict == INCONCLUSIVE and u.reason for u in units):
+        return INCONCLUSIVE  # refused: a selection that is not the seeds of one setting
+    if CONTRADICTED in verdicts:
+        return CONTRADICTED
+    return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+
+
+def _deciding(units: Sequence[Unit], verdict: str, within: bool) -> Unit | None:
+    numeric = [u for u in units if not math.isnan(u.mean)]
+    if verdict == CONTRADICTED:
+        against = [u for u in numeric if u.verdict == CONTRADICTED]
+        key = (lambda u: abs(u.mean) - u.spread) if within else (lambda u: -(u.mean + u.spread))
+        return max(against, key=key) if against else None
+    return max(numeric, key=lambda u: u.weakness(within)) if numeric else None
+
+
+def _detail(units: Sequence[Unit], floor: float) -> str:
+    parts = []
+    for u in units:
+        head = f"{u.label}: " if u.label else ""
+        if u.reason:
+            parts.append(head + u.reason)
+            continue
+        counts = [f"{u.n_seeds} seed{'s' if u.n_seeds != 1 else ''}"]
+        if u.n_seeds == 1:
+            counts[0] += f" (spread: the {floor:g}-point floor)"
+        if u.n_diverged:
+            counts.append(f"{u.n_diverged} run{'s' if u.n_diverged > 1 else ''} diverged "
+                          f"({u.n_against} seed(s) against, {u.n_for} for)")
+        margin = "" if math.isnan(u.mean) else f"{u.mean:+.1f} ± {u.spread:.1f}, "
+        parts.append(f"{head}{margin}{', '.join(counts)}: {u.verdict}")
+    return "; ".join(parts)
+
+
+def _relation_text(claim: Relation) -> str:
+    def text(group: Group) -> str:
+        return ", ".join(f"{k}={config_text(v)}" for k, v in group)
+    slack = f" − {claim.slack:g}" if claim.slack else ""
+    if claim.kind == "greater":
+        relation = f"[{text(claim.a)}] > [{text(claim.b)}]{slack}"
+    elif claim.kind == "best":
+        relation = (f"[{text(claim.a)}] > max(" + ", ".join(f"[{text(g)}]" for g in claim.others)
+                    + f"){slack}")
+    elif claim.kind == "within":
+        relation = f"|[{text(claim.a)}] − [{text(claim.b)}]| ≤ {claim.delta:g}"
+    else:
+        relation = f"{claim.direction} along {claim.over}" + (f" (slack {claim.slack:g})"
+                                                              if claim.slack else "")
+    if claim.kind == "trend" and claim.steps == "ends":
+        relation += ", first to last"
+    return relation + (f", for each {' × '.join(claim.for_each)}" if claim.for_each else "")
+
+
+WORDS_COLUMNS = ("id", "paper", "source", "words", "experiment", "where", "relation", "metric",
+                 "at", "ours", "margin", "spread", "delta", "n_units", "n_seeds",
+                 "n_diverged", "verdict", "detail", "note")
+
+
+def words_row(claim: Relation, summary: pd.DataFrame, floor: float) -> dict[str, Any]:
+    """The ledger's row of one qualitative claim (see WORDS_COLUMNS)."""
+    units = judge_units(claim, summary, floor)
+    verdict = claim_verdict(units)
+    deciding = _deciding(units, verdict, claim.kind == "within")
+    values = "; ".join(f"{u.label}: {u.values}" if u.label else u.values
+                       for u in units if u.values)
+    return {
+        "id": claim.id, "paper": claim.paper, "source": claim.source, "words": claim.words,
+        "experiment": ", ".join(claim.experiments),
+        "where": ", ".join(f"{k}={config_text(v)}" for k, v in claim.where),
+        "relation": _relation_text(claim), "metric": claim.metric, "at": claim.at,
+        "ours": values,
+        "margin": deciding.mean if deciding else math.nan,
+        "spread": deciding.spread if deciding else math.nan,
+        "delta": math.nan if claim.delta is None else claim.delta,
+        "n_units": len(units), "n_seeds": min((u.n_seeds for u in units), default=0),
+        "n_diverged": sum(u.n_diverged for u in units), "verdict": verdict,
+        "detail": _detail(units, floor), "note": claim.note,
+    }
+
+
+def words_ledger(words: Words, summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per qualitative claim, in file order."""
+    rows = [words_row(c, summary, words.single_seed_spread) for c in words.claims]
+    return pd.DataFrame(rows, columns=list(WORDS_COLUMNS))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing it: .csv, .md (counts first, then one table per paper), .pdf/.png (margins).
+
+
+def counts_text(table: pd.DataFrame) -> list[str]:
+    """Markdown lines: the count of each verdict, in all and per paper."""
+    lines = ["| paper | claims | " + " | ".join(VERDICTS) + " |",
+             "|---|---:|" + "---:|" * len(VERDICTS)]
+    for paper in [*PAPERS, "all"]:
+        part = table if paper == "all" else table[table["paper"] == paper]
+        counts = part["verdict"].value_counts()
+        name = "**all**" if paper == "all" else PAPERS[paper].split(":")[0]
+        lines.append(f"| {name} | {len(part)} | "
+                     + " | ".join(str(counts.get(v, 0)) for v in VERDICTS) + " |")
+    return lines
+
+
+def words_markdown(table: pd.DataFrame, floor: float) -> str:
+    counts = table["verdict"].value_counts()
+    lines = [
+        "# Claims in words", "",
+        "What the papers state in words, judged on our runs (`src/fednorm/claims_words.py` has "
+        "the rules). Each relation is a margin per seed that the claim says is positive "
+        "(points of the metric), runs paired by seed; m̄ ± σ is its mean ± std over seeds "
+        f"(one seed: σ = {floor:g} points, assumed). **holds**: m̄ > σ and every seed's margin "
+        "> 0 (within δ: |m̄| + σ ≤ δ); **contradicted**: m̄ < −σ and every seed's < 0 (within "
+        "δ: |m̄| − σ > δ); **inconclusive**: within the seed noise, seeds that disagree, or a "
+        "selection that is not the seeds of one setting; **not run**: no runs. A diverged run "
+        "counts against the side the claim says is better. A claim with several units "
+        "(`for each`, a trend's neighbour pairs) holds when all hold and is contradicted when "
+        "any is; the margin shown is the deciding unit's.", "",
+        "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".", "",
+        *counts_text(table),
+    ]
+    header = ["id", "source", "the paper's words", "relation (where)", "ours", "margin ± σ",
+              "verdict", "detail"]
+    for paper, part in table.groupby("paper", sort=False):
+        lines += ["", f"## {PAPERS[paper]}", "", "| " + " | ".join(header) + " |",
+                  "|" + "---|" * 5 + "---:|---|---|"]
+        for r in part.itertuples(index=False):
+            margin = "–" if math.isnan(r.margin) else f"{r.margin:+.1f} ± {r.spread:.1f}"
+            relation = r.relation + (f" ({r.where})" if r.where else "")
+            relation += f"; {'best' if r.at == 'max' else 'final'} {value_label(r.metric)}"
+            cells = [r.id, r.source, f"“{r.words}”", relation, r.ours or "–", margin,
+                     f"**{r.verdict}**", r.detail]
+            lines.append("| " + " | ".join(escape_cell(str(c)) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+WORD_COLOURS = {HOLDS: "#2ca02c", CONTRADICTED: "#d62728", INCONCLUSIVE: "#ff7f0e",
+                NOT_RUN: "#999999"}
+
+
+def words_figure(table: pd.DataFrame) -> Figure:
+    """One row per claim: the deciding margin ± spread, against 0 (a sign relation) or the
+    ±δ band (within), coloured by verdict; claims without a margin are named at 0, hollow."""
+    n = max(len(table), 1)
+    fig = Figure(figsize=(7.0, 1.2 + 0.22 * n), layout="constrained")
+    ax = fig.subplots()
+    ax.axvline(0, color="#444444", lw=0.8)
+    for y, r in enumerate(table.itertuples(index=False)):
+        colour = WORD_COLOURS[r.verdict]
+        if not math.isnan(r.delta):
+            ax.plot([-r.delta, r.delta], [y, y], color=colour, lw=6, alpha=0.2,
+                    solid_capstyle="butt")
+        if math.isnan(r.margin):
+            ax.plot(0, y, marker="o", mfc="none", color=colour, ms=5)
+        else:
+            ax.errorbar(r.margin, y, xerr=r.spread, marker="o", color=colour, capsize=2,
+                        lw=0.8, ms=4)
+    ax.set_yticks(range(len(table)), [f"{r.id} ({r.paper})" for r in
+                                      table.itertuples(index=False)], fontsize=5)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlabel("margin the claim says is > 0 (within: |margin| ≤ δ, band), points")
+    ax.grid(axis="x", alpha=0.3)
+    handles = [Line2D([], [], ls="none", marker="o", color=c, label=v)
+               for v, c in WORD_COLOURS.items()]
+    ax.legend(handles=handles, fontsize="small", loc="lower right")
+    held = int(table["verdict"].eq(HOLDS).sum())
+    ax.set_title(f"Claims in words: {held} of {len(table)} hold (mean ± spread over seeds)",
+                 fontsize="medium")
+    if table.empty:
+        ax.text(0.5, 0.5, "no qualitative claims", ha="center", va="center",
+                transform=ax.transAxes)
+    return fig
+
+
+def words_writers(words: Words, summary: pd.DataFrame) -> dict[str, Any]:
+    """The writers of claims_words.csv, .md, .pdf, .png (for
+    :func:`fednorm.plots.save.save_together`)."""
+    table = words_ledger(words, summary)
+    fig = words_figure(table)
+    return {
+        ".csv": lambda path: write_csv(path, table),
+        ".md": lambda path: write_text(path, words_markdown(table, words.single_seed_spread)),
+        ".pdf": lambda path: fig.savefig(path, metadata={"CreationDate": None}),
+        ".png": lambda path: fig.savefig(path, dpi=PNG_DPI),
+    }
+
+
+def write_words(words: Words, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
+    """Write ``stem``.csv, .md, .pdf and .png, all or none."""
+    return save_together(stem, words_writers(words, summary))
+
+
+assert set(FIELDS) <= set(COLUMNS)

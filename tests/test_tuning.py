@@ -1,0 +1,88 @@
+"""fednorm.tuning: per cell, the learning rate with the best validation accuracy."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from fednorm.config import Figure
+from fednorm.figures import draw
+from fednorm.tuning import choices, select_by_validation, tuning_table
+
+
+def frame() -> pd.DataFrame:
+    """Two methods x one regime, lr_scale 0.5 / 1 / 2, two seeds, two evaluation rows each.
+    The test accuracy is made to favour other choices than the validation accuracy does."""
+    rows = []
+    val = {("bn", 0.5): 0.6, ("bn", 1.0): 0.8, ("bn", 2.0): 0.7,
+           ("fbn", 0.5): 0.5, ("fbn", 1.0): 0.4, ("fbn", 2.0): math.nan}
+    test = {("bn", 0.5): 0.99, ("bn", 1.0): 0.1, ("bn", 2.0): 0.5,
+            ("fbn", 0.5): 0.2, ("fbn", 1.0): 0.3, ("fbn", 2.0): 0.99}
+    for (method, scale), v in val.items():
+        for seed in (0, 1):
+            run = f"{method}-{scale}-{seed}"
+            for step, factor in ((0, 0.0), (10, 1.0)):
+                rows.append(dict(run_id=run, figure_group="tuning", method=method,
+                                 regime="IID, E=1", lr_scale=scale, seed=seed, step=step,
+                                 status="ok",
+                                 val_accuracy=v * factor + 0.01 * seed,
+                                 test_accuracy=test[method, scale]))
+    return pd.DataFrame(rows)
+
+
+def test_the_choice_is_the_best_final_validation_accuracy_never_the_test_one():
+    chosen = choices(frame(), ["method", "regime"])
+    assert dict(zip(chosen["method"], chosen["lr_scale"], strict=True)) == {"bn": 1.0,
+                                                                           "fbn": 0.5}
+    # changing every test accuracy changes nothing
+    other = frame().assign(test_accuracy=lambda f: 1 - f["test_accuracy"])
+    assert choices(other, ["method", "regime"]).equals(chosen)
+
+
+def test_a_diverged_seed_rules_its_learning_rate_out_and_ties_go_to_the_smaller():
+    f = frame()
+    f.loc[(f["method"] == "bn") & (f["lr_scale"] == 1.0) & (f["seed"] == 1),
+          "status"] = "diverged"
+    assert choices(f, ["method", "regime"]).set_index("method")["lr_scale"]["bn"] == 2.0
+    tie = frame().assign(val_accuracy=0.5)
+    assert set(choices(tie, ["method", "regime"])["lr_scale"]) == {0.5}
+
+
+def test_selection_keeps_every_row_of_the_chosen_runs_only():
+    picked = select_by_validation(frame(), ["method", "regime"])
+    assert sorted(picked["run_id"].unique()) == ["bn-1.0-0", "bn-1.0-1", "fbn-0.5-0",
+                                                 "fbn-0.5-1"]
+    assert len(picked) == 8
+
+
+def test_the_tuning_table_reports_the_chosen_runs_test_accuracy_beside_the_common_recipes():
+    """bn: lr x 1 chosen (val 80 / 81 %), test 10 %, which is also its common recipe; fbn: lr x
+    0.5 chosen (val 50 / 51 %), test 20 %, its common recipe (lr x 1) 30 %."""
+    table = tuning_table(frame(), ["method", "regime"]).set_index("method")
+    assert table["lr_scale"].to_dict() == {"bn": 1.0, "fbn": 0.5}
+    assert table["val_accuracy"].to_dict() == pytest.approx({"bn": 80.5, "fbn": 50.5})
+    assert table["tuned_mean"].to_dict() == pytest.approx({"bn": 10.0, "fbn": 20.0})
+    assert table["common_mean"].to_dict() == pytest.approx({"bn": 10.0, "fbn": 30.0})
+    assert table["n_seeds"].to_dict() == {"bn": 2, "fbn": 2}
+
+
+def test_a_tuning_figure_writes_the_table_as_csv_and_markdown_in_the_figure_order(tmp_path):
+    fig = Figure("compare/tuning", ("tuning",), "tuning", rows="method", cols="regime",
+                 select="val_accuracy", orders=(("method", ("fbn", "bn")),))
+    csv, md = draw(fig, frame(), tmp_path / "tuning")
+    assert pd.read_csv(csv)["method"].tolist() == ["fbn", "bn"]
+    lines = md.read_text().splitlines()
+    assert lines[2].startswith("| method | regime | lr × (chosen) |")
+    assert lines[4] == "| FBN | IID, E=1 | 0.5 | 50.50 | 20.00 ± 0.00 | 30.00 ± 0.00 | 2 |"
+    assert "never on the test set" in md.read_text()
+
+
+def test_a_table_with_select_shows_each_cells_chosen_runs_only(tmp_path):
+    fig = Figure("t", ("tuning",), "table", rows="method", cols="regime",
+                 select="val_accuracy", extra=("lr_scale",))
+    csv, _ = draw(fig, frame(), tmp_path / "t")
+    data = pd.read_csv(csv).set_index("method")
+    assert data["mean"].to_dict() == pytest.approx({"bn": 10.0, "fbn": 20.0})
+    assert data["lr_scale"].to_dict() == {"bn": 1.0, "fbn": 0.5}
