@@ -165,6 +165,9 @@ class Plan:
     jobs: dict[str, tuple[str, ...]]  # training job id -> its bundle ids (see `training_jobs`)
     toy: ToyPlan | None = None
     claims: str | None = None  # the claims file (fednorm.claims reads it); None: no ledger
+    # experiments an override set to null (the quick profile's Tiny-ImageNet): a claim on them
+    # only is not checked and is judged 'not run' (fednorm.claims_words.check_plan)
+    dropped: frozenset[str] = frozenset()
 
     def groups(self, run_id: str) -> str:
         """The experiments a run belongs to, joined by '|' (the summary's figure_group)."""
@@ -754,4 +757,5 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         jobs=training_jobs(list(packed), execution.bundles_per_job),
         toy=_toy(config.get("toy")),
         claims=_claims_path(config.get("claims")),
+        dropped=frozenset(k for k, v in (config.get("experiments") or {}).items() if v is None),
     )
