@@ -3,6 +3,7 @@
 #   snakemake --cores 2 --configfile config/quick.yaml    (CPU, offline, minutes)
 # then the HTML report of every figure and table: the same command with --report report.html
 from fednorm.claims import ledger_files, load_claims
+from fednorm.inputs import user_errors
 from fednorm.plan import load_plan
 
 configfile: "config/config.yaml"
@@ -10,9 +11,11 @@ configfile: "config/config.yaml"
 
 report: "workflow/report/workflow.rst"
 
-# The whole configuration, the claims file included, is validated here, before any job starts.
-PLAN = load_plan(config)
-CLAIMS = load_claims(PLAN.claims, PLAN) if PLAN.claims else ()
+# The whole configuration, the claims file included, is validated here, before any job starts;
+# a bad value or file is one line and exit 2 (FEDNORM_DEBUG=1: the traceback instead).
+with user_errors():
+    PLAN = load_plan(config)
+    CLAIMS = load_claims(PLAN.claims, PLAN) if PLAN.claims else ()
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"

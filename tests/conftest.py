@@ -1,11 +1,22 @@
 """Fixtures shared by several test modules."""
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
 
 import pytest
 from dag import snakemake, work_copy
+from hypothesis import settings
+
+# Property tests (tests/test_config_properties.py): 'ci', derandomized with a fixed number of
+# examples, is what `make test` runs; 'thorough' searches much longer, on demand:
+# FEDNORM_HYPOTHESIS=thorough python -m pytest tests/test_config_properties.py
+# (or pytest's --hypothesis-profile thorough).
+settings.register_profile("ci", derandomize=True, max_examples=40, deadline=None,
+                          database=None, print_blob=True)
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("FEDNORM_HYPOTHESIS", "ci"))
 
 
 @dataclass(frozen=True)

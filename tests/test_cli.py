@@ -3,9 +3,11 @@
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fednorm.cli import main
+from fednorm.inputs import InputError
 
 TINY = {"dataset": "synthetic", "n_train": 200, "n_test": 100, "image_size": 8, "width": 4,
         "hidden": 8, "batch_size": 4, "n_clients": 4, "steps": 6, "lr": [0.05],
@@ -61,7 +63,7 @@ def test_plan_checks_the_claims_file_too(tmp_path, capsys, monkeypatch):
     assert main(["plan", "config/config.yaml"]) == 0
     out = capsys.readouterr().out
     assert "41 claims numeric in config/claims.yaml (fbn 12, fixbn 29)" in out
-    assert "46 claims in words in config/claims.yaml (fbn 19, fixbn 24, fedtan 3)" in out
+    assert "55 claims in words in config/claims.yaml (fbn 19, fixbn 33, fedtan 3)" in out
     bad = tmp_path / "claims.yaml"
     bad.write_text(yaml.safe_dump({"claims": [{"id": "c", "paper": "fbn", "source": "Fig 3a",
                                                "setting": {"normalizer": "fedprox"}, "value": 1}]}))
@@ -69,3 +71,41 @@ def test_plan_checks_the_claims_file_too(tmp_path, capsys, monkeypatch):
     override.write_text(yaml.safe_dump({"claims": str(bad)}))
     assert main(["plan", "config/config.yaml", str(override)]) == 2
     assert "claim 'c', setting: key 'normalizer' has value 'fedprox'" in capsys.readouterr().err
+
+
+def _one_line(err: str) -> str:
+    """The single line a user error prints (and nothing else: no traceback)."""
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_the_issues_four_tracebacks_are_one_line_each(tmp_path, capsys):
+    """Issue 25: a YAML syntax error, a config path that does not exist (run and plan alike)
+    and an output folder that cannot be created: one line naming the path, exit 2, and the
+    run is not trained (nothing is written)."""
+    good = tmp_path / "run.yaml"
+    good.write_text(yaml.safe_dump(TINY))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("steps: 6\nlr: [0.05\nseed: 0\n")
+    (tmp_path / "blocker").write_text("")
+    out = str(tmp_path / "out")
+    cases = [
+        (["run", str(broken), "--out", out], f"config file {broken}: not valid YAML: line 3, "
+                                             "column 5: "),
+        (["run", str(tmp_path / "nope.yaml"), "--out", out], f"config file "
+                                                             f"{tmp_path / 'nope.yaml'}: no such"),
+        (["plan", str(tmp_path / "nope.yaml")], f"config file {tmp_path / 'nope.yaml'}: no such"),
+        (["run", str(good), "--out", str(tmp_path / "blocker" / "out")],
+         f"--out {tmp_path / 'blocker' / 'out'}: cannot create this folder: "),
+    ]
+    for argv, start in cases:
+        assert main(argv) == 2, argv
+        assert _one_line(capsys.readouterr().err).startswith("fednorm: " + start)
+    assert not (tmp_path / "out").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        main(["plan", str(tmp_path / "nope.yaml"), "--debug"])

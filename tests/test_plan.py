@@ -144,7 +144,8 @@ def test_a_run_needed_twice_is_planned_once():
 @pytest.mark.parametrize(
     ("patch", "expected"),
     [
-        ({"run": {"batch_size": 0}}, r"experiments.e.*key 'batch_size' has value 0"),
+        # the run section's own error, not an experiment's (checked even where one overrides it)
+        ({"run": {"batch_size": 0}}, r"^run: key 'batch_size' has value 0"),
         ({"experiments": {"e": {"grid": {"normalizer": ["bn", "nope"]}}}},
          r"normalizer='nope'.*key 'normalizer' has value 'nope'"),
         ({"experiments": {"e": {"grid": {"seed": 3}}}}, r"key 'seed' has value 3.*non-empty list"),

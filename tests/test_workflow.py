@@ -89,9 +89,31 @@ def test_bad_config_fails_before_any_job(tmp_path, patch, message):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")}, **patch}))
     out = snakemake("--cores", "1", "--configfile", str(bad))
-    assert out.returncode != 0
-    assert message in out.stderr
+    assert out.returncode == 2
+    assert _fednorm_line(out.stderr).startswith("fednorm: configuration error: ")
+    assert message in _fednorm_line(out.stderr)
     assert not (tmp_path / "results").exists()
+
+
+def _fednorm_line(stderr):
+    """The one line fednorm prints for a bad config or file at the workflow's parse time
+    (fednorm.inputs.user_errors): Snakemake's traceback of it must not follow."""
+    assert "Traceback" not in stderr and '  File "' not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("fednorm: ")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_a_claims_file_that_is_not_yaml_is_one_line(tmp_path):
+    claims = tmp_path / "claims.yaml"
+    claims.write_text("claims:\n  - id: x\n    setting: {normalizer: bn\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")},
+                                   "claims": str(claims)}))
+    out = snakemake("--cores", "1", "--configfile", str(bad))
+    assert out.returncode == 2
+    assert _fednorm_line(out.stderr).startswith(
+        f"fednorm: claims file {claims}: not valid YAML: line 4, column 1: ")
 
 
 def test_a_bad_claim_fails_before_any_job(tmp_path):
@@ -421,3 +443,51 @@ def test_the_workflow_lint_fails_on_any_finding(tmp_path):
     assert "Lints for rule unlinted" in found.stdout
     assert "Specify a conda environment or container for each rule" in found.stdout
     assert "lint-workflow: findings for .test/config.yaml" in found.stdout
+
+
+@pytest.mark.slow
+def test_results_cut_short_are_named_retrained_and_never_dropped(tmp_path):
+    """A cut metrics.csv and a run.json that is not JSON: the summary job names both and fails;
+    the next `snakemake` retrains exactly those runs. A cut summary: the figure job names it
+    and fails; the next `snakemake` writes it again, with every run (fednorm.integrity)."""
+    work = work_copy(tmp_path)
+    config = {"paths": {"results": "results", "figures": "figures", "data": "data"},
+              "execution": {"device": "cpu", "threads": 1, "gpus_per_job": 0},
+              "run": TINY, "experiments": {"e": {"grid": {"heterogeneity": [0, 1]}}},
+              "figures": {"fig": {"experiment": "e", "kind": "curves", "x": "progress",
+                                  "hue": "heterogeneity"}}}
+    (work / "config/config.yaml").write_text(yaml.safe_dump(config))
+    plan = load_plan(config)
+    assert snakemake("--cores", "2", cwd=work).returncode == 0
+    cut, not_json = (work / plan.paths.run_dir(r) for r in plan.runs)
+    metrics = {d: (d / "metrics.csv").read_bytes() for d in (cut, not_json)}
+    # cut at a line end (the header and one row): what the row count in run.json finds
+    (cut / "metrics.csv").write_bytes(b"".join(metrics[cut].splitlines(keepends=True)[:2]))
+    (not_json / "run.json").write_bytes((not_json / "run.json").read_bytes()[:40])
+
+    out = snakemake("--cores", "2", cwd=work)
+    assert out.returncode != 0
+    assert "2 run(s) have files that were cut short" in out.stderr, out.stderr[-3000:]
+    report = out.stderr[out.stderr.index("2 run(s)"):]
+    assert f"{cut.relative_to(work)}/metrics.csv: cut: 1 rows, run.json records 3" in report, \
+        report[:2000]
+    assert f"{not_json.relative_to(work)}/run.json: not JSON (line " in out.stderr
+    assert "Traceback" not in out.stderr
+
+    out = snakemake("--cores", "2", cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _bundle_jobs(_job_counts(out.stderr)) == 2  # the two runs, trained again
+    assert {d: (d / "metrics.csv").read_bytes() for d in metrics} == metrics  # bit for bit
+    summary = work / plan.paths.summary()
+    assert set(pd.read_csv(summary).run_id) == set(plan.runs)
+
+    whole = summary.read_bytes()
+    summary.write_bytes(whole[: len(whole) - 10])
+    out = snakemake("--cores", "2", cwd=work)
+    assert out.returncode != 0
+    assert f"summary {plan.paths.summary()}: cut mid-line" in out.stderr, out.stderr[-3000:]
+    out = snakemake("--cores", "2", cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert summary.read_bytes() == whole
+    drawn = pd.read_csv(work / plan.paths.figures / "fig.csv")
+    assert set(drawn.heterogeneity) == {0, 1}

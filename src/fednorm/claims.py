@@ -47,11 +47,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fednorm.config import FIELDS, ConfigError, RunConfig, fail, resolve_budget, run_config
+from fednorm.config import (
+    FIELDS,
+    ConfigError,
+    RunConfig,
+    fail,
+    real_number,
+    resolve_budget,
+    run_config,
+)
+from fednorm.inputs import read_yaml
 from fednorm.io import write_csv, write_text
 from fednorm.plan import FIGURE_METRICS, Plan
 from fednorm.plots.cells import percent, value_label
@@ -143,8 +151,7 @@ def ledger_files(plan: Plan) -> list[str]:
 
 
 def _number(where: str, key: str, value: Any, *, low: float | None = None) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    ok = ok and math.isfinite(value) and (low is None or value >= low)
+    ok = real_number(value) and (low is None or value >= low)
     if not ok:
         raise fail(where, key, value, "a finite number" + (f" >= {low:g}" if low is not None
                                                             else ""))
@@ -240,9 +247,8 @@ def load_claims(path: str, plan: Plan | None = None) -> Claims:
     if not Path(path).is_file():
         raise fail("config", "claims", path, "the path of an existing claims file (e.g. "
                    "config/claims.yaml) or null")
-    with open(path) as f:
-        spec = yaml.safe_load(f)
     where = f"claims file {path}"
+    spec = read_yaml(path, "claims file")
     claims = Claims(parse_claims(spec, where=where), parse_words(spec.get("qualitative")))
     if plan is not None:
         check_plan(claims.numbers, plan)

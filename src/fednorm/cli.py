@@ -3,6 +3,10 @@
 Other commands: ``fednorm plan CONFIG`` validates a pipeline configuration (its claims file
 included) and prints what it would train and draw; ``fednorm download-cifar10 --root DIR``
 fetches the dataset once.
+
+A bad configuration, a config file that is missing or not valid YAML, and an output folder that
+cannot be created are each one line on stderr and exit 2 (fednorm.inputs.user_errors); the
+option ``--debug`` of every command shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -12,21 +16,21 @@ import sys
 from collections import Counter
 
 import torch
-import yaml
 
-from fednorm.config import ConfigError, run_config
+from fednorm.config import run_config
 from fednorm.data.cifar import DatasetUnavailable
+from fednorm.inputs import read_yaml, user_errors, writable_folder
 
 
 def _load_yaml(path: str) -> dict:
-    with open(path) as f:
-        return yaml.safe_load(f) or {}
+    return read_yaml(path, "config file") or {}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fednorm.run import train_and_evaluate
 
     cfg = run_config(_load_yaml(args.config), where=args.config)
+    writable_folder(args.out, "--out")  # before training, not when its files are written
     torch.set_num_threads(args.threads)
     status = train_and_evaluate(cfg, args.out, data_dir=args.data_dir, device=args.device)
     print(f"{cfg.run_id}: {status} -> {args.out}")
@@ -67,26 +71,30 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fednorm", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error instead of its one line")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train one run from a YAML of run keys")
+    run = sub.add_parser("run", parents=[common], help="train one run from a YAML of run keys")
     run.add_argument("config", help="YAML mapping of RunConfig keys (unset keys: defaults)")
     run.add_argument("--out", required=True, help="directory for metrics.csv and run.json")
     run.add_argument("--data-dir", default="data", help="CIFAR-10 cache directory")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     run.add_argument("--threads", type=int, default=torch.get_num_threads())
     run.set_defaults(func=cmd_run)
-    plan = sub.add_parser("plan", help="validate pipeline configs and count runs")
+    plan = sub.add_parser("plan", parents=[common], help="validate pipeline configs and count runs")
     plan.add_argument("configs", nargs="+", help="config/config.yaml [overrides.yaml ...]")
     plan.set_defaults(func=cmd_plan)
-    dl = sub.add_parser("download-cifar10", help="download CIFAR-10 into a cache directory")
+    dl = sub.add_parser("download-cifar10", parents=[common],
+                        help="download CIFAR-10 into a cache directory")
     dl.add_argument("--root", default="data")
     dl.set_defaults(func=cmd_download)
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
-    except ConfigError as err:
-        print(f"fednorm: configuration error: {err}", file=sys.stderr)
-        return 2
+        with user_errors(debug=args.debug):
+            return args.func(args)
+    except SystemExit as done:  # user_errors printed the one line; its code is the result
+        return int(done.code)
     except DatasetUnavailable as err:  # offline, no archive: the message says what to do
         print(f"fednorm: {err}", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -245,107 +246,168 @@ def changed_fields(cfg: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.identity().items() if v != default[k]}
 
 
-# Validation: one rule per key, and the rules that tie keys together.
+# Validation: one rule per key, and the rules that tie keys together. A rule is a small frozen
+# object, called with a value: None if it is allowed, else what is allowed, in words. Its fields
+# describe the allowed values (tests/test_properties.py generates configurations from them).
+
+# Every integer key is at most this (a signed 32-bit integer): seeds become 32-bit keys
+# (fednorm.rng) and counts index tensors; anything larger is a typo, not a run.
+INT_MAX = 2**31 - 1
 
 
-def _one_of(allowed: tuple[str, ...]) -> Callable[[Any], str | None]:
-    return lambda v: None if v in allowed else f"one of {list(allowed)}"
+def real_number(v: Any) -> bool:
+    """Whether ``v`` is a finite real number that a float holds (not a bool; an integer too
+    large for a float, e.g. 10**400, is not: it would overflow where a run uses it)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
-def int_at_least(low: int) -> Callable[[Any], str | None]:
-    """A check: None if the value is an integer >= low, else what is allowed."""
-    return lambda v: (
-        None if isinstance(v, int) and not isinstance(v, bool) and v >= low
-        else f"an integer >= {low}"
-    )
+@dataclass(frozen=True)
+class OneOf:
+    """One of a few names."""
+
+    allowed: tuple[str, ...]
+
+    def __call__(self, v: Any) -> str | None:
+        return None if isinstance(v, str) and v in self.allowed else f"one of {list(self.allowed)}"
 
 
-def number_in(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], str | None]:
+@dataclass(frozen=True)
+class IntIn:
+    """An integer in [low, high] (not a bool, not a float such as 2.0)."""
+
+    low: int
+    high: int = INT_MAX
+
+    def __call__(self, v: Any) -> str | None:
+        ok = isinstance(v, int) and not isinstance(v, bool) and self.low <= v <= self.high
+        return None if ok else f"an integer >= {self.low} (at most {self.high})"
+
+
+@dataclass(frozen=True)
+class NumberIn:
+    """A finite number in [low, high] (an end left out if open); high may be inf."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def __call__(self, v: Any) -> str | None:
+        ok = real_number(v) and (self.low < v if self.low_open else self.low <= v)
+        ok = ok and (v < self.high if self.high_open else v <= self.high)
+        left, right = "([" [not self.low_open], ")]"[not self.high_open]
+        return None if ok else f"a number in {left}{self.low}, {self.high}{right}"
+
+
+@dataclass(frozen=True)
+class Nullable:
+    """null, or what ``rule`` allows."""
+
+    rule: Callable[[Any], str | None]
+
+    def __call__(self, v: Any) -> str | None:
+        problem = None if v is None else self.rule(v)
+        return None if problem is None else f"null or {problem}"
+
+
+@dataclass(frozen=True)
+class Finite:
+    """Any finite number."""
+
+    def __call__(self, v: Any) -> str | None:
+        return None if real_number(v) else "a finite number"
+
+
+@dataclass(frozen=True)
+class Boolean:
+    def __call__(self, v: Any) -> str | None:
+        return None if isinstance(v, bool) else "true or false"
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose items ``item`` allows: at least ``min_len`` of them, strictly increasing
+    if ``increasing``."""
+
+    item: Callable[[Any], str | None]
+    what: str  # the list in words, e.g. "a non-empty list of positive numbers"
+    min_len: int = 0
+    increasing: bool = False
+
+    def __call__(self, v: Any) -> str | None:
+        ok = isinstance(v, list | tuple) and len(v) >= self.min_len
+        ok = ok and all(self.item(x) is None for x in v)
+        ok = ok and (not self.increasing or all(a < b for a, b in itertools.pairwise(v)))
+        return None if ok else self.what
+
+
+def int_at_least(low: int) -> IntIn:
+    """A check: None if the value is an integer in [low, INT_MAX], else what is allowed."""
+    return IntIn(low)
+
+
+def number_in(low: float, high: float, *, low_open: bool = False) -> NumberIn:
     """A check: None if the value is a finite number in [low, high] ((low, high] if low_open)."""
-    def check(v: Any) -> str | None:
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        ok = ok and (low < v if low_open else low <= v) and v <= high
-        bracket = "(" if low_open else "["
-        return None if ok else f"a number in {bracket}{low}, {high}]"
-
-    return check
-
-
-def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
-    return lambda v: None if v is None else (None if check(v) is None else f"null or {check(v)}")
-
-
-def _finite(v: Any) -> str | None:
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    return None if ok else "a finite number"
-
-
-def _boolean(v: Any) -> str | None:
-    return None if isinstance(v, bool) else "true or false"
-
-
-def _positive_numbers(v: Any) -> str | None:
-    ok = isinstance(v, list | tuple) and len(v) > 0
-    ok = ok and all(number_in(0, math.inf, low_open=True)(x) is None for x in v)
-    return None if ok else "a non-empty list of positive numbers"
-
-
-def _increasing_ints(v: Any) -> str | None:
-    ok = isinstance(v, list | tuple) and all(int_at_least(1)(x) is None for x in v)
-    ok = ok and all(a < b for a, b in itertools.pairwise(v))
-    return None if ok else "a list of increasing positive integers"
+    return NumberIn(low, high, low_open)
 
 
 _RULES: dict[str, Callable[[Any], str | None]] = {
-    "dataset": _one_of(DATASETS),
-    "n_train": _optional(int_at_least(1)),
-    "n_test": _optional(int_at_least(1)),
-    "val_fraction": number_in(0, 0.5),
-    "image_size": int_at_least(4),
-    "synthetic_separation": number_in(0, math.inf, low_open=True),
-    "augment": _one_of(AUGMENTS),
-    "crop_padding": int_at_least(0),
-    "model": _one_of(MODELS),
-    "width": int_at_least(1),
-    "hidden": int_at_least(1),
-    "dropout": number_in(0, 1),
-    "normalizer": _one_of(NORMALIZERS),
-    "bn_momentum": number_in(0, 1, low_open=True),
-    "bn_eps": number_in(0, 1, low_open=True),
-    "gn_groups": int_at_least(1),
-    "fbn_init": _one_of(FBN_INITS),
-    "fixbn_freeze": number_in(0, 1),
-    "fixbn_fix": _one_of(FIXBN_FIXES),
-    "agc_lambda": number_in(0, math.inf, low_open=True),
-    "feature_norm": _boolean,
-    "fedtan_union": _one_of(FEDTAN_UNIONS),
-    "n_clients": int_at_least(1),
-    "participation": number_in(0, 1, low_open=True),
-    "partition": _one_of(PARTITIONS),
-    "heterogeneity": _optional(number_in(0, math.inf)),
-    "batch_size": int_at_least(2),
-    "local_steps": int_at_least(1),
-    "steps": int_at_least(1),
-    "lr": _positive_numbers,
-    "lr_milestones": _increasing_ints,
-    "lr_scale": number_in(0, math.inf, low_open=True),
-    "momentum": number_in(0, 1),
-    "momentum_convention": _one_of(MOMENTUM_CONVENTIONS),
-    "weight_decay": number_in(0, math.inf),
-    "client_momentum": _one_of(CLIENT_MOMENTA),
-    "attack": _one_of(ATTACKS),
-    "f": int_at_least(0),
-    "aggregator": _one_of(AGGREGATORS),
-    "nnm": _boolean,
-    "foe_eps": _finite,
-    "alie_z": _optional(_finite),
-    "var_floor": number_in(0, 1, low_open=True),
-    "attack_stats": _one_of(ATTACK_STATS),
-    "attack_updates": _boolean,
-    "eval_every": int_at_least(1),
-    "record_dynamics": _boolean,
-    "dynamics_window": int_at_least(2),
-    "seed": int_at_least(0),
+    "dataset": OneOf(DATASETS),
+    "n_train": Nullable(IntIn(1)),
+    "n_test": Nullable(IntIn(1)),
+    "val_fraction": NumberIn(0, 0.5),
+    "image_size": IntIn(4),
+    "synthetic_separation": NumberIn(0, math.inf, low_open=True),
+    "augment": OneOf(AUGMENTS),
+    "crop_padding": IntIn(0),
+    "model": OneOf(MODELS),
+    "width": IntIn(1),
+    "hidden": IntIn(1),
+    "dropout": NumberIn(0, 1),
+    "normalizer": OneOf(NORMALIZERS),
+    "bn_momentum": NumberIn(0, 1, low_open=True),
+    "bn_eps": NumberIn(0, 1, low_open=True),
+    "gn_groups": IntIn(1),
+    "fbn_init": OneOf(FBN_INITS),
+    "fixbn_freeze": NumberIn(0, 1),
+    "fixbn_fix": OneOf(FIXBN_FIXES),
+    "agc_lambda": NumberIn(0, math.inf, low_open=True),
+    "feature_norm": Boolean(),
+    "fedtan_union": OneOf(FEDTAN_UNIONS),
+    "n_clients": IntIn(1),
+    "participation": NumberIn(0, 1, low_open=True),
+    "partition": OneOf(PARTITIONS),
+    "heterogeneity": Nullable(NumberIn(0, math.inf)),
+    "batch_size": IntIn(2),
+    "local_steps": IntIn(1),
+    "steps": IntIn(1),
+    "lr": ListOf(NumberIn(0, math.inf, low_open=True), "a non-empty list of positive numbers",
+                 min_len=1),
+    "lr_milestones": ListOf(IntIn(1), "a list of increasing positive integers",
+                           increasing=True),
+    "lr_scale": NumberIn(0, math.inf, low_open=True),
+    "momentum": NumberIn(0, 1),
+    "momentum_convention": OneOf(MOMENTUM_CONVENTIONS),
+    "weight_decay": NumberIn(0, math.inf),
+    "client_momentum": OneOf(CLIENT_MOMENTA),
+    "attack": OneOf(ATTACKS),
+    "f": IntIn(0),
+    "aggregator": OneOf(AGGREGATORS),
+    "nnm": Boolean(),
+    "foe_eps": Finite(),
+    "alie_z": Nullable(Finite()),
+    "var_floor": NumberIn(0, 1, low_open=True),
+    "attack_stats": OneOf(ATTACK_STATS),
+    "attack_updates": Boolean(),
+    "eval_every": IntIn(1),
+    "record_dynamics": Boolean(),
+    "dynamics_window": IntIn(2),
+    "seed": IntIn(0),
 }
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 _DEFAULT_IDENTITY = RunConfig().identity()
@@ -521,17 +583,12 @@ BUDGET_KEYS = ("epochs", "rounds", "lr_decay_at")
 _STEPS_KEYS = ("steps", "epochs", "rounds")  # three ways to say how long a run trains
 
 
-def _lr_decay_at(v: Any) -> str | None:
-    ok = isinstance(v, list | tuple) and len(v) > 0
-    ok = ok and all(number_in(0, 1, low_open=True)(x) is None and x < 1 for x in v)
-    ok = ok and all(a < b for a, b in itertools.pairwise(v))
-    return None if ok else "a non-empty list of increasing fractions in (0, 1)"
-
-
 _BUDGET_RULES: dict[str, Callable[[Any], str | None]] = {
-    "epochs": number_in(0, math.inf, low_open=True),
-    "rounds": int_at_least(1),
-    "lr_decay_at": _lr_decay_at,
+    "epochs": NumberIn(0, math.inf, low_open=True),
+    "rounds": IntIn(1),
+    "lr_decay_at": ListOf(NumberIn(0, 1, low_open=True, high_open=True),
+                          "a non-empty list of increasing fractions in (0, 1)", min_len=1,
+                          increasing=True),
 }
 
 
@@ -579,6 +636,9 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
         M = out.get("n_clients", RunConfig.n_clients)
         b = out.get("batch_size", RunConfig.batch_size)
         size = train_size(out)
+        if not size:
+            raise fail(where, "n_train", out.get("n_train"), f"an integer >= 1 with dataset "
+                       f"'{out.get('dataset', RunConfig.dataset)}' (epochs count its images)")
         rounds = round(values["epochs"] * size / (M * b * E)) if M and b else 0
         if rounds < 1:
             raise fail(where, "epochs", values["epochs"],
@@ -589,6 +649,10 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
         rounds = values.get("rounds", out.get("steps", RunConfig.steps) // E)
     if "epochs" in values or "rounds" in values:
         out["steps"] = rounds * E
+        if _RULES["steps"](out["steps"]) is not None:
+            budget = "epochs" if "epochs" in values else "rounds"
+            raise fail(where, budget, values[budget], f"a budget of at most {INT_MAX} steps "
+                       f"(it gives {rounds} rounds of E = {E} local steps)")
     if "lr_decay_at" in values:
         at = [round(f * rounds) * E for f in values["lr_decay_at"]]
         if any(a < E for a in at) or any(a >= b for a, b in itertools.pairwise(at)) or \
@@ -600,20 +664,28 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
     return out
 
 
+def check_keys(values: Mapping[str, Any], where: str = "run") -> None:
+    """Each run key alone against its rule (the budget keys are checked together, by
+    :func:`resolve_budget`); ConfigError for an unknown key or a bad value. Also what checks the
+    pipeline's ``run`` section itself: a bad default is an error even where every experiment
+    sets the key."""
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of keys to values, got {values!r}")
+    for key, value in values.items():
+        if key not in _RULES and key not in BUDGET_KEYS:
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: "
+                              f"{sorted(FIELDS + BUDGET_KEYS)}")
+        problem = _RULES[key](value) if key in _RULES else None
+        if problem is not None:
+            raise fail(where, key, value, problem)
+
+
 def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     """Build and validate a RunConfig from plain values; unknown keys are errors. The budget
     keys (``epochs``, ``rounds``, ``lr_decay_at``: :func:`resolve_budget`) are accepted and
     turned into ``steps`` and ``lr_milestones``."""
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of keys to values, got {values!r}")
+    check_keys(values, where)  # each key alone first: the budget reads some of them
     values = resolve_budget(values, where)
-    for key, value in values.items():
-        if key not in _RULES:
-            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: "
-                              f"{sorted(FIELDS + BUDGET_KEYS)}")
-        problem = _RULES[key](value)
-        if problem is not None:
-            raise fail(where, key, value, problem)
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])

@@ -76,6 +76,7 @@ from fednorm.config import (
     Paths,
     RunConfig,
     bundle_key,
+    check_keys,
     int_at_least,
     run_config,
 )
@@ -202,9 +203,6 @@ class Plan:
     def toy_files(self) -> list[str]:
         stems = self.toy.stems(self.paths) if self.toy else []
         return [f"{stem}.{ext}" for stem in stems for ext in FIGURE_EXTENSIONS]
-
-    def metrics_files(self) -> list[str]:
-        return [f"{self.paths.run_dir(r)}/metrics.csv" for r in self.runs]
 
     def run_files(self, run_ids: tuple[str, ...]) -> list[str]:
         """The files the runs write, run by run in ``RUN_FILES`` order."""
@@ -672,6 +670,16 @@ def _claims_path(value: Any) -> str | None:
     return value
 
 
+def _paths(spec: Any) -> Paths:
+    """``paths``: each a folder, as a non-empty text."""
+    spec = _keys(spec, "paths", tuple(Paths.__dataclass_fields__))
+    for key, value in spec.items():
+        if not (isinstance(value, str) and value.strip()):
+            raise ConfigError(f"paths: key '{key}' has value {value!r}; allowed: a folder "
+                              f"(a non-empty text, e.g. '{getattr(Paths, key)}')")
+    return Paths(**spec)
+
+
 def _execution(spec: Any) -> Execution:
     spec = _keys(spec, "execution", tuple(_EXECUTION_RULES))
     for key, value in spec.items():
@@ -730,9 +738,10 @@ def training_jobs(bundle_ids: list[str], per_job: int) -> dict[str, tuple[str, .
 def load_plan(config: Mapping[str, Any]) -> Plan:
     """Validate the whole configuration and expand it into runs and figures."""
     config = _keys(config, "config", _TOP)
-    paths = Paths(**_keys(config.get("paths"), "paths", ("results", "figures", "data")))
+    paths = _paths(config.get("paths"))
     execution = _execution(config.get("execution"))
     defaults = dict(_keys(config.get("run"), "run", RUN_KEYS))
+    check_keys(defaults, "run")  # even a default that every experiment overrides
     # an override file drops an experiment or a figure by setting it to null (the quick profile
     # drops those whose data it cannot have offline)
     experiments_spec = {k: v for k, v in _keys(config.get("experiments"), "experiments", tuple(

@@ -7,7 +7,8 @@ point and BN layer, see :mod:`fednorm.fl.norm_error`; the ``stat_*`` columns sum
 ``dynamics.csv``, the FixBN paper's training dynamics, recorded when the run asks for them: see
 :mod:`fednorm.fl.dynamics`, NaN and no rows otherwise)
 and ``run.json`` (resolved config, run_id, seed, git commit, library versions, device, wall time,
-status, the bundle it trained in), each atomically, run.json last. The Snakemake rule calls
+status, the bundle it trained in, ``rows``: each CSV's number of rows, so that a copy cut short
+is found, :mod:`fednorm.integrity`), each atomically, run.json last. The Snakemake rule calls
 ``train_bundle``; ``fednorm run`` calls ``train_and_evaluate``.
 """
 
@@ -122,16 +123,17 @@ def train_bundle(
 
 def _write_run(cfg: RunConfig, out_dir: Path, result: TrainResult, wall: float,
                meta: dict[str, Any]) -> None:
-    write_csv(out_dir / "metrics.csv", pd.DataFrame(result.rows, columns=list(METRIC_COLUMNS)))
-    write_csv(out_dir / "norm_error.csv",
-              pd.DataFrame(result.layer_rows, columns=list(LAYER_COLUMNS)))
-    write_csv(out_dir / "dynamics.csv",
-              pd.DataFrame(result.dynamics_rows, columns=list(DYNAMICS_COLUMNS)))
+    frames = {"metrics.csv": pd.DataFrame(result.rows, columns=list(METRIC_COLUMNS)),
+              "norm_error.csv": pd.DataFrame(result.layer_rows, columns=list(LAYER_COLUMNS)),
+              "dynamics.csv": pd.DataFrame(result.dynamics_rows, columns=list(DYNAMICS_COLUMNS))}
+    for name, frame in frames.items():
+        write_csv(out_dir / name, frame)
     write_json(out_dir / "run.json", {  # last: its presence marks the run complete
         "run_id": cfg.run_id,
         "seed": cfg.seed,
         "status": result.status,
         "wall_time_s": round(wall, 3),
+        "rows": {name: len(frame) for name, frame in frames.items()},  # fednorm.integrity
         "config": cfg.identity(),
         **meta,
     })

@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from fednorm.config import DERIVED, FIELDS, RunConfig
+from fednorm.integrity import check_runs
 from fednorm.io import write_csv
 from fednorm.plan import Plan
 
@@ -58,6 +59,9 @@ def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:
 
 
 def summarize(plan: Plan, out: str | Path | None = None) -> pd.DataFrame:
+    """Write the summary of every run of the plan; first, the runs' files are checked: a run
+    cut short is set aside and reported (fednorm.integrity.check_runs), never left out."""
+    check_runs(plan)
     frame = pd.concat([run_rows(plan, r) for r in plan.runs], ignore_index=True)
     rest = [c for c in (*FIELDS, *DERIVED) if c not in FIRST_COLUMNS]
     # reindex: a run written before a metric existed (val_accuracy) has NaN there

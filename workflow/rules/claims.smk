@@ -10,6 +10,7 @@ rule claims:
         claims=CLAIMS,
         stem=output_stem,  # figures/claims: the numbers' stem
         words_stem=lambda wildcards, output: os.path.splitext(output[-1])[0],  # claims_words
+        runs=RUN_IDS,  # each must have rows in the summary (fednorm.integrity)
     log:
         f"{RESULTS}/logs/claims.log",
     conda:

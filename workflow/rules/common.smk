@@ -9,6 +9,7 @@ RESULTS = PLAN.paths.results
 FIGURES = PLAN.paths.figures
 DATA = PLAN.paths.data
 EXECUTION = PLAN.execution
+RUN_IDS = list(PLAN.runs)  # the runs the summary must hold rows of
 # Every rule's software: used with --use-conda (--sdm conda), ignored without it (the rules
 # then run in the environment Snakemake runs in). Relative to workflow/rules/.
 ENV = "../envs/fednorm.yaml"

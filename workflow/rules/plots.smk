@@ -15,6 +15,7 @@ for folder, names in PLAN.figure_folders().items():
         params:
             figures=[PLAN.figures[n] for n in names],
             stems=[f"{FIGURES}/{n}" for n in names],
+            runs=RUN_IDS,  # each must have rows in the summary (fednorm.integrity)
         log:
             f"{RESULTS}/logs/figures/{folder or 'top'}.log",
         conda:
