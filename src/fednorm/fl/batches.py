@@ -30,14 +30,14 @@ class ClientBatches:
     crop and flip, ImageNet's resized crop and flip) with the run's own random draws.
     """
 
-    def __init__(self, x: Tensor, y: Tensor, parts: Sequence[Sequence[Tensor]], batch_size: int,
-                 seeds: Sequence[int], stream: int = rng.SAMPLE,
+    def __init__(self, x: Tensor | None, y: Tensor, parts: Sequence[Sequence[Tensor]],
+                 batch_size: int, seeds: Sequence[int], stream: int = rng.SAMPLE,
                  augment: Augment | None = None) -> None:
         if any(len(p) == 0 for run in parts for p in run):
             raise ValueError("every client needs at least one training example")
         if len({len(run) for run in parts}) != 1 or len(parts) != len(seeds):
             raise ValueError("every run needs the same number of clients, and one seed each")
-        device = x.device
+        device = y.device  # x: None for images streamed from disk (fednorm.data.imagenet)
         self.x, self.y, self.b, self.augment = x, y, batch_size, augment
         self.n = len(parts[0])
         self.sizes = torch.tensor([[len(p) for p in run] for run in parts], device=device)
