@@ -15,7 +15,7 @@ difference, and that difference per image of the step (n_clients x batch x runs)
 memory holds each client's copy of the parameters, its gradients and momentum (linear in the
 clients) and the activations (linear in the images): two measurements at 1 and 2 clients give
 the cost of one more client, from which ImageNet's 100 clients of 20 images are extrapolated
-(they do not fit a small machine's memory at once). docs/tiny-imagenet.md has the numbers.
+(they do not fit a small machine's memory at once). docs/imagenet.md has the numbers.
 """
 
 from __future__ import annotations

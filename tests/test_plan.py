@@ -62,10 +62,20 @@ def test_paper_config_counts_the_issue_grids():
             "fixbn_tiny_partitions": 3 * 5 * 3, "fixbn_tiny_momentum": 3 * 3 * 5 * 3}
     assert {name: len(plan.experiments[name]) for name in tiny} == tiny
     shared += 2 * 5 * 3 + (2 * 5 * 3 + 3)
+    imagenet = {"fixbn_imagenet": 3 * 3}  # Table 2: gn, bn, fixbn x seed
+    assert len(plan.experiments["fixbn_imagenet"]) == 9
     assert len(plan.runs) == (144 + sum(byzantine.values()) + sum(fixbn.values())
                               + sum(fedtan.values()) + sum(compare.values())
-                              + sum(tiny.values()) - shared)
-    assert len(plan.runs) == 1800 + 417
+                              + sum(tiny.values()) + sum(imagenet.values()) - shared)
+    assert len(plan.runs) == 1800 + 417 + 9
+    # ImageNet-1K: E = 2 epochs of a client of average size = 1,281 steps, 64 epochs of the
+    # 10 participants' images = 320 rounds, lr x0.1 at 30, 60, 90 % of them (96, 192, 288)
+    net = [plan.runs[r] for r in plan.experiments["fixbn_imagenet"]]
+    assert {(c.dataset, c.model, c.image_size, c.n_clients, c.participants, c.batch_size,
+             c.partition, c.heterogeneity, c.local_steps, c.steps, c.lr_milestones)
+            for c in net} == {("imagenet", "resnet18", 224, 100, 10, 20, "dirichlet", 0.1, 1281,
+                               320 * 1281, (96 * 1281, 192 * 1281, 288 * 1281))}
+    assert round(64 * 1_281_167 / (10 * 20 * 1281)) == 320
     tiny_runs = [c for c in plan.runs.values() if c.dataset == "tinyimagenet"]
     assert {(c.model, c.width, c.image_size, c.n_clients, c.participants, c.batch_size)
             for c in tiny_runs} == {("resnet18", 64, 64, 10, 5, 20)}
@@ -80,7 +90,7 @@ def test_paper_config_counts_the_issue_grids():
         f"fixbn/{n}" for n in ("fig2a", "fig2b", "table1", "fig1", "fig4", "fig5", "fig6",
                                "figH", "table4", "tableI", "figJ", "figK", "figL", "figM",
                                "figN", "tableH", "figI", "fig3", "table5", "fig2a_tiny",
-                               "fig2b_tiny", "figG")}
+                               "fig2b_tiny", "figG", "table2")}
     assert [p.experiments for p in plan.figures["fixbn/fig4"].parts] == [
         ("fixbn_partitions",), ("fixbn_tiny_partitions",)]
     fig3 = plan.figures["fixbn/fig3"]
@@ -103,8 +113,9 @@ def test_quick_profile_is_offline_and_keeps_every_figure():
         _config("config/config.yaml", "config/quick.yaml"))
     assert not quick.needs_cifar10()
     assert {c.dataset for c in quick.runs.values()} == {"mnist5k"}  # no Tiny-ImageNet either
-    # every figure but the Tiny-ImageNet ones, which the quick profile drops (set to null)
-    dropped = {"fixbn/fig2a_tiny", "fixbn/fig2b_tiny", "fixbn/figG"}
+    # every figure but the Tiny-ImageNet and ImageNet ones, which the quick profile drops (set
+    # to null)
+    dropped = {"fixbn/fig2a_tiny", "fixbn/fig2b_tiny", "fixbn/figG", "fixbn/table2"}
     assert set(quick.figures) == set(paper.figures) - dropped
     assert quick.paths.figures != paper.paths.figures  # never overwrites paper-scale figures
 

