@@ -178,6 +178,6 @@ class StreamedBatches(ClientBatches):
         return normalize(x.to(self.device, non_blocking=True)), y.to(self.device)
 
     def select(self, runs: Tensor) -> StreamedBatches:
-        out = super().select(runs)
+        out = super().select(runs.cpu())  # the draws live on the CPU, with the workers
         out._ahead = None  # its workers would read the dropped runs too
         return out
