@@ -26,13 +26,12 @@ def bundle_rule_name(bundle_id):
 def job_priority(run_ids):
     """A training job's Snakemake priority: the training images of its runs, in 10^5 (a proxy
     for its time; the bigger ones start first)."""
-    return sum(PLAN.runs[r].steps * PLAN.runs[r].n_clients * PLAN.runs[r].batch_size
-               for r in run_ids) // 100_000
+    return sum(PLAN.runs[r].training_images for r in run_ids) // 100_000
 
 
 def bundle_dataset(run_ids):
     """A bundle waits for the cache of each dataset of its runs that has one (CIFAR-10,
-    MNIST-5k: rule dataset_cache); synthetic runs need no input."""
+    MNIST-5k, Tiny-ImageNet: rule dataset_cache); synthetic runs need no input."""
     datasets = sorted({PLAN.runs[r].dataset for r in run_ids} & set(CACHES))
     return [f"{DATA}/{CACHES[d]}" for d in datasets]
 
