@@ -12,7 +12,9 @@ runs with ``fednorm.run.train_bundle`` (different seeds, one bundle), writing th
 (``--steps``), as the quick profile's are; the ratio column is (b) / (a) time.
 Models: ``quick`` (the quick profile: width-8 CNN on 8x8 synthetic images, 10 clients x 16),
 ``fbn_cnn`` (the FBN paper's CNN, 10 clients x 50, 32x32), ``resnet20`` (FixBN's setting:
-ResNet-20, 5 clients x 20, FedAvg with E = ``--local-steps``); synthetic CIFAR-shaped data.
+ResNet-20, 5 clients x 20, FedAvg with E = ``--local-steps``), ``resnet18`` (FixBN's
+Tiny-ImageNet setting: ResNet-18 at 64x64, 10 clients x 20, 5 a round, E = ``--local-steps``);
+synthetic data of those shapes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ MODELS = {
                      n_train=10000, n_test=1000, lr=[0.02], lr_milestones=[], momentum=0.9,
                      momentum_convention="pytorch", weight_decay=1e-4, partition="iid",
                      heterogeneity=None),
+    # FixBN on Tiny-ImageNet: ResNet-18 (ImageNet stem) at 64x64, 10 clients x 20, 5 a round,
+    # ImageNet's crop and flip (the rate r of docs/imagenet.md's GPU-hours)
+    "resnet18": dict(model="resnet18", image_size=64, width=64, n_clients=10, participation=0.5,
+                     batch_size=20, n_train=2000, n_test=200, lr=[0.02], lr_milestones=[],
+                     momentum=0.9, momentum_convention="pytorch", weight_decay=1e-4,
+                     augment="resized_crop_flip", partition="iid", heterogeneity=None),
 }
 
 BUNDLE = """
@@ -52,7 +60,7 @@ train_bundle(cfgs, [f"{spec['out']}/{c.run_id}" for c in cfgs], data_dir="data",
 def runs(model: str, size: int, steps: int, local_steps: int) -> list[dict]:
     base = {"dataset": "synthetic", "normalizer": "bn", "steps": steps, "eval_every": steps,
             "partition": "gamma", "heterogeneity": 0.5, **MODELS[model]}
-    if model == "resnet20":
+    if model in ("resnet20", "resnet18"):
         base["local_steps"] = local_steps
     return [{**base, "seed": seed} for seed in range(size)]
 
@@ -69,7 +77,7 @@ def main() -> None:
     parser.add_argument("--models", default="quick,fbn_cnn,resnet20")
     parser.add_argument("--sizes", default="1,4,16")
     parser.add_argument("--steps", type=int, default=20, help="training steps of each run")
-    parser.add_argument("--local-steps", type=int, default=10, help="E for resnet20")
+    parser.add_argument("--local-steps", type=int, default=10, help="E for resnet20, resnet18")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-processes", type=int, default=16,
                         help="largest R timed as R processes (larger: bundles only)")

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fednorm.data.tinyimagenet import ARCHIVE_NAME, write_sample_archive
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
@@ -23,4 +25,7 @@ def work_copy(tmp_path):
         ".test"))
     shutil.copytree(ROOT / ".test", work / ".test", ignore=shutil.ignore_patterns(
         "results", "figures", "data"))
+    # the Tiny-ImageNet-shaped experiments' archive, in the official layout (.test/config.yaml)
+    write_sample_archive(work / ".test/data" / ARCHIVE_NAME, n_classes=4, train_per_class=10,
+                         val_per_class=3)
     return work

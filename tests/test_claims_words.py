@@ -291,3 +291,17 @@ def test_a_claim_the_plan_cannot_answer_is_refused(change, expected):
         check_plan(words, _plan())
     check_plan(parse_words({"claims": [_claim(where={"local_steps": "max"},
                                               for_each="local_steps")]}), _plan())
+
+
+def test_a_claim_on_experiments_an_override_dropped_is_not_run():
+    """An override that sets an experiment to null (the quick profile's Tiny-ImageNet) leaves
+    its claims unchecked and not run; a misspelt experiment is still refused."""
+    plan = load_plan({"run": TINY, "experiments": {
+        "e": {"grid": {"normalizer": ["bn", "fbn"], "seed": [0, 1]}}, "f": None}})
+    assert plan.dropped == {"f"}
+    words = parse_words({"claims": [_claim(experiment="f")]})
+    check_plan(words, plan)
+    assert words_ledger(words, _summary(_pairs(FBN, BN, [60, 60], [50, 50]))).iloc[0].verdict \
+        == NOT_RUN
+    with pytest.raises(ConfigError, match=WHERE + r": key 'experiment' has value 'g'"):
+        check_plan(parse_words({"claims": [_claim(experiment="g")]}), plan)

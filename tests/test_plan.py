@@ -56,9 +56,33 @@ def test_paper_config_counts_the_issue_grids():
     # the comparison: bn, gn, fixbn at E = 1 and 100 on its 4 splits (Figs 2a, 4, K-N), Table
     # 4's gn_ws, ln, in, fixup (Shards, E = 100), centralized BN on IID (Fig 1's)
     shared += 3 * 2 * 4 * 3 + 4 * 3 + 3
+    # Tiny-ImageNet (ResNet-18): Fig 2 right (both budgets), Fig 4 right, Fig G; trained once:
+    # Fig 4's bn, gn and Fig G's bn, gn with reset momentum (Fig 2's fixed-epochs runs), Fig G's
+    # fixbn reset at E = 100 (Fig 4's at Shards). Fixed rounds share nothing: 128 rounds of E =
+    # 500 are 64,000 steps, 128 epochs 128,000 (5 of the 10 clients take part)
+    tiny = {"fixbn_tiny_epochs": 2 * 5 * 5 * 3, "fixbn_tiny_rounds": 2 * 5 * 5 * 3,
+            "fixbn_tiny_partitions": 3 * 5 * 3, "fixbn_tiny_momentum": 3 * 3 * 5 * 3}
+    assert {name: len(plan.experiments[name]) for name in tiny} == tiny
+    shared += 2 * 5 * 3 + (2 * 5 * 3 + 3)
+    imagenet = {"fixbn_imagenet": 3 * 3}  # Table 2: gn, bn, fixbn x seed
+    assert len(plan.experiments["fixbn_imagenet"]) == 9
     assert len(plan.runs) == (144 + sum(byzantine.values()) + sum(fixbn.values())
-                              + sum(fedtan.values()) + sum(compare.values()) - shared)
-    assert len(plan.runs) == 1800
+                              + sum(fedtan.values()) + sum(compare.values())
+                              + sum(tiny.values()) + sum(imagenet.values()) - shared)
+    assert len(plan.runs) == 1800 + 417 + 9
+    # ImageNet-1K: E = 2 epochs of a client of average size = 1,281 steps, 64 epochs of the
+    # 10 participants' images = 320 rounds, lr x0.1 at 30, 60, 90 % of them (96, 192, 288)
+    net = [plan.runs[r] for r in plan.experiments["fixbn_imagenet"]]
+    assert {(c.dataset, c.model, c.image_size, c.n_clients, c.participants, c.batch_size,
+             c.partition, c.heterogeneity, c.local_steps, c.steps, c.lr_milestones)
+            for c in net} == {("imagenet", "resnet18", 224, 100, 10, 20, "dirichlet", 0.1, 1281,
+                               320 * 1281, (96 * 1281, 192 * 1281, 288 * 1281))}
+    assert round(64 * 1_281_167 / (10 * 20 * 1281)) == 320
+    tiny_runs = [c for c in plan.runs.values() if c.dataset == "tinyimagenet"]
+    assert {(c.model, c.width, c.image_size, c.n_clients, c.participants, c.batch_size)
+            for c in tiny_runs} == {("resnet18", 64, 64, 10, 5, 20)}
+    # the paper's 128 epochs of trained images: 5 clients x 20 x 128,000 steps = 128 x 100,000
+    assert {plan.runs[r].steps for r in plan.experiments["fixbn_tiny_partitions"]} == {128_000}
     assert plan.needs_cifar10()
     names = {"fig3a", "fig3b", "fig3c", "fig5a", "fig5b", "fig5c", "norm_error_curves",
              "norm_error_vs_heterogeneity", "fig4", *(f"fig{n}" for n in range(6, 14)),
@@ -67,7 +91,10 @@ def test_paper_config_counts_the_issue_grids():
     assert {n for n in plan.figures if n.startswith("fixbn/")} == {
         f"fixbn/{n}" for n in ("fig2a", "fig2b", "table1", "fig1", "fig4", "fig5", "fig6",
                                "figH", "table4", "tableI", "figJ", "figK", "figL", "figM",
-                               "figN", "tableH", "figI", "fig3", "table5")}
+                               "figN", "tableH", "figI", "fig3", "table5", "fig2a_tiny",
+                               "fig2b_tiny", "figG", "table2")}
+    assert [p.experiments for p in plan.figures["fixbn/fig4"].parts] == [
+        ("fixbn_partitions",), ("fixbn_tiny_partitions",)]
     fig3 = plan.figures["fixbn/fig3"]
     assert [p.kind for p in fig3.parts] == ["curves", "curves", "curves", "final_vs"]
     assert fig3.parts[0].y == ("stat_change", "stat_deviation")
@@ -87,8 +114,34 @@ def test_quick_profile_is_offline_and_keeps_every_figure():
     paper, quick = load_plan(_config("config/config.yaml")), load_plan(
         _config("config/config.yaml", "config/quick.yaml"))
     assert not quick.needs_cifar10()
-    assert set(quick.figures) == set(paper.figures)
+    assert {c.dataset for c in quick.runs.values()} == {"mnist5k"}  # no Tiny-ImageNet either
+    # every figure but the Tiny-ImageNet and ImageNet ones, which the quick profile drops (set
+    # to null)
+    dropped = {"fixbn/fig2a_tiny", "fixbn/fig2b_tiny", "fixbn/figG", "fixbn/table2"}
+    assert set(quick.figures) == set(paper.figures) - dropped
     assert quick.paths.figures != paper.paths.figures  # never overwrites paper-scale figures
+
+
+def test_an_override_drops_an_experiment_or_a_figure_by_setting_it_to_null():
+    base = {"run": {"steps": 10, "eval_every": 5}, "experiments": {
+        "a": {"grid": {"normalizer": ["bn"], "seed": [0]}},
+        "b": {"grid": {"normalizer": ["fbn"], "seed": [0, 1]}}},
+        "figures": {"fa": {"experiment": "a", "kind": "curves"},
+                    "fb": {"experiment": "b", "kind": "curves"}}}
+    plan = load_plan(merge(base, {"experiments": {"b": None}, "figures": {"fb": None}}))
+    assert set(plan.experiments) == {"a"} and set(plan.figures) == {"fa"}
+    assert len(plan.runs) == 1
+    with pytest.raises(ConfigError, match="'b'"):  # a figure of a dropped experiment: an error
+        load_plan(merge(base, {"experiments": {"b": None}}))
+
+
+def test_training_images_are_counted_per_dataset_and_model():
+    plan = load_plan({"run": {"steps": 10, "eval_every": 5, "n_clients": 4, "batch_size": 3},
+                      "experiments": {"a": {"grid": {"normalizer": ["bn", "gn"], "seed": [0]}},
+                                      "b": {"set": {"model": "lenet"},
+                                            "grid": {"seed": [0, 1, 2]}}}})
+    assert plan.images_by_part() == {("cifar10", "fbn_cnn"): 2 * 10 * 4 * 3,
+                                     ("cifar10", "lenet"): 3 * 10 * 4 * 3}
 
 
 def test_a_run_needed_twice_is_planned_once():

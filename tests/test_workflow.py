@@ -36,8 +36,10 @@ def _bundle_jobs(counts):
 @pytest.mark.parametrize(("bundle_size", "jobs"), [
     # FBN: Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13); FixBN:
     # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py), and its new
-    # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (408)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408),
+    # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (408); FixBN on
+    # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2);
+    # ImageNet-1K 9 (Table 2)
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408 + 417 + 9),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -55,7 +57,14 @@ def _bundle_jobs(counts):
     # none+fn, bn+fn at E = 1 and 100, 12 runs each -> 10; the tuning grid, per (method, E), 4
     # lr_scales x 3 seeds -> 17 x 2 (its held-out images make a key of their own).
     (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 9)
-     + (1 + 4) + 8 + (10 + 4) + 10 + 17 * 2),
+     + (1 + 4) + 8 + (10 + 4) + 10 + 17 * 2
+     # Tiny-ImageNet, per (normalizer, E): bn and gn at fixed epochs 15 + 6 momentum runs -> 2
+     # (x 5 E x 2), fixbn 15 + 6 at E = 100 -> 2 and 9 at each other E -> 1 (x 4); fixed
+     # rounds 15 -> 1 (x 5 E x 2: E = 500 at 128 rounds is 64,000 steps, not the 128,000 of
+     # the epoch budget)
+     + (20 + 2 + 4 + 10)
+     # ImageNet-1K: gn, bn, fixbn, 3 seeds each -> 3
+     + 3),
 ])
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"
@@ -65,7 +74,8 @@ def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     counts = _job_counts(out.stdout)
     assert _bundle_jobs(counts) == jobs
     assert all(n == 1 for rule, n in counts.items() if rule.startswith("train_"))
-    assert counts["dataset_cache"] == 1 and counts["toy"] == 1 and counts["claims"] == 1
+    # the caches of CIFAR-10 and Tiny-ImageNet
+    assert counts["dataset_cache"] == 2 and counts["toy"] == 1 and counts["claims"] == 1
     assert counts["report_captions"] == 1
     assert [counts[f"figures_{f}"] for f in ("fbn", "fixbn", "fedtan", "compare")] == [1] * 4
 
@@ -148,9 +158,12 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
 
     fixbn = work / ".test/figures/fixbn"
     for name in ("fig2a", "fig2b", "fig1", "fig4", "fig5", "fig6", "figH", "figI", "figJ",
-                 "figK", "figL", "figM", "figN", "fig3"):
+                 "figK", "figL", "figM", "figN", "fig3", "fig2a_tiny", "fig2b_tiny", "figG"):
         for ext in ("pdf", "png", "csv"):
             assert (fixbn / f"{name}.{ext}").stat().st_size > 0
+    tiny = pd.read_csv(fixbn / "fig2a_tiny.csv")  # Tiny-ImageNet's BN and GN over 2 splits x 2 E
+    assert tiny.groupby("panel").size().nunique() == 1 and len(tiny) == 3 * 2 * 2
+    assert pd.read_csv(fixbn / "fig4.csv")["part"].nunique() == 2  # CIFAR-10, Tiny-ImageNet
     fig3 = pd.read_csv(fixbn / "fig3.csv")  # four parts; (a) and (b) from the recorded dynamics
     assert fig3["part"].nunique() == 4
     for name, ext in itertools.product(("table1", "table4", "tableH", "tableI"), ("csv", "md")):
@@ -186,8 +199,12 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     # + 9: the comparison (bn, fedtan, fedbn x 2 splits x 2 E and 2 centralized; bn's 4 and
     # centralized BN on IID are Fig 2a's and Fig 1's)
     # + 4: FedFN (none+fn x 2 splits x 2 E); + 4: the tuning grid (bn, hybridbn x lr x 1, 2)
+    # + 17: Tiny-ImageNet-shaped, 8 (bn, gn x 2 splits x 2 E) + 4 fixed rounds at E = 1 + 2
+    # fixbn + 3 momentum (fixbn reset at E = 1, global at E = 1 and 4)
     assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
-                                           + 16 + 9 + 4 + 4)
+                                           + 16 + 9 + 4 + 4 + 17)
+    tiny_runs = summary[summary.dataset == "tinyimagenet"]
+    assert tiny_runs.run_id.nunique() == 17 and set(tiny_runs.model) == {"resnet18"}
     tuned = summary[summary.val_fraction > 0]
     assert tuned.run_id.nunique() == 4 and tuned.val_accuracy.notna().all()
     assert summary.loc[summary.val_fraction == 0, "val_accuracy"].isna().all()
@@ -329,7 +346,7 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
 
 def test_a_new_seed_plans_only_its_runs_in_a_dry_run(tmp_path):
     """Issue 22: with every run of the quick profile complete, one more seed on the FBN gamma
-    grid (4 normalizers x 4 heterogeneities) makes a dry run plan exactly its 16 runs, and no
+    grid makes a dry run plan exactly its runs (one per normalizer and heterogeneity), and no
     run that exists. With execution.images_per_second and max_runtime, each training job asks
     for 5 minutes plus 1.25 times its images' time at that rate, at most max_runtime."""
     work = work_copy(tmp_path)
@@ -356,13 +373,15 @@ def test_a_new_seed_plans_only_its_runs_in_a_dry_run(tmp_path):
         planned |= set(ids)
         cfgs = [after.runs[r] for r in ids]
         images = sum(c.steps * c.n_clients * c.batch_size for c in cfgs)
-        want = min(cap, 5 + -(-1.25 * images // (rate * 60)))
-        minutes.append(want)
+        uncapped = 5 + -(-1.25 * images // (rate * 60))
+        want = min(cap, uncapped)
+        minutes.append(uncapped)
         assert f"runtime={want:.0f}," in job, (want, job)
-    new = [r for r in planned if r not in before.runs]
-    assert len(planned) == len(new) == 16
-    assert all(r.split("-s")[-1].startswith("2-") for r in new)
-    assert cap in minutes and min(minutes) < cap, minutes  # some jobs capped, some not
+    axes = yaml.safe_load((work / "config/quick.yaml").read_text())["experiments"]["fbn_gamma"]
+    size = len(axes["grid"]["normalizer"]) * len(axes["grid"]["heterogeneity"])
+    assert planned == set(after.runs) - set(before.runs) and len(planned) == size
+    assert all(r.split("-s")[-1].startswith("2-") for r in planned)
+    assert max(minutes) > cap, minutes  # the cap was reached (tests/test_plan.py: below it)
 
 
 @pytest.mark.slow

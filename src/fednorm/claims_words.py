@@ -328,12 +328,15 @@ def check_relation(claim: Relation, runs: pd.DataFrame, experiments: Sequence[st
 
 
 def check_plan(words: Words, plan: Plan) -> None:
-    """Every qualitative claim against the plan's experiments and their runs."""
+    """Every qualitative claim against the plan's experiments and their runs; a claim whose
+    experiments an override dropped (set to null: ``Plan.dropped``) all is left unchecked (its
+    verdict: not run)."""
     if not words.claims:
         return
     runs = planned_runs(plan)
     for claim in words.claims:
-        check_relation(claim, runs, list(plan.experiments))
+        if not set(claim.experiments) <= plan.dropped:
+            check_relation(claim, runs, list(plan.experiments))
 
 
 # ---------------------------------------------------------------------------------------------

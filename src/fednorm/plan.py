@@ -198,6 +198,9 @@ class Plan:
     jobs: dict[str, tuple[str, ...]]  # training job id -> its bundle ids (see `training_jobs`)
     toy: ToyPlan | None = None
     claims: str | None = None  # the claims file (fednorm.claims reads it); None: no ledger
+    # experiments an override set to null (the quick profile's Tiny-ImageNet): a claim on them
+    # only is not checked and is judged 'not run' (fednorm.claims_words.check_plan)
+    dropped: frozenset[str] = frozenset()
 
     def groups(self, run_id: str) -> str:
         """The experiments a run belongs to, joined by '|' (the summary's figure_group)."""
@@ -271,6 +274,15 @@ class Plan:
         jobs = {job: {b: pending[b] for b in members if b in pending}
                 for job, members in self.jobs.items()}
         return {job: members for job, members in jobs.items() if members}
+
+    def images_by_part(self) -> dict[tuple[str, str], int]:
+        """Training images (RunConfig.training_images) summed over the distinct runs of each
+        (dataset, model): what a GPU-hours estimate divides by that part's images/s."""
+        out: dict[tuple[str, str], int] = {}
+        for cfg in self.runs.values():
+            key = (cfg.dataset, cfg.model)
+            out[key] = out.get(key, 0) + cfg.training_images
+        return dict(sorted(out.items()))
 
     def needs_cifar10(self) -> bool:
         return any(cfg.dataset == "cifar10" for cfg in self.runs.values())
@@ -719,9 +731,9 @@ def _execution(spec: Any) -> Execution:
 
 
 def training_images(cfgs: Iterable[RunConfig]) -> int:
-    """The images the runs train on: steps x clients x batch size, summed (partial
-    participation trains fewer): what a training job's time scales with."""
-    return sum(c.steps * c.n_clients * c.batch_size for c in cfgs)
+    """The images the runs train on (RunConfig.training_images), summed: what a training
+    job's time scales with."""
+    return sum(c.training_images for c in cfgs)
 
 
 def bundle_label(cfg: RunConfig) -> str:
@@ -775,8 +787,10 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
     execution = _execution(config.get("execution"))
     defaults = dict(_keys(config.get("run"), "run", RUN_KEYS))
     check_keys(defaults, "run")  # even a default that every experiment overrides
-    experiments_spec = _keys(config.get("experiments"), "experiments", tuple(config.get(
-        "experiments") or ()))
+    # an override file drops an experiment or a figure by setting it to null (the quick profile
+    # drops those whose data it cannot have offline)
+    experiments_spec = {k: v for k, v in _keys(config.get("experiments"), "experiments", tuple(
+        config.get("experiments") or ())).items() if v is not None}
     if not experiments_spec:
         raise ConfigError("experiments: key 'experiments' is empty; allowed: at least one")
     expanded = {name: _expand(name, spec, defaults) for name, spec in experiments_spec.items()}
@@ -784,7 +798,8 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
     for cfgs in expanded.values():
         runs.update((c.run_id, c) for c in cfgs)
     figures_spec = config.get("figures") or {}
-    figures = {name: _figure(name, spec, expanded) for name, spec in figures_spec.items()}
+    figures = {name: _figure(name, spec, expanded) for name, spec in figures_spec.items()
+               if spec is not None}
     return Plan(
         paths=paths,
         runs=runs,
@@ -796,4 +811,5 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         jobs=training_jobs(list(packed), execution.bundles_per_job),
         toy=_toy(config.get("toy")),
         claims=_claims_path(config.get("claims")),
+        dropped=frozenset(k for k, v in (config.get("experiments") or {}).items() if v is None),
     )

@@ -90,6 +90,9 @@ CASES = {
                                                   local_steps=2, client_momentum="global"),
     "fedavg-E2-gn-reset-momentum": dict(normalizer="gn", local_steps=2, client_momentum="reset"),
     "dsgd-bn-participation": dict(normalizer="bn", participation=0.4),
+    "resnet18-fedavg-E2-fixbn-resized-crop-participation": dict(
+        model="resnet18", normalizer="fixbn", local_steps=2, augment="resized_crop_flip",
+        participation=0.6),
     "fedavg-E2-fbn-participation": dict(local_steps=2, participation=0.6),
     "dsgd-fixbn-affine": dict(normalizer="fixbn", fixbn_fix="affine", weight_decay=0.01),
     "fedavg-E2-fixbn-both-global": dict(normalizer="fixbn", fixbn_fix="both", local_steps=2,

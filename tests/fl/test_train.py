@@ -135,7 +135,7 @@ def test_crop_padding_gives_crops_whose_offsets_span_zero_to_twice_the_padding(p
     data = dataclasses.replace(DATA, train_x=marks.expand(n, 3, size, size).contiguous())
     parts = [[torch.arange(i * 20, (i + 1) * 20) for i in range(3)]]
     batches = training_batches([cfg], data, parts)
-    assert batches.padding == padding
+    assert batches.augment is not None and batches.augment.draws == 3
     rows, cols, flips = set(), set(), set()
     for step in range(30):
         xb, _ = batches.sample(step)
@@ -151,7 +151,7 @@ def test_crop_padding_gives_crops_whose_offsets_span_zero_to_twice_the_padding(p
 def test_crop_padding_is_unused_without_crop_flip():
     cfg = small_config(crop_padding=2)
     parts = [[torch.arange(i * 20, (i + 1) * 20) for i in range(3)]]
-    assert training_batches([cfg], DATA, parts).padding is None
+    assert training_batches([cfg], DATA, parts).augment is None
     assert small_config().crop_padding == 4  # the former constant
 
 

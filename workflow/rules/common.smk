@@ -31,7 +31,7 @@ def job_priority(run_ids):
 
 def bundle_dataset(run_ids):
     """A bundle waits for the cache of each dataset of its runs that has one (CIFAR-10,
-    MNIST-5k: rule dataset_cache); synthetic runs need no input."""
+    MNIST-5k, Tiny-ImageNet: rule dataset_cache); synthetic runs need no input."""
     datasets = sorted({PLAN.runs[r].dataset for r in run_ids} & set(CACHES))
     return [f"{DATA}/{CACHES[d]}" for d in datasets]
 

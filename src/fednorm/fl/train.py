@@ -28,6 +28,7 @@ from fednorm import rng
 from fednorm.config import RunConfig, bundle_key
 from fednorm.data import Arrays
 from fednorm.data.arrays import hold_out
+from fednorm.data.augment import augment_for
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import QUANTITIES, Dynamics
@@ -176,12 +177,12 @@ def label_distributions(data: Arrays, parts: Sequence[Sequence[Tensor]]) -> Tens
 
 def training_batches(cfgs: Sequence[RunConfig], data: Arrays,
                      parts: Sequence[Sequence[Tensor]]) -> ClientBatches:
-    """The bundle's training sampler: each client's batches from its part of ``data``, cropped
-    from images padded by ``crop_padding`` pixels and flipped when ``augment`` is crop_flip."""
+    """The bundle's training sampler: each client's batches from its part of ``data``, augmented
+    as the runs' ``augment`` says (fednorm.data.augment.augment_for)."""
     cfg = cfgs[0]
-    padding = cfg.crop_padding if cfg.augment == "crop_flip" else None
     return ClientBatches(data.train_x, data.train_y, parts, cfg.batch_size,
-                         [c.seed for c in cfgs], rng.SAMPLE, padding)
+                         [c.seed for c in cfgs], rng.SAMPLE,
+                         augment_for(cfg.augment, cfg.crop_padding))
 
 
 class _Loop:

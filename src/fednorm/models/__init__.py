@@ -10,9 +10,10 @@ from fednorm.models.cnn import FBNCNN
 from fednorm.models.fixup import FixupResNet20
 from fednorm.models.lenet import LeNet
 from fednorm.models.resnet import ResNet20
+from fednorm.models.resnet18 import ResNet18
 from fednorm.norms import normalizer_for
 
-__all__ = ["FBNCNN", "FixupResNet20", "LeNet", "ResNet20", "build_model"]
+__all__ = ["FBNCNN", "FixupResNet20", "LeNet", "ResNet18", "ResNet20", "build_model"]
 
 
 def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
@@ -29,6 +30,8 @@ def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
     elif cfg.model == "lenet":
         model = LeNet(norm, cfg.width, cfg.image_size, n_classes, conv=conv,
                       feature_norm=cfg.feature_norm)
+    elif cfg.model == "resnet18":
+        model = ResNet18(norm, cfg.width, n_classes, feature_norm=cfg.feature_norm)
     else:
         model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=cfg.feature_norm)
     return clientwise(model) if normalizer.clientwise else model
