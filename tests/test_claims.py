@@ -13,6 +13,7 @@ from fednorm.claims import (
     LEDGER_COLUMNS,
     NOT_COMPARABLE,
     NOT_RUN,
+    PAPERS,
     SCALE_KEYS,
     VERDICTS,
     ledger,
@@ -22,9 +23,10 @@ from fednorm.claims import (
     selects,
     write_ledger,
 )
-from fednorm.claims_words import planned_runs, words_ledger
+from fednorm.claims_words import Words, planned_runs, words_ledger
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan, merge
+from fednorm.results import in_experiments
 from fednorm.summarize import config_columns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,16 +244,18 @@ def _plan_summary(plan):
     return planned_runs(plan).assign(step=100, test_accuracy=0.5, status="ok")
 
 
-def _check_words(plan, words, n_seeds, byzantine_seeds):
+def _check_words(plan, words, n_seeds, byzantine_seeds, compare_seeds):
     """Every qualitative claim selects the seeds of one setting per group, each of its units
-    has runs with ``n_seeds`` seeds (``byzantine_seeds`` for the attacked runs), and on equal
-    accuracies no sign relation holds while every near-equality does, unless it has one seed
-    (the 5-point spread assumed then exceeds every δ)."""
+    has runs with ``n_seeds`` seeds (``byzantine_seeds`` for the attacked runs,
+    ``compare_seeds`` for the all-methods comparison's), and on equal accuracies no sign
+    relation holds while every near-equality does, unless it has one seed (the 5-point spread
+    assumed then exceeds every δ)."""
     table = words_ledger(words, _plan_summary(plan)).set_index("id")
     assert not table.detail.str.contains("ambiguous|no run").any()
     for claim in words.claims:
         byzantine = any(e.startswith("fbn_byzantine") for e in claim.experiments)
-        seeds = byzantine_seeds if byzantine else n_seeds
+        compare = all(e.startswith("compare") for e in claim.experiments)
+        seeds = byzantine_seeds if byzantine else compare_seeds if compare else n_seeds
         assert table.loc[claim.id, "n_seeds"] == seeds, claim.id
         expected = "holds" if claim.kind == "within" and seeds > 1 else "inconclusive"
         assert table.loc[claim.id, "verdict"] == expected, claim.id
@@ -262,9 +266,10 @@ def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
     claims = both.numbers
     counts = {p: sum(c.paper == p for c in claims) for p in ("fbn", "fixbn", "fedtan")}
     assert counts == {"fbn": 12, "fixbn": 29, "fedtan": 0}
-    words = {p: sum(c.paper == p for c in both.words.claims) for p in ("fbn", "fixbn", "fedtan")}
-    assert words == {"fbn": 19, "fixbn": 24, "fedtan": 3}
-    _check_words(plan, both.words, n_seeds=3, byzantine_seeds=3)
+    words = {p: sum(c.paper == p for c in both.words.claims) for p in PAPERS}
+    assert words == {"fbn": 19, "fixbn": 24, "fedtan": 3, "hybridbn": 2, "fedwon": 2,
+                     "fedfn": 2}
+    _check_words(plan, both.words, n_seeds=3, byzantine_seeds=3, compare_seeds=3)
     runs = _plan_summary(plan)
     for claim in claims:
         seeds = sorted(runs[selects(runs, claim.setting)].seed)
@@ -273,10 +278,37 @@ def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
     assert set(table.verdict) <= {"reproduced", "differs"}
 
 
+NEW_METHODS = ("hybridbn", "fedwon", "fedfn")
+
+
+@pytest.mark.parametrize("profile", [("config/config.yaml",),
+                                     ("config/config.yaml", "config/quick.yaml")])
+def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
+    """The claims of Hybrid BN, FedWon and FedFN (words only: no numeric entry reaches their
+    papers' settings) select, at paper scale and quick, runs of the method itself on one
+    side and of the baselines on the other, at FedAvg's largest E of the comparison; FedFN's
+    side normalizes its feature and the baselines' do not (VARIANT_KEYS)."""
+    plan, both = _profile(*profile)
+    assert not [c for c in both.numbers if c.paper in NEW_METHODS]
+    claims = [c for c in both.words.claims if c.paper in NEW_METHODS]
+    assert len(claims) == 6
+    runs = _plan_summary(plan)
+    largest = runs[in_experiments(runs, ["compare"])].local_steps.max()
+    assert largest == (100 if len(profile) == 1 else 25)
+    table = words_ledger(Words(claims=tuple(claims)), runs).set_index("id")
+    for claim in claims:
+        assert table.loc[claim.id, "verdict"] == "inconclusive", claim.id  # equal accuracies
+        a = dict(claim.a)
+        assert a["normalizer"] == {"hybridbn": "hybridbn", "fedwon": "fedwon"}.get(
+            claim.paper, a["normalizer"])
+        assert claim.paper != "fedfn" or a.get("feature_norm") is True
+        assert table.loc[claim.id, "n_units"] == (4 if claim.for_each else 1), claim.id
+
+
 def test_the_quick_profile_compares_no_claim_with_the_paper():
     plan, both = _profile("config/config.yaml", "config/quick.yaml")
     # the claims in words are judged at any scale
-    _check_words(plan, both.words, n_seeds=2, byzantine_seeds=1)
+    _check_words(plan, both.words, n_seeds=2, byzantine_seeds=1, compare_seeds=1)
     table = ledger(both.numbers, _plan_summary(plan))
     assert set(table.verdict) == {NOT_COMPARABLE, NOT_RUN}
     comparable = table[table.verdict == NOT_COMPARABLE]
