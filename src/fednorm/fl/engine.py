@@ -70,7 +70,8 @@ FedAvg's per-client path, also with E = 1; ``bundle_key`` keeps partial and full
 - the server's average of the parameters: over the participants only;
 - the BN statistics: the normalizer's rule aggregates with the masked mean as its ``combine``
   and with n = m in its Kn/(Kn-1) factors (FBN: a client reports, and the server spreads,
-  with the union of the m participants' batches: m reaches the layers as a per-run tensor);
+  with the union of the m participants' batches: m reaches the layers as a per-run tensor;
+  Hybrid BN pools the round's E steps: the mask repeated per step, n = mE);
 - the clients' momenta: an idle client's own momentum (``local``) is restored to what it was
   before the round, ``global`` averages the participants' momenta only, ``reset`` zeroes all;
 - the training loss reported: the participants' mean.
