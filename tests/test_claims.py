@@ -286,23 +286,24 @@ NEW_METHODS = ("hybridbn", "fedwon", "fedfn")
 def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
     """The claims of Hybrid BN, FedWon and FedFN (words only: no numeric entry reaches their
     papers' settings) select, at paper scale and quick, runs of the method itself on one
-    side and of the baselines on the other, at FedAvg's largest E of the comparison; FedFN's
-    side normalizes its feature and the baselines' do not (VARIANT_KEYS)."""
+    side and of the baselines on the other, at FedAvg's largest E of the comparison: with
+    the method's runs at that E (FedFN's: those that normalize their feature) 40 points above
+    every other run, every claim holds (by more than the 5 points one quick seed needs), and
+    with all runs equal none does."""
     plan, both = _profile(*profile)
     assert not [c for c in both.numbers if c.paper in NEW_METHODS]
-    claims = [c for c in both.words.claims if c.paper in NEW_METHODS]
+    claims = tuple(c for c in both.words.claims if c.paper in NEW_METHODS)
     assert len(claims) == 6
     runs = _plan_summary(plan)
     largest = runs[in_experiments(runs, ["compare"])].local_steps.max()
     assert largest == (100 if len(profile) == 1 else 25)
-    table = words_ledger(Words(claims=tuple(claims)), runs).set_index("id")
-    for claim in claims:
-        assert table.loc[claim.id, "verdict"] == "inconclusive", claim.id  # equal accuracies
-        a = dict(claim.a)
-        assert a["normalizer"] == {"hybridbn": "hybridbn", "fedwon": "fedwon"}.get(
-            claim.paper, a["normalizer"])
-        assert claim.paper != "fedfn" or a.get("feature_norm") is True
-        assert table.loc[claim.id, "n_units"] == (4 if claim.for_each else 1), claim.id
+    method = runs.normalizer.isin(["hybridbn", "fedwon"]) | runs.feature_norm.astype(bool)
+    better = runs.assign(test_accuracy=0.5 + 0.4 * (method & (runs.local_steps == largest)))
+    table = words_ledger(Words(claims=claims), better).set_index("id")
+    assert (table.verdict == "holds").all(), table.detail.to_dict()
+    assert (table.n_units == [4 if c.for_each else 1 for c in claims]).all()
+    equal = words_ledger(Words(claims=claims), runs).set_index("id")
+    assert (equal.verdict == "inconclusive").all()
 
 
 def test_the_quick_profile_compares_no_claim_with_the_paper():
