@@ -187,13 +187,10 @@ def fresh_model(cfg):
     return build_model(cfg).double()
 
 
-@pytest.mark.parametrize("rounds", [1, 3])
-def test_fedavg_rounds_average_only_the_drawn_participants(rounds):
-    """n = 5, participation 0.4: m = 2 of the 5 clients per round; parameters, statistics and
-    each client's momentum (local) as the per-client loop. Idle clients' momenta untouched."""
-    cfg = config(steps=2 * rounds)
-    assert cfg.participants == 2
-    x, y, parts = data()
+def trained_as_the_reference(cfg, x, y, parts, rounds):
+    """FedAvg's rounds on one run, checked against the per-client loop (parameters and
+    statistics, float64). Returns the model, its state at the start, the trainer and the
+    reference's momentum buffers per client."""
     model, ref = fresh_model(cfg), fresh_model(cfg)
     start = copy.deepcopy(model.state_dict())
     trainer = make_trainer([cfg], [model], normalizer_for(cfg),
@@ -205,6 +202,17 @@ def test_fedavg_rounds_average_only_the_drawn_participants(rounds):
     for k, t in ref_model.state_dict().items():
         torch.testing.assert_close(model.state_dict()[k], t, rtol=1e-10, atol=1e-12,
                                    msg=lambda msg, k=k: f"{k}: {msg}")
+    return model, start, trainer, buffers
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_fedavg_rounds_average_only_the_drawn_participants(rounds):
+    """n = 5, participation 0.4: m = 2 of the 5 clients per round; parameters, statistics and
+    each client's momentum (local) as the per-client loop. Idle clients' momenta untouched."""
+    cfg = config(steps=2 * rounds)
+    assert cfg.participants == 2
+    x, y, parts = data()
+    model, start, trainer, buffers = trained_as_the_reference(cfg, x, y, parts, rounds)
     assert not torch.equal(model.classifier[3].bias, start["classifier.3.bias"])
     names = [k for k, _ in model.named_parameters()]
     for i in range(N):
@@ -279,16 +287,7 @@ def test_hybrid_bn_pools_only_the_drawn_participants_batches(rounds):
     who = drawn(cfg, 0)
     x, y, parts = data(shift={i: 100.0 for i in range(N) if i not in who} if rounds == 1
                        else None)
-    model, ref = fresh_model(cfg), fresh_model(cfg)
-    trainer = make_trainer([cfg], [model], normalizer_for(cfg),
-                           ClientBatches(x, y, [parts], B, [cfg.seed]))
-    assert isinstance(trainer, FedAvg)
-    for first in range(0, cfg.steps, cfg.local_steps):
-        trainer.round(first)
-    ref_model, _ = per_client_reference(cfg, ref, x, y, parts, rounds)
-    for k, t in ref_model.state_dict().items():
-        torch.testing.assert_close(model.state_dict()[k], t, rtol=1e-10, atol=1e-12,
-                                   msg=lambda msg, k=k: f"{k}: {msg}")
+    model, _, _, _ = trained_as_the_reference(cfg, x, y, parts, rounds)
     first = bn_layers(model)[0]
     assert not torch.equal(first.mix, torch.zeros_like(first.mix))  # d trained
     assert not torch.allclose(first.running_var, torch.ones_like(first.running_var))
