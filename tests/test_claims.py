@@ -13,6 +13,7 @@ from fednorm.claims import (
     LEDGER_COLUMNS,
     NOT_COMPARABLE,
     NOT_RUN,
+    PAPERS,
     SCALE_KEYS,
     VERDICTS,
     ledger,
@@ -23,9 +24,10 @@ from fednorm.claims import (
     write_ledger,
 )
 from fednorm.claims_words import NOT_RUN as WORDS_NOT_RUN
-from fednorm.claims_words import planned_runs, words_ledger
+from fednorm.claims_words import Words, planned_runs, words_ledger
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan, merge
+from fednorm.results import in_experiments
 from fednorm.summarize import config_columns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,20 +245,21 @@ def _plan_summary(plan):
     return planned_runs(plan).assign(step=100, test_accuracy=0.5, status="ok")
 
 
-def _check_words(plan, words, n_seeds, byzantine_seeds):
+def _check_words(plan, words, n_seeds, one_seed=()):
     """Every qualitative claim selects the seeds of one setting per group, each of its units
-    has runs with ``n_seeds`` seeds (``byzantine_seeds`` for the attacked runs), and on equal
-    accuracies no sign relation holds while every near-equality does, unless it has one seed
-    (the 5-point spread assumed then exceeds every δ). A claim on experiments an override
-    dropped is not run. Returns the ids of those."""
+    has runs with ``n_seeds`` seeds (one for claims on experiments whose names start with one
+    of ``one_seed``), and on equal accuracies no sign
+    relation holds while every near-equality does, unless it has one seed (the 5-point spread
+    assumed then exceeds every δ). A claim on experiments an override dropped is not run.
+    Returns the ids of those."""
     table = words_ledger(words, _plan_summary(plan)).set_index("id")
     dropped = sorted(c.id for c in words.claims if set(c.experiments) <= plan.dropped)
     assert (table.loc[dropped, "verdict"] == WORDS_NOT_RUN).all()
     table = table.drop(dropped)
     assert not table.detail.str.contains("ambiguous|no run").any()
     for claim in (c for c in words.claims if c.id not in dropped):
-        byzantine = any(e.startswith("fbn_byzantine") for e in claim.experiments)
-        seeds = byzantine_seeds if byzantine else n_seeds
+        single = any(e.startswith(one_seed) for e in claim.experiments) if one_seed else False
+        seeds = 1 if single else n_seeds
         assert table.loc[claim.id, "n_seeds"] == seeds, claim.id
         expected = "holds" if claim.kind == "within" and seeds > 1 else "inconclusive"
         assert table.loc[claim.id, "verdict"] == expected, claim.id
@@ -268,9 +271,10 @@ def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
     claims = both.numbers
     counts = {p: sum(c.paper == p for c in claims) for p in ("fbn", "fixbn", "fedtan")}
     assert counts == {"fbn": 12, "fixbn": 32, "fedtan": 0}  # 3 of fixbn on ImageNet-1K
-    words = {p: sum(c.paper == p for c in both.words.claims) for p in ("fbn", "fixbn", "fedtan")}
-    assert words == {"fbn": 19, "fixbn": 33, "fedtan": 3}  # 9 of fixbn on Tiny-ImageNet
-    assert _check_words(plan, both.words, n_seeds=3, byzantine_seeds=3) == []
+    words = {p: sum(c.paper == p for c in both.words.claims) for p in PAPERS}
+    assert words == {"fbn": 19, "fixbn": 33, "fedtan": 3, "hybridbn": 2, "fedwon": 2,
+                     "fedfn": 2}  # 9 of fixbn on Tiny-ImageNet
+    assert _check_words(plan, both.words, n_seeds=3) == []
     runs = _plan_summary(plan)
     for claim in claims:
         seeds = sorted(runs[selects(runs, claim.setting)].seed)
@@ -279,11 +283,43 @@ def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
     assert set(table.verdict) <= {"reproduced", "differs"}
 
 
+NEW_METHODS = ("hybridbn", "fedwon", "fedfn")
+
+
+@pytest.mark.parametrize("profile", [("config/config.yaml",),
+                                     ("config/config.yaml", "config/quick.yaml")])
+def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
+    """The claims of Hybrid BN, FedWon and FedFN (words only: no numeric entry reaches their
+    papers' settings) select, at paper scale and quick, runs of the method itself on one
+    side and of the baselines on the other, at FedAvg's largest E of the comparison: with
+    the method's runs at that E (FedFN's: those that normalize their feature) 40 points above
+    every other run, every claim holds (by more than the 5 points one quick seed needs), and
+    with all runs equal none does."""
+    plan, both = _profile(*profile)
+    assert not [c for c in both.numbers if c.paper in NEW_METHODS]
+    claims = tuple(c for c in both.words.claims if c.paper in NEW_METHODS)
+    assert len(claims) == 6
+    runs = _plan_summary(plan)
+    largest = runs[in_experiments(runs, ["compare"])].local_steps.max()
+    assert largest == (100 if len(profile) == 1 else 25)
+    method = runs.normalizer.isin(["hybridbn", "fedwon"]) | runs.feature_norm.astype(bool)
+    better = runs.assign(test_accuracy=0.5 + 0.4 * (method & (runs.local_steps == largest)))
+    table = words_ledger(Words(claims=claims), better).set_index("id")
+    assert (table.verdict == "holds").all(), table.detail.to_dict()
+    splits = len(runs[in_experiments(runs, ["compare"])]
+                 .drop_duplicates(["partition", "heterogeneity"]))  # 4; quick: 2
+    assert (table.n_units == [splits if c.for_each else 1 for c in claims]).all()
+    equal = words_ledger(Words(claims=claims), runs).set_index("id")
+    assert (equal.verdict == "inconclusive").all()
+
+
 def test_the_quick_profile_compares_no_claim_with_the_paper():
     plan, both = _profile("config/config.yaml", "config/quick.yaml")
     # the claims in words are judged at any scale; those on Tiny-ImageNet (dropped: no such
     # data offline) are not run
-    dropped = _check_words(plan, both.words, n_seeds=2, byzantine_seeds=1)
+    # one seed in the quick profile: the Byzantine grids, the comparison and Table 4
+    dropped = _check_words(plan, both.words, n_seeds=2,
+                           one_seed=("fbn_byzantine", "compare", "fixbn_table4"))
     assert len(dropped) == 9 and all("-tiny-" in c for c in dropped)
     table = ledger(both.numbers, _plan_summary(plan))
     assert set(table.verdict) == {NOT_COMPARABLE, NOT_RUN}

@@ -54,7 +54,6 @@ def test_defaults_are_the_fbn_paper_table_2():
         ({"normalizer": "fixup", "model": "resnet20", "feature_norm": True}, "feature_norm",
          "'fixup'"),
         ({"feature_norm": 1}, "feature_norm", "true or false"),
-        ({"normalizer": "hybridbn", "participation": 0.5}, "participation", "'hybridbn'"),
         ({"normalizer": "hybridbn", "attack": "sf", "f": 2}, "attack", "'hybridbn'"),
         ({"val_fraction": 0.6}, "val_fraction", "[0, 0.5]"),
     ],

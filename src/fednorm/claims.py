@@ -75,6 +75,9 @@ PAPERS = {
     "fbn": "FBN: Guerraoui et al., arXiv 2405.14670",
     "fixbn": "FixBN: Zhong, Chen, Chao, arXiv 2303.06530",
     "fedtan": "FedTAN: Wang, Shi, Chang, arXiv 2301.02982",
+    "hybridbn": "Hybrid BN: Chen, Xu, Wu, Kittler, ICML 2025, arXiv 2505.21877",
+    "fedwon": "FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
+    "fedfn": "FedFN: Kim, Lee, Oh, Yun, FL@FM-NeurIPS 2023, arXiv 2311.13267",
 }
 # The keys that set a run's scale, not its method: what the quick profile shrinks to fit a CPU.
 # The data (dataset, n_train, n_test, image_size, synthetic_separation) and its augmentation
@@ -256,16 +259,23 @@ def load_claims(path: str, plan: Plan | None = None) -> Claims:
     return claims
 
 
-def selects(frame: pd.DataFrame, setting: Pairs) -> pd.Series:
+def selects(frame: pd.DataFrame, setting: Pairs, variants: bool = True) -> pd.Series:
     """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys (see
     :func:`fednorm.results.matches`: null matches an empty value, numbers to a relative 1e-12),
-    and at their defaults on the VARIANT_KEYS that it does not name."""
+    and at their defaults on the VARIANT_KEYS that it does not name wherever some of those rows
+    are at the default (unless not ``variants``: a qualitative claim's ``where``, whose groups
+    then pick their own variants). Where none is (a grid that holds out validation images in
+    every run, as the quick comparison does), the variant is the setting itself and is kept."""
     named = {key for key, _ in setting}
-    variants = tuple((k, getattr(_DEFAULT_RUN, k)) for k in VARIANT_KEYS
-                     if k not in named and k in frame.columns)
+    defaults = tuple((k, getattr(_DEFAULT_RUN, k)) for k in VARIANT_KEYS
+                     if variants and k not in named and k in frame.columns)
     mask = pd.Series(True, index=frame.index)
-    for key, value in (*setting, *variants):
+    for key, value in setting:
         mask &= matches(frame[key], value)
+    for key, value in defaults:
+        at_default = mask & matches(frame[key], value)
+        if at_default.any():
+            mask = at_default
     return mask
 
 

@@ -7,7 +7,7 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
       single_seed_spread: 5          # points: the spread assumed when a margin has one seed
       claims:
         - id: fixbn-s4-gn-falls-with-E       # unique; names the claim in every message
-          paper: fixbn                       # fbn | fixbn | fedtan
+          paper: fixbn                       # a key of fednorm.claims.PAPERS
           source: "§9, (a) fixed 128 epochs" # the section, figure or table
           words: "... in which GN degrades monotonically ..."   # the paper's sentence, quoted
           experiment: fixbn_epochs           # a name or a list: the runs it is judged on
@@ -475,7 +475,9 @@ def _cells(axes: Sequence[str], rows: pd.DataFrame) -> list[tuple[str, pd.DataFr
 def judge_units(claim: Relation, summary: pd.DataFrame, floor: float) -> list[Unit]:
     """Every unit of ``claim`` on ``summary`` (see the module's docstring)."""
     runs = summary[in_experiments(summary, claim.experiments)]
-    rows = runs[selects(runs, resolve(claim.where, runs))]
+    # ``where`` leaves the variant keys open: each group keeps its runs at their defaults
+    # unless it names one (FedFN's side names feature_norm: true, its baseline's does not)
+    rows = runs[selects(runs, resolve(claim.where, runs), variants=False)]
     cells = _cells(claim.for_each, rows)
     units = []
     for cell, cell_rows in cells:

@@ -543,10 +543,6 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "participation", cfg.participation,
                    f"1.0 with normalizer '{cfg.normalizer}' (its clients' own BN parts under "
                    f"partial participation are not implemented)")
-    if cfg.normalizer == "hybridbn":
-        raise fail(where, "participation", cfg.participation,
-                   "1.0 with normalizer 'hybridbn' (its server pools every client's batches of "
-                   "a round; a masked pool is not implemented)")
     if cfg.normalizer in ("central", "fedtan"):
         raise fail(where, "participation", cfg.participation,
                    f"1.0 with normalizer '{cfg.normalizer}' (it normalizes over the union of "

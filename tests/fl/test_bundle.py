@@ -133,7 +133,8 @@ def test_runs_with_different_client_momentum_share_a_bundle_and_get_what_they_ge
     assert train(same_but_local, DATA64).rows[-1] != bundled[0].rows[-1]
 
 
-@pytest.mark.parametrize(("normalizer", "local_steps"), [("fbn", 1), ("bn", 2), ("gn", 2)])
+@pytest.mark.parametrize(("normalizer", "local_steps"),
+                         [("fbn", 1), ("bn", 2), ("gn", 2), ("hybridbn", 2)])
 def test_runs_with_different_participation_share_a_bundle_and_get_what_they_get_alone(
         normalizer, local_steps):
     """participation is a per-run (n,) mask: 0.2, 0.6 and 0.8 of 5 clients (m = 1, 3, 4) in one

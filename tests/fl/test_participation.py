@@ -28,6 +28,7 @@ from fednorm.models import build_model
 from fednorm.norms import (
     BatchStats,
     FederatedStats,
+    HybridStats,
     NormContext,
     bn_layers,
     norm_context,
@@ -117,8 +118,13 @@ def per_client_reference(cfg, model, x, y, parts, rounds):
     """FedAvg the plain way with partial participation: per round, a deep copy of the global
     model for each drawn participant, E local steps of torch.optim.SGD (momentum kept per client
     across the rounds it takes part in: ``local``), then the mean of the participants'
-    parameters and (naive BN) running statistics. Idle clients do nothing."""
+    parameters and (naive BN) running statistics. Idle clients do nothing.
+
+    Hybrid BN (``normalizer: hybridbn``): the clients' statistics stay the round's global G;
+    the server pools the participants' mE batches of the round by hand (:func:`hybrid_pool`).
+    """
     n, E = cfg.n_clients, cfg.local_steps
+    hybrid = cfg.normalizer == "hybridbn"
     replay = ClientBatches(x, y, [parts], B, [cfg.seed])
     buffers: dict[int, list[torch.Tensor]] = {}
     for rnd in range(rounds):
@@ -133,26 +139,47 @@ def per_client_reference(cfg, model, x, y, parts, rounds):
             if i in buffers:
                 for p, buf in zip(client.parameters(), buffers[i], strict=True):
                     opts[i].state[p]["momentum_buffer"] = buf.clone()
+        raw: dict[str, list] = {}  # Hybrid BN: each layer's raw (mean, var) of every batch
         for e in range(E):
             xb, yb = (t[0] for t in replay.sample(first + e))
             for i, client in clients.items():
                 rows = slice(i * B, (i + 1) * B)
-                ctx = NormContext(BatchStats(), 1, n, cfg.bn_momentum)
+                ctx = NormContext(HybridStats() if hybrid else BatchStats(), 1, n,
+                                  cfg.bn_momentum, batches={})
                 opts[i].zero_grad()
                 with norm_context(ctx):
                     F.nll_loss(client(xb[rows]), yb[rows]).backward()
                 opts[i].step()
                 with torch.no_grad():
                     for layer in layers[i]:
+                        if hybrid:
+                            raw.setdefault(layer.key, []).append(
+                                (ctx.batches[layer.key], layer.elements_per_client))
+                            continue
                         layer.running_mean.copy_(ctx.reports[layer.key].mean[0])
                         layer.running_var.copy_(ctx.reports[layer.key].var[0])
         for i, client in clients.items():
             buffers[i] = [opts[i].state[p]["momentum_buffer"].clone()
                           for p in client.parameters()]
         states = [c.state_dict() for c in clients.values()]
-        model.load_state_dict({k: torch.stack([s[k] for s in states]).mean(0)
-                               for k in states[0]})
+        new = {k: torch.stack([s[k] for s in states]).mean(0) for k in states[0]}
+        for layer in bn_layers(model) if hybrid else []:
+            new[f"{layer.key}.running_mean"], new[f"{layer.key}.running_var"] = hybrid_pool(
+                layer.running_mean, layer.running_var, raw[layer.key], cfg.bn_momentum)
+        model.load_state_dict(new)
     return model, buffers
+
+
+def hybrid_pool(g_mean, g_var, batches, beta):
+    """Hybrid BN's server step by hand: the batches' ((mean, biased var), K) of the round's
+    participants pooled count-weighted (all K equal) into the mean and unbiased variance of
+    their union, N = sum K values (law of total variance), then smoothed from G by beta."""
+    means = torch.cat([s.mean for s, _ in batches])  # (mE, C)
+    vars_ = torch.cat([s.var for s, _ in batches])
+    N = sum(k for _, k in batches)
+    mean = means.mean(0)
+    pooled = N / (N - 1) * (vars_.mean(0) + ((means - mean) ** 2).mean(0))
+    return (1 - beta) * g_mean + beta * mean, (1 - beta) * g_var + beta * pooled
 
 
 def fresh_model(cfg):
@@ -160,13 +187,10 @@ def fresh_model(cfg):
     return build_model(cfg).double()
 
 
-@pytest.mark.parametrize("rounds", [1, 3])
-def test_fedavg_rounds_average_only_the_drawn_participants(rounds):
-    """n = 5, participation 0.4: m = 2 of the 5 clients per round; parameters, statistics and
-    each client's momentum (local) as the per-client loop. Idle clients' momenta untouched."""
-    cfg = config(steps=2 * rounds)
-    assert cfg.participants == 2
-    x, y, parts = data()
+def trained_as_the_reference(cfg, x, y, parts, rounds):
+    """FedAvg's rounds on one run, checked against the per-client loop (parameters and
+    statistics, float64). Returns the model, its state at the start, the trainer and the
+    reference's momentum buffers per client."""
     model, ref = fresh_model(cfg), fresh_model(cfg)
     start = copy.deepcopy(model.state_dict())
     trainer = make_trainer([cfg], [model], normalizer_for(cfg),
@@ -178,6 +202,17 @@ def test_fedavg_rounds_average_only_the_drawn_participants(rounds):
     for k, t in ref_model.state_dict().items():
         torch.testing.assert_close(model.state_dict()[k], t, rtol=1e-10, atol=1e-12,
                                    msg=lambda msg, k=k: f"{k}: {msg}")
+    return model, start, trainer, buffers
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_fedavg_rounds_average_only_the_drawn_participants(rounds):
+    """n = 5, participation 0.4: m = 2 of the 5 clients per round; parameters, statistics and
+    each client's momentum (local) as the per-client loop. Idle clients' momenta untouched."""
+    cfg = config(steps=2 * rounds)
+    assert cfg.participants == 2
+    x, y, parts = data()
+    model, start, trainer, buffers = trained_as_the_reference(cfg, x, y, parts, rounds)
     assert not torch.equal(model.classifier[3].bias, start["classifier.3.bias"])
     names = [k for k, _ in model.named_parameters()]
     for i in range(N):
@@ -239,6 +274,25 @@ def test_idle_clients_statistics_stay_out_of_the_bn_aggregation(normalizer):
         torch.testing.assert_close(layer.running_mean, mean, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(layer.running_var, var, rtol=1e-10, atol=1e-12)
     assert bn_layers(model)[0].running_mean.abs().max() < 5  # nothing of the +100 clients
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_hybrid_bn_pools_only_the_drawn_participants_batches(rounds):
+    """Hybrid BN with E = 2 and m = 2 of 5 clients: parameters (the mixing weights d among
+    them) and the global statistics as the per-client loop with the server's pool by hand over
+    the participants' 2 x 2 batches of each round. In one round the idle clients' images are
+    shifted by +100: pooled in, they would move every channel mean of the first layer by ~50."""
+    cfg = config(normalizer="hybridbn", steps=2 * rounds)
+    assert cfg.participants == 2
+    who = drawn(cfg, 0)
+    x, y, parts = data(shift={i: 100.0 for i in range(N) if i not in who} if rounds == 1
+                       else None)
+    model, _, _, _ = trained_as_the_reference(cfg, x, y, parts, rounds)
+    first = bn_layers(model)[0]
+    assert not torch.equal(first.mix, torch.zeros_like(first.mix))  # d trained
+    assert not torch.allclose(first.running_var, torch.ones_like(first.running_var))
+    if rounds == 1:
+        assert first.running_mean.abs().max() < 5  # nothing of the +100 clients
 
 
 def test_full_participation_is_the_default_run_bit_for_bit():

@@ -3,19 +3,25 @@ outputs, shortcuts."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fednorm.config import RunConfig
 from fednorm.models import FBNCNN, LeNet, ResNet20, build_model
 from fednorm.models.dropout import KeyedDropout
-from fednorm.models.resnet import BasicBlock
+from fednorm.models.resnet import BasicBlock, NFBasicBlock, expected_variances
 from fednorm.norms import (
+    NF_ALPHA,
     FedBatchNorm2d,
     InstanceNorm2d,
     LayerNorm2d,
+    ScaledWSConv2d,
     WSConv2d,
+    scaled_standardize_weight,
     standardize_weight,
 )
 
@@ -230,3 +236,93 @@ def test_gn_ws_network_computes_with_standardized_weights():
             if isinstance(m, nn.Conv2d):
                 m.weight.copy_(standardize_weight(m.weight))
     torch.testing.assert_close(ws_model(x), gn_model(x), rtol=1e-10, atol=1e-10)
+
+
+# --- FedWon's ResNet-20: normalization-free residuals (Brock et al. 2021a) -------------------
+
+
+def fedwon_resnet(seed: int, residual_alpha: float | None = NF_ALPHA) -> ResNet20:
+    """FedWon's ResNet-20 (width 16) from build_model; ``residual_alpha`` None: the same convs
+    with plain residual sums (what FedWon's ResNet-20 was before the NF blocks)."""
+    torch.manual_seed(seed)
+    if residual_alpha == NF_ALPHA:
+        return build_model(RunConfig(model="resnet20", normalizer="fedwon", width=16))
+    return ResNet20(lambda c: nn.Identity(), 16, conv=ScaledWSConv2d,
+                    residual_alpha=residual_alpha)
+
+
+def block_variances(model: ResNet20, x: torch.Tensor) -> list[float]:
+    """The variance of the signal after the stem and after every block."""
+    with torch.no_grad():
+        h = model.stem(x)
+        out = [h.var().item()]
+        for block in model.stages:
+            if isinstance(block, NFBasicBlock | BasicBlock):
+                h = block(h)
+                out.append(h.var().item())
+    return out
+
+
+def test_nf_blocks_expected_variances_grow_by_alpha_squared_and_reset_at_transitions():
+    """ResNet-20's nine blocks: transitions are the first blocks of stages 2 and 3 (by hand);
+    beta^2 = 1, 1 + a^2, 1 + 2a^2, then 1 + 3a^2 into the first transition, then reset."""
+    a2 = NF_ALPHA**2
+    model = fedwon_resnet(0)
+    blocks = [b for b in model.stages if isinstance(b, NFBasicBlock)]
+    assert [b.transition for b in blocks] == [False] * 3 + [True, False, False] * 2
+    want = [1, 1 + a2, 1 + 2 * a2, 1 + 3 * a2, 1 + a2, 1 + 2 * a2, 1 + 3 * a2, 1 + a2,
+            1 + 2 * a2]
+    assert [b.beta**2 for b in blocks] == pytest.approx(want, rel=1e-12)
+    assert expected_variances([True, False], 0.5) == [1.0, 1.25]
+
+
+def test_nf_block_is_x_plus_alpha_times_the_branch_of_x_over_beta():
+    """A non-transition block against h + alpha f(h / beta) written with F.conv2d on the
+    blocks' standardized weights; a transition block's shortcut is the scaled input,
+    subsampled and zero-padded (half the new channels on each side)."""
+    torch.manual_seed(0)
+    same = NFBasicBlock(4, 4, 1, ScaledWSConv2d, 0.2, 1.5).double()
+    down = NFBasicBlock(4, 8, 2, ScaledWSConv2d, 0.2, 1.5).double()
+    x = torch.randn(2, 4, 8, 8, dtype=torch.float64)
+
+    def branch(block, h, stride):
+        w1 = scaled_standardize_weight(block.conv1.weight, block.conv1.gain)
+        w2 = scaled_standardize_weight(block.conv2.weight, block.conv2.gain)
+        inner = torch.relu(F.conv2d(torch.relu(h), w1, stride=stride, padding=1))
+        return F.conv2d(inner, w2, padding=1)
+
+    torch.testing.assert_close(same(x), x + 0.2 * branch(same, x / 1.5, 1))
+    zeros = torch.zeros(2, 2, 4, 4, dtype=torch.float64)  # option A: 2 new channels each side
+    skip = torch.cat([zeros, x[:, :, ::2, ::2] / 1.5, zeros], 1)
+    torch.testing.assert_close(down(x), skip + 0.2 * branch(down, x / 1.5, 2))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fedwon_resnet20_starts_near_chance_and_its_signal_stays_bounded(seed):
+    """Random images, 64 of 32x32: the initial loss is ln 10 within 0.3 and the signal's
+    variance stays within [0.1, 2] through the nine blocks (expected at most 1 + 3 alpha^2
+    on the original channels); with plain residual sums the same convs double it per block
+    (above 100 after nine) and the loss starts far above chance."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(64, 3, 32, 32, generator=gen)
+    y = torch.randint(0, 10, (64,), generator=gen)
+    model = fedwon_resnet(seed)
+    with torch.no_grad():
+        loss = F.nll_loss(model(x), y).item()
+    assert abs(loss - math.log(10)) < 0.3
+    assert all(0.1 < v < 2 for v in block_variances(model, x))
+    plain = fedwon_resnet(seed, residual_alpha=None)
+    with torch.no_grad():
+        assert F.nll_loss(plain(x), y).item() > math.log(10) + 3
+    assert block_variances(plain, x)[-1] > 100
+
+
+def test_fedwon_resnet20_has_the_parameters_of_the_plain_one_and_only_fedwon_scales():
+    """The NF blocks hold the same convolutions (weights and gains) as FedWon's plain-sum
+    ResNet-20, in the same order; every other normalizer keeps post-activation blocks."""
+    nf, plain = fedwon_resnet(0), fedwon_resnet(0, residual_alpha=None)
+    assert [(k, p.shape) for k, p in nf.named_parameters()] == [
+        (k, p.shape) for k, p in plain.named_parameters()]
+    for name in ("bn", "gn", "none", "hybridbn"):
+        model = build_model(RunConfig(model="resnet20", normalizer=name, width=4, gn_groups=2))
+        assert not any(isinstance(m, NFBasicBlock) for m in model.modules()), name

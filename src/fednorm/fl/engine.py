@@ -70,7 +70,8 @@ FedAvg's per-client path, also with E = 1; ``bundle_key`` keeps partial and full
 - the server's average of the parameters: over the participants only;
 - the BN statistics: the normalizer's rule aggregates with the masked mean as its ``combine``
   and with n = m in its Kn/(Kn-1) factors (FBN: a client reports, and the server spreads,
-  with the union of the m participants' batches: m reaches the layers as a per-run tensor);
+  with the union of the m participants' batches: m reaches the layers as a per-run tensor;
+  Hybrid BN pools the round's E steps: the mask repeated per step, n = mE);
 - the clients' momenta: an idle client's own momentum (``local``) is restored to what it was
   before the round, ``global`` averages the participants' momenta only, ``reset`` zeroes all;
 - the training loss reported: the participants' mean.
@@ -394,11 +395,14 @@ class _Trainer:
                 mask: Tensor | None = None, n: int | None = None) -> None:
         """Every run's server aggregates its clients' (R, n, C) reports into its statistics;
         with a participation ``mask`` (R, n), those of the participants only; ``n``: the rows
-        when not n_clients (a pool of several steps' reports)."""
+        when not n_clients (a pool of several steps' reports: n_clients times the steps, and
+        the mask, when given, the round's repeated once per step, so the participants' rows
+        are their count times the steps)."""
         if not self.layers:
             return
         K = {la.key: la.elements_per_client for la in self.layers}
         rows = n or self.n
+        count = self.part_count * (rows // self.n)  # the participants' rows of each run
 
         def aggregate(rep: Reports, which: Tensor) -> Reports:
             """One run: its own server's aggregation, which = its index in self.servers."""
@@ -417,7 +421,7 @@ class _Trainer:
         if mask is None:
             new = over_runs(aggregate, self.runs)(reports, self.server_of)
         else:
-            new = over_runs(aggregate_participants, self.runs)(reports, mask, self.part_count)
+            new = over_runs(aggregate_participants, self.runs)(reports, mask, count)
         for key, (mean, var) in new.items():
             self.state.stats[f"{key}.running_mean"].copy_(mean)
             self.state.stats[f"{key}.running_var"].copy_(var)
@@ -561,15 +565,15 @@ class FedAvg(_Trainer):
         part = self.participants(first_step)  # (R, n) or None: every client takes part
         # Hybrid BN: the statistics stay the round's global ones; every step's reports pooled
         pool: list[Reports] | None = [] if rule is not None and rule.pools_round else None
-        if pool is not None:  # the union of the round's nE batches (fednorm.config: full part.)
-            step = over_runs(vmap(self.grad_fn(rule, 1, union_clients=n * E)), R)
+        # the rows the rules' Kn/(Kn-1) counts: one batch per client, or (Hybrid BN's pool)
+        # one per client and local step, the union of the round's nE (mE) batches
+        per_client = E if pool is not None else 1
+        if part is None:
+            step = over_runs(vmap(self.grad_fn(rule, 1, union_clients=n * per_client)), R)
             extra: tuple[Tensor, ...] = ()
-        elif part is None:
-            step = over_runs(vmap(self.grad_fn(rule, 1)), R)
-            extra = ()
         else:  # the run's m (shared by its clients) is the n of the rules' Kn/(Kn-1)
             step = over_runs(vmap(self.grad_fn(rule, 1), in_dims=(0, 0, 0, 0, 0, None)), R)
-            extra = (self.part_count,)
+            extra = (self.part_count * per_client,)
         names = self.trainable(first_step)  # FixBN's frozen affine parameters left out
         self.start_round()
         if part is not None:  # an idle client's own momentum comes back untouched
@@ -648,11 +652,13 @@ class FedAvg(_Trainer):
         self._average_params(params, part, set(self.names) if trained is None else trained)
         if not self.layers or self.normalizer.static or "stats" in self.normalizer.local:
             return  # nothing to aggregate: no running statistics, or the clients keep theirs
-        if pool is not None:
+        if pool is not None:  # rows step-major: (R, E*n, C), row e*n + i = client i, step e
             pooled = {key: (torch.cat([p[key][0] for p in pool], 1),
                             torch.cat([p[key][1] for p in pool], 1)) for key in pool[0]}
             with self._observed_round():
-                self._commit(pooled, rule, self.cfg.bn_momentum, n=self.n * len(pool))
+                self._commit(pooled, rule, self.cfg.bn_momentum,
+                             None if part is None else part.repeat(1, len(pool)),
+                             n=self.n * len(pool))
             return
         reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
                    for la in self.layers}

@@ -33,5 +33,6 @@ def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
     elif cfg.model == "resnet18":
         model = ResNet18(norm, cfg.width, n_classes, feature_norm=cfg.feature_norm)
     else:
-        model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=cfg.feature_norm)
+        model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=cfg.feature_norm,
+                         residual_alpha=normalizer.residual_alpha)
     return clientwise(model) if normalizer.clientwise else model

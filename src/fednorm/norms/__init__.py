@@ -113,6 +113,7 @@ from fednorm.norms.rules import (
 )
 
 __all__ = [
+    "NF_ALPHA",
     "BatchStats",
     "FeatureNorm",
     "FedBatchNorm2d",
@@ -150,6 +151,9 @@ class Normalizer:
     local: tuple[str, ...] = ()  # BN parts each client keeps: "stats", "affine" (personalized)
     static: bool = False  # no running statistics in training; one pass before each test
     agc: float | None = None  # adaptive gradient clipping's lambda (FedWon); None: no clipping
+    # NF-ResNet residual scaling alpha of the ResNets (FedWon; fednorm.models.resnet); None:
+    # plain residual sums
+    residual_alpha: float | None = None
 
     def frozen_params_at(self, step: int, model: nn.Module) -> frozenset[str]:
         """Names (as in ``model.named_parameters()``) of the parameters that do not train
@@ -161,6 +165,10 @@ class Normalizer:
                          for name, module in model.named_modules()
                          if isinstance(module, FedBatchNorm2d)
                          for p, _ in module.named_parameters(recurse=False))
+
+
+# Brock et al. 2021a, §4: the residual branches' scale in NF-ResNets (their default, 0.2).
+NF_ALPHA = 0.2
 
 
 def _no_rule(step: int) -> None:
@@ -186,8 +194,10 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
     }
     if cfg.normalizer in per_sample:
         make_layer, conv = per_sample[cfg.normalizer]
-        agc = cfg.agc_lambda if cfg.normalizer == "fedwon" else None
-        return Normalizer(cfg.normalizer, make_layer, _no_rule, conv, agc=agc)
+        fedwon = cfg.normalizer == "fedwon"
+        return Normalizer(cfg.normalizer, make_layer, _no_rule, conv,
+                          agc=cfg.agc_lambda if fedwon else None,
+                          residual_alpha=NF_ALPHA if fedwon else None)
     make_bn = lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps)  # noqa: E731
     own_batch = {"fedbn": {"local": ("stats", "affine")}, "silobn": {"local": ("stats",)},
                  "heterofl_sbn": {"static": True}}

@@ -188,7 +188,12 @@ class HybridStats(FederatedStats):
 
     j over the nE batches, N = nEK: the pooled mean and unbiased pooled variance (law of total
     variance), which is exactly FBN's aggregation (``FederatedStats.aggregate``) over nE rows
-    with n -> nE; the engine passes nE as the rules' n. (4) The global model normalizes with G.
+    with n -> nE; the engine passes nE as the rules' n. Under partial participation the pool
+    is the round's m participants' mE batches alone (n -> mE, j over their batches: the
+    engine's masked mean as ``combine``), as the authors' code pools only the clients it drew
+    for the round (FedHBN_main.py: ``idxs_client``, then ``aggregate_only_buffer``; their
+    counts weight the mean, the sum of their counts minus one divides the variance). (4) The
+    global model normalizes with G.
 
     What the paper's text leaves open, read in the authors' code (Hongyao-Chen/HybridBN,
     FedBaseline/models/FedHBN/{MyBNtool,server,clients}.py and FedHBN_main.py), and where we
