@@ -1,13 +1,19 @@
 """Train and time one bundle of a configured plan, as a Snakemake job would (1 thread): what
-one more experiment costs, from one of its bundles, before adding it to a profile.
+one more experiment costs, from one of its bundles, before adding it to a profile, and the
+rate to set as execution.images_per_second (docs/resume.md).
 
     python benchmarks/time_plan_bundle.py config/config.yaml config/quick.yaml \\
         --experiment tuning --normalizer hybridbn --data-dir data
+    python benchmarks/time_plan_bundle.py config/config.yaml --experiment fbn_gamma \\
+        --normalizer fbn --device cuda --threads 4 --steps 500   # a paper bundle, shortened
 
 Picks the first bundle (fednorm.plan.bundles) whose runs all belong to ``--experiment`` and
 have ``--normalizer``; trains it with ``fednorm.run.train_bundle`` into ``--out`` (a temporary
 folder by default); prints the bundle, its wall time (data loading and training, not Python's
-start-up) and each run's lr_scale, split, E and final test and validation accuracy.
+start-up), its training images per second (fednorm.plan.training_images over the wall
+time: execution.images_per_second) and each run's lr_scale, split, E and final test and
+validation accuracy. ``--steps N`` trains each run N steps instead of its own (its learning-rate
+milestones beyond N dropped): the rate of a long bundle from a short part of it.
 """
 
 from __future__ import annotations
@@ -21,8 +27,16 @@ import pandas as pd
 import torch
 import yaml
 
-from fednorm.plan import load_plan, merge
+from fednorm.config import RunConfig, with_values
+from fednorm.plan import load_plan, merge, training_images
 from fednorm.run import train_bundle
+
+
+def shortened(cfg: RunConfig, steps: int) -> RunConfig:
+    """``cfg`` trained ``steps`` steps: its milestones (and their step sizes) beyond dropped."""
+    kept = [m for m in cfg.lr_milestones if m < steps]
+    return with_values(cfg, steps=steps, eval_every=min(cfg.eval_every, steps),
+                       lr_milestones=kept, lr=list(cfg.lr[:len(kept) + 1]))
 
 
 def main() -> None:
@@ -33,6 +47,9 @@ def main() -> None:
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--out", default=None, help="default: a temporary folder")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, auto, ...")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="train each run this many steps (default: its own)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config: dict = {}
@@ -48,13 +65,19 @@ def main() -> None:
         parser.error(f"no bundle of {args.experiment!r} with normalizer {args.normalizer!r}")
     bundle_id, members = found[0]
     cfgs = [plan.runs[r] for r in members]
+    if args.steps is not None:
+        cfgs = [shortened(c, args.steps) for c in cfgs]
+    images = training_images(cfgs)
     out = Path(args.out or tempfile.mkdtemp(prefix="time_plan_bundle-"))
     start = time.perf_counter()
     statuses = train_bundle(cfgs, [out / c.run_id for c in cfgs], bundle_id=bundle_id,
-                            data_dir=args.data_dir, device="cpu")
+                            data_dir=args.data_dir, device=args.device)
     wall = time.perf_counter() - start
     print(f"bundle {bundle_id}: {len(cfgs)} runs, {wall:.1f} s wall "
-          f"({args.threads} thread{'s' if args.threads > 1 else ''}), files in {out}")
+          f"({args.threads} thread{'s' if args.threads > 1 else ''}, {args.device}), files in "
+          f"{out}")
+    print(f"  {images} training images: {images / wall:.0f} images per second "
+          "(execution.images_per_second)")
     for cfg, status in zip(cfgs, statuses, strict=True):
         last = pd.read_csv(out / cfg.run_id / "metrics.csv").iloc[-1]
         print(f"  {cfg.run_id}: lr_scale {cfg.lr_scale:g}, {cfg.regime}, {status}, test "

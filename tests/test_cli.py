@@ -1,6 +1,12 @@
 """`fednorm run CONFIG --out DIR`: one run without Snakemake, reproducible to the bit on CPU."""
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +116,59 @@ def test_the_issues_four_tracebacks_are_one_line_each(tmp_path, capsys):
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         main(["plan", str(tmp_path / "nope.yaml"), "--debug"])
+
+
+LONG = {**TINY, "steps": 600, "eval_every": 30}
+
+
+def _start(config, out, *extra):
+    """`fednorm run` in its own process, one thread, its log lines on stderr."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fednorm.cli", "run", str(config), "--out", str(out),
+         "--device", "cpu", "--threads", "1", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+
+
+def _without_timings(run_json: Path) -> dict:
+    meta = json.loads(run_json.read_text())
+    del meta["wall_time_s"]
+    return meta
+
+
+@pytest.mark.parametrize("kill", ["sigterm", "sigkill"])
+def test_a_killed_run_resumes_from_its_directory_and_equals_one_never_stopped(kill, tmp_path):
+    """SIGTERM: the run saves its state in DIR, exits 143 and says where; SIGKILL after an
+    interval save (every 0.002 min): nothing said, the last save is there. The same command
+    run again says "resumed at step N of 600" (N > 0), finishes, deletes DIR/resume.pt, and
+    its metrics.csv and run.json (less the wall time) equal those of a run never stopped."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(LONG))
+    out = tmp_path / "stopped"
+    extra = ("--checkpoint-minutes", "0.002") if kill == "sigkill" else ()
+    proc = _start(config, out, *extra)
+    if kill == "sigterm":
+        for line in proc.stderr:  # the first progress line: training is under way
+            if "step 30/600" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+    else:
+        deadline = time.monotonic() + 120
+        while not (out / "resume.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.kill()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (128 + signal.SIGTERM if kill == "sigterm" else -signal.SIGKILL)
+    if kill == "sigterm":
+        assert "stopped by signal SIGTERM at step" in err
+    assert (out / "resume.pt").exists() and not (out / "run.json").exists()
+    resumed = _start(config, out)
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    step = int(re.search(r"resumed at step (\d+) of 600", err).group(1))
+    assert 0 <= step < 600
+    assert not (out / "resume.pt").exists()
+    assert main(["run", str(config), "--out", str(tmp_path / "whole"), "--device", "cpu",
+                 "--threads", "1"]) == 0
+    for name in ("metrics.csv", "norm_error.csv", "dynamics.csv"):
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    assert _without_timings(out / "run.json") == _without_timings(tmp_path / "whole" / "run.json")

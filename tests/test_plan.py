@@ -1,11 +1,13 @@
 """The plan: grids expand to runs (each trained once), figures are checked against them."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
-from fednorm.config import ConfigError, bundle_key, run_config
+import fednorm.config as config_module
+from fednorm.config import ConfigError, RunConfig, bundle_key, run_config
 from fednorm.plan import RUN_FILES, load_plan, merge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -378,6 +380,15 @@ def test_a_training_job_takes_consecutive_bundles_and_only_their_unfinished_runs
     ({"mem_mb": 0}, r"execution: key 'mem_mb' has value 0; allowed: an integer >= 1"),
     ({"runtime": "1h"}, r"execution: key 'runtime' has value '1h'; allowed: an integer >= 1"),
     ({"cpus_per_gpu": True}, r"key 'cpus_per_gpu' has value True; allowed: an integer >= 1"),
+    ({"checkpoint_minutes": 0}, r"execution: key 'checkpoint_minutes' has value 0; allowed: a "
+                                r"number in \(0, inf\]"),
+    ({"checkpoint_minutes": "30m"}, r"key 'checkpoint_minutes' has value '30m'"),
+    ({"images_per_second": 0}, r"execution: key 'images_per_second' has value 0; allowed: "
+                               r"null or a number in \(0, inf\]"),
+    ({"images_per_second": "fast"}, r"key 'images_per_second' has value 'fast'"),
+    ({"max_runtime": 0}, r"execution: key 'max_runtime' has value 0; allowed: null or an "
+                         r"integer >= 1"),
+    ({"max_runtime": "2-00:00:00"}, r"key 'max_runtime' has value '2-00:00:00'"),
     # a GPU job gets cpus_per_gpu x gpus_per_job CPUs: fewer than its threads is an error
     ({"threads": 8, "gpus_per_job": 2, "cpus_per_gpu": 3},
      r"execution: key 'cpus_per_gpu' has value 3; allowed: an integer >= threads / "
@@ -397,6 +408,33 @@ def test_cluster_requests_come_from_the_execution_section():
     assert (mine.cpus_per_gpu, mine.mem_mb, mine.runtime) == (4, 500, 30)
     cpu_only = load_plan(_bundle_config(1, threads=8, gpus_per_job=0, cpus_per_gpu=1))
     assert cpu_only.execution.cpus_per_gpu == 1  # no GPU: SLURM gets --cpus-per-task=threads
+
+
+def test_a_jobs_runtime_comes_from_its_images_and_the_rate_capped_by_max_runtime():
+    """SMALL runs: 10 steps x 10 clients x 50 images = 5,000 images each. Without a rate every
+    job asks for `runtime`; at 10 images/s a bundle of 3 runs (15,000 images, 25 minutes) asks
+    for 5 + 1.25 x 25 = 36.25 -> 37 minutes, one run for 5 + ceil(10.42) = 16; max_runtime caps
+    both."""
+    plan = load_plan(_bundle_config(3, runtime=99))
+    trio = next(ids for ids in plan.bundles.values() if len(ids) == 3)
+    assert plan.training_images(trio) == 15_000
+    assert plan.job_runtime(trio) == plan.job_runtime(trio[:1]) == 99
+    rated = load_plan(_bundle_config(3, images_per_second=10))
+    assert (rated.job_runtime(trio), rated.job_runtime(trio[:1])) == (37, 16)
+    capped = load_plan(_bundle_config(3, images_per_second=10, max_runtime=20))
+    assert (capped.job_runtime(trio), capped.job_runtime(trio[:1])) == (20, 16)
+    assert load_plan(_bundle_config(3, runtime=99, max_runtime=20)).job_runtime(trio) == 20
+
+
+def test_resume_points_lie_outside_every_job_output():
+    """Snakemake deletes a failed job's outputs: a bundle's resume point is never one of them
+    (nor inside a run's folder), and each bundle has its own."""
+    plan = load_plan(_config("config/config.yaml"))
+    outputs = {f for ids in plan.bundles.values() for f in plan.run_files(ids)}
+    points = {plan.paths.resume_point(b) for b in plan.bundles}
+    assert len(points) == len(plan.bundles) and not points & outputs
+    assert not any(p.startswith(f"{plan.paths.results}/runs/") for p in points)
+    assert load_plan(_bundle_config(1, checkpoint_minutes=5)).execution.checkpoint_minutes == 5
 
 
 def test_profiles_choose_their_bundle_sizes():
@@ -561,3 +599,22 @@ def test_bad_fixbn_figure_specs_name_the_key_the_value_and_what_is_allowed(spec,
     spec = {k: v for k, v in {**HEATMAP, **spec}.items() if v is not None}
     with pytest.raises(ConfigError, match=expected):
         _fixbn_figure(**spec)
+
+
+def test_a_new_field_at_its_default_changes_no_run_id(monkeypatch):
+    """Issue 22: an upgrade that adds a RunConfig field, with a default that keeps today's
+    behaviour, leaves every id of config/config.yaml and config/quick.yaml as it was (run_id
+    hashes only the fields that differ from their defaults); set away from its default, the new
+    field changes the id."""
+    plans = [load_plan(_config("config/config.yaml")),
+             load_plan(_config("config/config.yaml", "config/quick.yaml"))]
+    upgraded = dataclasses.make_dataclass(
+        "UpgradedRunConfig", [("new_knob", float, dataclasses.field(default=0.5))],
+        bases=(RunConfig,), frozen=True)
+    # what fednorm.config computes at import from the upgraded class's defaults
+    monkeypatch.setattr(config_module, "_DEFAULT_IDENTITY", upgraded().identity())
+    for plan in plans:
+        new_ids = {r: upgraded(**dataclasses.asdict(cfg)).run_id for r, cfg in plan.runs.items()}
+        assert new_ids == {r: r for r in plan.runs}
+    cfg = next(iter(plans[1].runs.values()))
+    assert upgraded(**dataclasses.asdict(cfg), new_knob=0.25).run_id != cfg.run_id

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 from dag import SNAKEMAKE, snakemake, work_copy
 
 from fednorm.claims import load_claims
 from fednorm.plan import load_plan, merge
 from fednorm.report import entries
+from fednorm.run import train_bundle
 
 
 def _job_counts(out):
@@ -300,11 +302,11 @@ TINY = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, 
         "eval_every": 10, "partition": "gamma"}
 
 
-def _tiny_config(work, bundle_size, experiment, **run):
+def _tiny_config(work, bundle_size, experiment, execution=None, **run):
     """Replace the work copy's config/config.yaml: one experiment, its runs and the summary."""
     config = {"paths": {"results": "results", "figures": "figures", "data": "data"},
               "execution": {"device": "cpu", "threads": 1, "gpus_per_job": 0,
-                            "bundle_size": bundle_size},
+                            "bundle_size": bundle_size, **(execution or {})},
               "run": {**TINY, **run}, "experiments": {"e": experiment}}
     (work / "config/config.yaml").write_text(yaml.safe_dump(config))
     return load_plan(config)
@@ -342,6 +344,46 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
     assert set(summary.run_id) == set(after.runs)
 
 
+def test_a_new_seed_plans_only_its_runs_in_a_dry_run(tmp_path):
+    """Issue 22: with every run of the quick profile complete, one more seed on the FBN gamma
+    grid makes a dry run plan exactly its runs (one per normalizer and heterogeneity), and no
+    run that exists. With execution.images_per_second and max_runtime, each training job asks
+    for 5 minutes plus 1.25 times its images' time at that rate, at most max_runtime."""
+    work = work_copy(tmp_path)
+    before = load_plan(merge(yaml.safe_load((work / "config/config.yaml").read_text()),
+                             yaml.safe_load((work / "config/quick.yaml").read_text())))
+    for path in before.run_files(tuple(before.runs)):  # complete: all its files exist
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text("")
+    rate, cap = 200.0, 30
+    more = {"experiments": {"fbn_gamma": {"grid": {"seed": [0, 1, 2]}}},
+            "execution": {"images_per_second": rate, "max_runtime": cap}}
+    (work / "more.yaml").write_text(yaml.safe_dump(more))
+    out = snakemake("-n", "--configfile", "config/quick.yaml", "more.yaml", cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = [block for block in re.split(r"\n(?=rule )", out.stdout + out.stderr)
+            if block.startswith("rule train_")]
+    after = load_plan(merge(merge(yaml.safe_load((work / "config/config.yaml").read_text()),
+                                  yaml.safe_load((work / "config/quick.yaml").read_text())),
+                            more))
+    planned, minutes = set(), []
+    for job in jobs:
+        output = next(line for line in job.splitlines() if line.strip().startswith("output:"))
+        ids = re.findall(rf"{before.paths.results}/runs/([^/\s,]+)/run\.json", output)
+        planned |= set(ids)
+        cfgs = [after.runs[r] for r in ids]
+        images = sum(c.steps * c.n_clients * c.batch_size for c in cfgs)
+        uncapped = 5 + -(-1.25 * images // (rate * 60))
+        want = min(cap, uncapped)
+        minutes.append(uncapped)
+        assert f"runtime={want:.0f}," in job, (want, job)
+    axes = yaml.safe_load((work / "config/quick.yaml").read_text())["experiments"]["fbn_gamma"]
+    size = len(axes["grid"]["normalizer"]) * len(axes["grid"]["heterogeneity"])
+    assert planned == set(after.runs) - set(before.runs) and len(planned) == size
+    assert all(r.split("-s")[-1].startswith("2-") for r in planned)
+    assert max(minutes) > cap, minutes  # the cap was reached (tests/test_plan.py: below it)
+
+
 @pytest.mark.slow
 def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
     work = work_copy(tmp_path)
@@ -372,6 +414,55 @@ def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
     assert f"bundle {bundle_id}: training {len(run_ids) - len(finished)} runs" in log
     statuses = [json.loads(meta)["status"] for meta, _ in _run_json(work, plan, run_ids).values()]
     assert sorted(statuses) == ["diverged", "ok", "ok"]
+
+
+@pytest.mark.slow
+def test_a_stopped_bundle_job_resumes_where_it_stopped(tmp_path):
+    """SIGTERM to Snakemake and its training job (as SLURM sends at a time limit): the job saves
+    its bundle's state at <results>/resume/<bundle id>.pt, which Snakemake keeps although the
+    job failed. Run again, the job's log says "resumed at step N of 400" (N > 0), the resume
+    point is gone, and the runs' files equal those of the bundle trained in one go."""
+    work = work_copy(tmp_path)
+    plan = _tiny_config(work, 2, {"grid": {"normalizer": ["fbn"], "heterogeneity": [0],
+                                           "lr": [[0.1], [0.05]]}},
+                        execution={"checkpoint_minutes": 0.001}, steps=400, eval_every=100)
+    ((bundle_id, run_ids),) = plan.bundles.items()
+    resume = work / plan.paths.resume_point(bundle_id)
+    with open(tmp_path / "stopped.log", "w") as log:
+        job = subprocess.Popen([*SNAKEMAKE, "--cores", "1"], cwd=work, stdout=log, stderr=log,
+                               start_new_session=True)
+        deadline = time.monotonic() + 300
+        while job.poll() is None and not resume.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # well into training
+        os.killpg(job.pid, signal.SIGTERM)  # Snakemake and its job
+        job.wait(timeout=120)
+    assert resume.exists(), (tmp_path / "stopped.log").read_text()[-3000:]
+    assert not _run_json(work, plan, run_ids)
+
+    assert snakemake("--unlock", cwd=work).returncode == 0
+    out = snakemake("--cores", "1", "--rerun-incomplete", cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
+    assert int(re.search(r"resumed at step (\d+) of 400", log).group(1)) > 0, log
+    assert not resume.exists()
+
+    whole = tmp_path / "whole"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the job trained
+    try:
+        train_bundle([plan.runs[r] for r in run_ids], [whole / r for r in run_ids],
+                     bundle_id=bundle_id, device="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    for r in run_ids:
+        for name in ("metrics.csv", "norm_error.csv", "dynamics.csv"):
+            assert ((work / plan.paths.run_dir(r) / name).read_bytes()
+                    == (whole / r / name).read_bytes()), (r, name)
+        got, want = (json.loads((d / "run.json").read_text())
+                     for d in (work / plan.paths.run_dir(r), whole / r))
+        for key in ("config", "status", "rows", "bundle"):
+            assert got[key] == want[key], key
 
 
 # The FixBN kinds end to end: each figure's files come from its kind (a table: .csv and .md).

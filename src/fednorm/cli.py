@@ -1,5 +1,8 @@
 """Command line: ``fednorm run CONFIG --out DIR`` trains one run without Snakemake.
 
+Killed (SIGTERM, SIGUSR1, or even SIGKILL after a save), the same command continues from the
+resume point it left in DIR (fednorm.fl.resume).
+
 Other commands: ``fednorm plan CONFIG`` validates a pipeline configuration (its claims file
 included) and prints what it would train and draw; ``fednorm download-cifar10 --root DIR``
 fetches the dataset once.
@@ -12,12 +15,13 @@ option ``--debug`` of every command shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections import Counter
 
 import torch
 
-from fednorm.config import run_config
+from fednorm.config import CHECKPOINT_MINUTES, ConfigError, run_config
 from fednorm.data.cifar import DatasetUnavailable
 from fednorm.inputs import read_yaml, user_errors, writable_folder
 
@@ -27,12 +31,24 @@ def _load_yaml(path: str) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Train one run; stopped by SIGTERM or SIGUSR1, it saves its state in DIR and exits
+    128 + the signal's number, and the same command run again continues from there."""
+    from fednorm.fl.resume import Interrupted
     from fednorm.run import train_and_evaluate
 
     cfg = run_config(_load_yaml(args.config), where=args.config)
     writable_folder(args.out, "--out")  # before training, not when its files are written
+    if not args.checkpoint_minutes > 0:
+        raise ConfigError(f"--checkpoint-minutes has value {args.checkpoint_minutes}; "
+                          "allowed: a number of minutes > 0")
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # progress lines
     torch.set_num_threads(args.threads)
-    status = train_and_evaluate(cfg, args.out, data_dir=args.data_dir, device=args.device)
+    try:
+        status = train_and_evaluate(cfg, args.out, data_dir=args.data_dir, device=args.device,
+                                    checkpoint_minutes=args.checkpoint_minutes)
+    except Interrupted as stop:
+        print(f"fednorm: {stop}", file=sys.stderr)
+        return stop.exit_code
     print(f"{cfg.run_id}: {status} -> {args.out}")
     return 0
 
@@ -81,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--data-dir", default="data", help="CIFAR-10 cache directory")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     run.add_argument("--threads", type=int, default=torch.get_num_threads())
+    run.add_argument("--checkpoint-minutes", type=float, default=CHECKPOINT_MINUTES,
+                     help="minutes between saves of the run's state to DIR/resume.pt "
+                     "(also saved on SIGTERM and SIGUSR1; run again to resume)")
     run.set_defaults(func=cmd_run)
     plan = sub.add_parser("plan", parents=[common], help="validate pipeline configs and count runs")
     plan.add_argument("configs", nargs="+", help="config/config.yaml [overrides.yaml ...]")

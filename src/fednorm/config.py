@@ -57,6 +57,9 @@ STAT_FREE = ("gn", "gn_ws", "ln", "in", "fixup", "fedwon", "none")
 # (2021), "High-Performance Large-Scale Image Recognition Without Normalization", §4.1: 0.01 is
 # their choice for their large batches (4096); FedWon's text states no value that we could read.
 AGC_LAMBDA = 0.01
+# Minutes between two saves of a bundle's resume point (fednorm.fl.resume): the default of
+# execution.checkpoint_minutes and of `fednorm run --checkpoint-minutes`.
+CHECKPOINT_MINUTES = 30.0
 
 
 class ConfigError(ValueError):
@@ -752,6 +755,11 @@ class Paths:
 
     def run_dir(self, run_id: str) -> str:
         return f"{self.results}/runs/{run_id}"
+
+    def resume_point(self, bundle_id: str) -> str:
+        """A bundle's resume point (fednorm.fl.resume): no job's output, so Snakemake never
+        deletes it when it clears or retries a failed job; the finished bundle deletes it."""
+        return f"{self.results}/resume/{bundle_id}.pt"
 
     def summary(self) -> str:
         return f"{self.results}/summary.csv"

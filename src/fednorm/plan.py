@@ -7,6 +7,10 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  of a training job, ``bundle_size``: at most that many runs train together
                  in one job (see :func:`bundles`), and what a training job asks a cluster for:
                  ``cpus_per_gpu``, ``mem_mb`` (MB), ``runtime`` (minutes);
+                 ``checkpoint_minutes``: between two saves of a bundle's resume point;
+                 ``images_per_second`` and ``max_runtime``: each training job's ``runtime``
+                 from its training images instead (:meth:`Execution.job_runtime`,
+                 docs/resume.md);
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``; a budget (``epochs`` or ``rounds``,
@@ -62,22 +66,26 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fednorm.config import (
     BUDGET_KEYS,
+    CHECKPOINT_MINUTES,
     DERIVED,
     FIELDS,
     ConfigError,
     Figure,
+    Nullable,
     Paths,
     RunConfig,
     bundle_key,
     check_keys,
     int_at_least,
+    number_in,
     run_config,
 )
 
@@ -91,6 +99,10 @@ RUN_KEYS = FIELDS + BUDGET_KEYS  # what `run`, `set` and `grid` may set
 SETTINGS = "settings"  # a grid axis whose values set several keys together
 COLUMNS = FIELDS + DERIVED  # what a figure may filter on or tell its lines apart by
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
+# A job's runtime from its images (Execution.job_runtime): the rate measured on one bundle, times
+# this margin (other jobs on the node, slower data), plus minutes for start-up and data loading.
+RUNTIME_MARGIN = 1.25
+RUNTIME_START_MINUTES = 5
 # each written atomically; run.json last
 RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
 
@@ -118,6 +130,23 @@ class Execution:
     cpus_per_gpu: int = 4
     mem_mb: int = 16000  # megabytes of host memory
     runtime: int = 1440  # minutes
+    # minutes between two saves of a bundle's resume point (also saved on SIGTERM / SIGUSR1)
+    checkpoint_minutes: float = CHECKPOINT_MINUTES
+    # A job's runtime from its training images (training_images) at this rate, measured with
+    # benchmarks/time_plan_bundle.py; null: every job asks for `runtime`
+    images_per_second: float | None = None
+    max_runtime: int | None = None  # minutes, the partition's limit: no job asks for more
+
+    def job_runtime(self, images: int) -> int:
+        """The minutes a training job of ``images`` training images asks for: ``runtime``, or
+        with ``images_per_second`` RUNTIME_MARGIN times the images' time plus
+        RUNTIME_START_MINUTES; at most ``max_runtime``. A job cut short by its limit saves
+        its state and continues in its next submission (docs/resume.md)."""
+        minutes = self.runtime
+        if self.images_per_second is not None:
+            minutes = RUNTIME_START_MINUTES + math.ceil(
+                RUNTIME_MARGIN * images / self.images_per_second / 60)
+        return minutes if self.max_runtime is None else min(minutes, self.max_runtime)
 
     def check(self) -> None:
         """The keys together: a GPU job gets cpus_per_gpu x gpus_per_job CPUs and trains on
@@ -141,6 +170,9 @@ _EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "cpus_per_gpu": int_at_least(1),
     "mem_mb": int_at_least(1),
     "runtime": int_at_least(1),
+    "checkpoint_minutes": number_in(0, math.inf, low_open=True),
+    "images_per_second": Nullable(number_in(0, math.inf, low_open=True)),
+    "max_runtime": Nullable(int_at_least(1)),
 }
 
 
@@ -203,6 +235,13 @@ class Plan:
     def toy_files(self) -> list[str]:
         stems = self.toy.stems(self.paths) if self.toy else []
         return [f"{stem}.{ext}" for stem in stems for ext in FIGURE_EXTENSIONS]
+
+    def training_images(self, run_ids: Iterable[str]) -> int:
+        return training_images(self.runs[r] for r in run_ids)
+
+    def job_runtime(self, run_ids: Iterable[str]) -> int:
+        """The minutes a training job of these runs asks a cluster for (`runtime`)."""
+        return self.execution.job_runtime(self.training_images(run_ids))
 
     def run_files(self, run_ids: tuple[str, ...]) -> list[str]:
         """The files the runs write, run by run in ``RUN_FILES`` order."""
@@ -689,6 +728,12 @@ def _execution(spec: Any) -> Execution:
     execution = Execution(**spec)
     execution.check()
     return execution
+
+
+def training_images(cfgs: Iterable[RunConfig]) -> int:
+    """The images the runs train on (RunConfig.training_images), summed: what a training
+    job's time scales with."""
+    return sum(c.training_images for c in cfgs)
 
 
 def bundle_label(cfg: RunConfig) -> str:

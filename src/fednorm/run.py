@@ -9,18 +9,26 @@ point and BN layer, see :mod:`fednorm.fl.norm_error`; the ``stat_*`` columns sum
 and ``run.json`` (resolved config, run_id, seed, git commit, library versions, device, wall time,
 status, the bundle it trained in, ``rows``: each CSV's number of rows, so that a copy cut short
 is found, :mod:`fednorm.integrity`), each atomically, run.json last. The Snakemake rule calls
-``train_bundle``; ``fednorm run`` calls ``train_and_evaluate``.
+``train_job`` (each of a job's bundles with ``train_bundle``); ``fednorm run`` calls
+``train_and_evaluate``.
+
+Resume points (fednorm.fl.resume): a bundle's state is saved every ``checkpoint_minutes`` and
+when SIGTERM or SIGUSR1 arrives; the workflow keeps it at ``<results>/resume/<bundle id>.pt``
+(fednorm.config.Paths.resume_point), ``fednorm run`` at ``DIR/resume.pt``. A job or command
+started again continues from it and its log says "resumed at step N of M"; the bundle's end
+deletes it.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import platform
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +36,16 @@ import pandas as pd
 import torch
 
 from fednorm import __version__
-from fednorm.config import RunConfig
+from fednorm.config import CHECKPOINT_MINUTES, RunConfig, run_config
 from fednorm.data import load_dataset
 from fednorm.fl import train as training
+from fednorm.fl.resume import Interrupted, ResumeStore
 from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
 from fednorm.gpu_slots import claimed_gpu
 from fednorm.io import write_csv, write_json
+
+RESUME_FILE = "resume.pt"  # fednorm run: the resume point inside the run's directory
+log = logging.getLogger("fednorm.run")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -97,13 +109,20 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 def train_bundle(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
-    data_dir: str | Path = "data", device: str = "auto",
+    data_dir: str | Path = "data", device: str = "auto", resume_file: str | Path | None = None,
+    checkpoint_minutes: float = CHECKPOINT_MINUTES,
 ) -> list[str]:
     """Train the runs of one bundle together (:func:`fednorm.fl.train.train_bundle`) and write
     each run's files into its ``out_dir`` the moment it finishes (a diverged run at its last
     evaluation point, the others at the end), so a job killed mid-way loses no finished run.
     ``run.json`` names the bundle (``bundle_id``, default: the first run's id) and its size;
-    ``wall_time_s`` is the time from the bundle's start to that run's end. Returns the statuses.
+    ``wall_time_s`` is the time from the bundle's start (in this process) to that run's end.
+    Returns the statuses.
+
+    ``resume_file``: the bundle's resume point (fednorm.fl.resume), saved every
+    ``checkpoint_minutes`` and when SIGTERM or SIGUSR1 arrives (then
+    :class:`fednorm.fl.resume.Interrupted` is raised), continued from at start when it was
+    saved for these runs by this code, deleted when the bundle is done.
     """
     if len(cfgs) != len(out_dirs):
         raise ValueError(f"one output directory per run: {len(cfgs)} runs, {len(out_dirs)} dirs")
@@ -111,13 +130,17 @@ def train_bundle(
         start = time.perf_counter()
         env = environment(dev)
         bundle = {"id": bundle_id or cfgs[0].run_id, "size": len(cfgs)}
+        store = None if resume_file is None else ResumeStore(
+            Path(resume_file), every_s=60.0 * checkpoint_minutes,
+            code=f"fednorm {__version__}, commit {env['git_commit']}")
 
         def write(i: int, result: TrainResult) -> None:
             _write_run(cfgs[i], Path(out_dirs[i]), result, time.perf_counter() - start,
                        {**env, "bundle": bundle})
 
-        results = training.train_bundle(cfgs, load_dataset(cfgs[0], data_dir), dev,
-                                        on_finish=write)
+        with store.signals() if store is not None else nullcontext():
+            results = training.train_bundle(cfgs, load_dataset(cfgs[0], data_dir), dev,
+                                            on_finish=write, resume=store)
     return [r.status for r in results]
 
 
@@ -140,8 +163,36 @@ def _write_run(cfg: RunConfig, out_dir: Path, result: TrainResult, wall: float,
 
 
 def train_and_evaluate(
-    cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto"
+    cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto",
+    checkpoint_minutes: float = CHECKPOINT_MINUTES,
 ) -> str:
     """Train one run (a bundle of one) and write its files into ``out_dir``; returns its
-    status."""
-    return train_bundle([cfg], [out_dir], data_dir=data_dir, device=device)[0]
+    status. Its resume point is ``out_dir/resume.pt`` (:data:`RESUME_FILE`): run again after a
+    kill, it continues from there."""
+    return train_bundle([cfg], [out_dir], data_dir=data_dir, device=device,
+                        resume_file=Path(out_dir) / RESUME_FILE,
+                        checkpoint_minutes=checkpoint_minutes)[0]
+
+
+def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data",
+              device: str = "auto", checkpoint_minutes: float = CHECKPOINT_MINUTES) -> int:
+    """A workflow training job: its bundles one after the other, each a mapping of
+    ``bundle_id``, ``runs`` (run configs' identities), ``out_dirs`` and ``resume`` (its resume
+    point). Returns the job's exit status: 0, or 128 + the signal's number when SIGTERM or
+    SIGUSR1 stopped it (the bundle's state saved, the bundles after it not started)."""
+    for bundle in bundles:
+        bundle_id = bundle["bundle_id"]
+        cfgs = [run_config(values) for values in bundle["runs"]]
+        log.info("bundle %s: training %d runs: %s", bundle_id, len(cfgs),
+                 [c.run_id for c in cfgs])
+        try:
+            statuses = train_bundle(cfgs, bundle["out_dirs"], bundle_id=bundle_id,
+                                    data_dir=data_dir, device=device,
+                                    resume_file=bundle["resume"],
+                                    checkpoint_minutes=checkpoint_minutes)
+        except Interrupted as stop:
+            log.warning("bundle %s: %s", bundle_id, stop)
+            return stop.exit_code
+        for cfg, status in zip(cfgs, statuses, strict=True):
+            log.info("bundle %s: %s finished with status %s", bundle_id, cfg.run_id, status)
+    return 0

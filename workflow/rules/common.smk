@@ -26,7 +26,7 @@ def bundle_rule_name(bundle_id):
 def job_priority(run_ids):
     """A training job's Snakemake priority: the training images of its runs, in 10^5 (a proxy
     for its time; the bigger ones start first)."""
-    return sum(PLAN.runs[r].training_images for r in run_ids) // 100_000
+    return PLAN.training_images(run_ids) // 100_000
 
 
 def bundle_dataset(run_ids):

@@ -1,21 +1,21 @@
-"""Snakemake script: the unfinished runs of a job's bundles, one bundle after the other (logic
-in fednorm.run.train_bundle)."""
+"""Snakemake script: the unfinished runs of a job's bundles, one bundle after the other, each
+continued from its resume point when one was saved (logic in fednorm.run.train_job)."""
 import logging
+import sys
 
 import torch
 
-from fednorm.config import run_config
-from fednorm.run import train_bundle
+from fednorm.run import train_job
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
+# warnings (a refused resume point, a stop on a signal) also on stderr: the cluster's job log
+# keeps them when Snakemake clears the rule's log before a retry
+stderr = logging.StreamHandler()
+stderr.setLevel(logging.WARNING)
+logging.getLogger().addHandler(stderr)
 torch.set_num_threads(snakemake.threads)  # noqa: F821
 params = snakemake.params  # noqa: F821
-for bundle in params.bundles:
-    bundle_id = bundle["bundle_id"]
-    cfgs = [run_config(values) for values in bundle["runs"]]
-    logging.info("bundle %s: training %d runs: %s", bundle_id, len(cfgs),
-                 [c.run_id for c in cfgs])
-    statuses = train_bundle(cfgs, bundle["out_dirs"], bundle_id=bundle_id,
-                            data_dir=params.data_dir, device=params.device)
-    for cfg, status in zip(cfgs, statuses, strict=True):
-        logging.info("bundle %s: %s finished with status %s", bundle_id, cfg.run_id, status)
+status = train_job(params.bundles, data_dir=params.data_dir, device=params.device,
+                   checkpoint_minutes=params.checkpoint_minutes)
+if status:  # stopped by a signal, its state saved: the job failed, a retry continues it
+    sys.exit(status)

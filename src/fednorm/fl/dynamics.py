@@ -104,6 +104,20 @@ class Dynamics:
         self.rounds = self.steps = 0
         return dict(zip(QUANTITIES, (change, deviation, variance), strict=True))
 
+    _COUNTERS = ("position", "filled", "rounds", "steps")
+
+    def state_dict(self) -> dict:
+        """The sums and the window, for a resume point (fednorm.fl.resume)."""
+        return {"ring": self.ring, "change": self.change, "deviation": self.deviation,
+                **{k: getattr(self, k) for k in self._COUNTERS}}
+
+    def load_state_dict(self, saved: dict) -> None:
+        device = self.change.device
+        self.ring = {k: t.to(device) for k, t in saved["ring"].items()}
+        self.change, self.deviation = saved["change"].to(device), saved["deviation"].to(device)
+        for k in self._COUNTERS:
+            setattr(self, k, saved[k])
+
     def select(self, runs: Tensor) -> None:
         """Keep the runs ``runs`` (indices into the bundle) alone."""
         self.change, self.deviation = self.change[runs], self.deviation[runs]

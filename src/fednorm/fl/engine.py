@@ -101,6 +101,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -291,6 +292,26 @@ class _Trainer:
         self.part_keys, self.part_count = self.part_keys[runs], self.part_count[runs]
         if self.dynamics is not None:
             self.dynamics.select(runs)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the rounds change, for a resume point (fednorm.fl.resume): parameters, BN
+        statistics, momenta, the clients' own parts (FedAvg's ``local``) and the dynamics'
+        running sums. Everything else is a function of the configs and the step."""
+        return {"params": self.state.params, "stats": self.state.stats,
+                "momenta": self.state.momenta, "local": getattr(self, "local", {}),
+                "dynamics": None if self.dynamics is None else self.dynamics.state_dict()}
+
+    @torch.no_grad()
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` of a trainer of the same runs, written in place (a
+        one-run bundle's state is a view of its model's tensors)."""
+        for part, own in (("params", self.state.params), ("stats", self.state.stats),
+                          ("momenta", self.state.momenta),
+                          ("local", getattr(self, "local", {}))):
+            for k, t in own.items():
+                t.copy_(saved[part][k])
+        if self.dynamics is not None:
+            self.dynamics.load_state_dict(saved["dynamics"])
 
     def participants(self, first_step: int) -> Tensor | None:
         """(R, n) mask of the clients taking part in the round from ``first_step``; None when

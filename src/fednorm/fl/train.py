@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,7 @@ from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import QUANTITIES, Dynamics
 from fednorm.fl.engine import _Trainer, make_trainer, over_runs
 from fednorm.fl.norm_error import layer_errors, union_statistics
+from fednorm.fl.resume import ResumeStore
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
@@ -117,26 +119,35 @@ def _check_bundle(cfgs: Sequence[RunConfig]) -> None:
 def train_bundle(
     cfgs: Sequence[RunConfig], data: Arrays, device: str | torch.device = "cpu",
     on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
+    resume: ResumeStore | None = None,
 ) -> list[TrainResult]:
     """Train the runs ``cfgs`` together; ``on_finish(i, result)`` is called the moment run i
     finishes (diverged, or at the last step). Returns the results in the order of ``cfgs``.
-    The models take the data's floating dtype (float32; float64 for exact comparisons)."""
+    The models take the data's floating dtype (float32; float64 for exact comparisons).
+    ``resume``: where the bundle's state is saved between rounds, and continued from when a
+    saved state of these runs exists (fednorm.fl.resume); a run that had finished before is
+    handed to ``on_finish`` again at once."""
     _check_bundle(cfgs)
     cfg, device = cfgs[0], torch.device(device)
     data = hold_out(data, cfg.val_fraction).to(device)  # val_fraction: a bundle_key field
+    saved = resume.load(cfgs) if resume is not None else None
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)  # model initialization, as the run alone would have it
         models.append(build_model(c, data.n_classes).to(device, data.train_x.dtype))
+    # the runs still training, in the order of the trainer's run dimension
+    active = list(range(len(cfgs))) if saved is None else _saved_order(saved, cfgs)
+    going = [cfgs[i] for i in active]
     parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
-             for c in cfgs]
-    seeds = [c.seed for c in cfgs]
-    batches = training_batches(cfgs, data, parts)
-    trainer = make_trainer(cfgs, models, normalizer_for(cfg), batches, force_fedavg)
+             for c in going]
+    seeds = [c.seed for c in going]
+    batches = training_batches(going, data, parts)
+    trainer = make_trainer(going, [models[i] for i in active], normalizer_for(cfg), batches,
+                           force_fedavg)
     if cfg.record_dynamics and trainer.layers:  # a bundle_key field: all runs or none
         trainer.dynamics = Dynamics([la.key for la in trainer.layers], cfg.dynamics_window,
-                                    len(cfgs), device)
-    if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
+                                    len(going), device)
+    if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn" and saved is None:
         trainer.calibrate()
     # The normalization error is measured on separate draws of the clients' batches (their own
     # stream), so measuring never changes the training trajectory. Under attack the reference is
@@ -145,9 +156,15 @@ def train_bundle(
     honest = cfg.n_clients - (cfg.f if cfg.attack != "none" else 0)
     probe = ClientBatches(data.train_x, data.train_y, [p[:honest] for p in parts],
                           cfg.batch_size, seeds, rng.PROBE)
-    loop = _Loop(cfgs, data, trainer, probe, on_finish)
+    loop = _Loop(cfgs, models, data, trainer, probe, on_finish, active, resume)
     loop.label_dist = label_distributions(data, parts)
-    return loop.run()
+    return loop.run(saved)
+
+
+def _saved_order(saved: dict, cfgs: Sequence[RunConfig]) -> list[int]:
+    """The indices into ``cfgs`` of a resume point's runs still training, in its order."""
+    runs = [c.identity() for c in cfgs]
+    return [runs.index(saved["header"]["runs"][j]) for j in saved["active"]]
 
 
 def label_distributions(data: Arrays, parts: Sequence[Sequence[Tensor]]) -> Tensor:
@@ -172,18 +189,28 @@ class _Loop:
     """The evaluation schedule of a bundle: train between evaluation points, record every run
     still going, finish and drop the runs that diverged."""
 
-    def __init__(self, cfgs, data, trainer, probe, on_finish) -> None:
-        self.cfg, self.data, self.trainer, self.probe = cfgs[0], data, trainer, probe
-        self.results = [TrainResult(model=m) for m in trainer.models]
-        self.active = list(range(len(cfgs)))  # bundle index of each run still training
+    def __init__(self, cfgs, models, data, trainer, probe, on_finish, active, store) -> None:
+        self.cfgs, self.cfg, self.data = cfgs, cfgs[0], data
+        self.trainer, self.probe = trainer, probe
+        self.results = [TrainResult(model=m) for m in models]
+        self.active = list(active)  # bundle index of each run still training
         self.on_finish = on_finish or (lambda i, result: None)
+        self.store: ResumeStore | None = store
         self.started = self.last_time = time.perf_counter()
+        self.first_step = 0  # where this process started (a resumed bundle: not 0)
 
-    def run(self) -> list[TrainResult]:
+    def run(self, saved: dict | None = None) -> list[TrainResult]:
+        """Train from step 0, or from the resume point ``saved`` (fednorm.fl.resume)."""
         cfg, trainer = self.cfg, self.trainer
-        self.record(0, torch.full((trainer.runs,), math.nan, device=self.data.test_x.device))
-        loss_sum, since = 0.0, 0
-        for first in range(0, cfg.steps, cfg.local_steps):
+        if saved is None:
+            self.record(0, torch.full((trainer.runs,), math.nan,
+                                      device=self.data.test_x.device))
+            loss_sum, since = 0.0, 0
+        else:
+            loss_sum, since = self.restore(saved)
+        for first in range(self.first_step, cfg.steps, cfg.local_steps):
+            if self.store is not None:  # between rounds: a save when due, a stop when asked
+                self.store.between_rounds(first, partial(self.snapshot, first, loss_sum, since))
             loss_sum = loss_sum + trainer.round(first)
             since += cfg.local_steps
             step = first + cfg.local_steps
@@ -193,10 +220,54 @@ class _Loop:
             going = self.record(step, loss_sum / since)
             self.progress(step, since)
             if not going:
-                return self.results
+                return self.done()
             loss_sum, since = 0.0, 0
         self.finish(list(range(trainer.runs)))
+        return self.done()
+
+    def done(self) -> list[TrainResult]:
+        """Every run's files are written: the resume point has served."""
+        if self.store is not None:
+            self.store.purge()
         return self.results
+
+    def snapshot(self, step: int, loss_sum: Tensor | float, since: int) -> dict:
+        """Everything :meth:`restore` needs to continue before the round from ``step``: the
+        rows so far, a finished run's final parameters, the trainer's state, the training loss
+        summed since the last evaluation point."""
+        assert self.store is not None
+        results = [{"rows": r.rows, "layer_rows": r.layer_rows, "dynamics_rows": r.dynamics_rows,
+                    "status": r.status,
+                    "model": None if i in self.active else r.model.state_dict()}
+                   for i, r in enumerate(self.results)]
+        return {"header": self.store.header(self.cfgs), "step": step, "steps": self.cfg.steps,
+                "active": self.active, "results": results, "trainer": self.trainer.state_dict(),
+                "loss_sum": loss_sum, "since": since}
+
+    def restore(self, saved: dict) -> tuple[Tensor | float, int]:
+        """Continue from a resume point (the trainer was built for its runs still training):
+        rows, finished runs (handed to ``on_finish`` again), state; returns the training loss
+        summed since the last evaluation point and over how many steps."""
+        runs = [c.identity() for c in self.cfgs]
+        for j, (identity, res) in enumerate(zip(saved["header"]["runs"], saved["results"],
+                                                strict=True)):
+            if identity not in runs:  # finished before, not asked for again
+                continue
+            i = runs.index(identity)
+            result = self.results[i]
+            result.rows, result.layer_rows = res["rows"], res["layer_rows"]
+            result.dynamics_rows, result.status = res["dynamics_rows"], res["status"]
+            if j not in saved["active"]:
+                result.model.load_state_dict(res["model"])
+                self.on_finish(i, result)
+        self.trainer.load_state_dict(saved["trainer"])
+        self.first_step = saved["step"]
+        log.info("resumed at step %d of %d (%d runs training) from %s", saved["step"],
+                 saved["steps"], len(self.active), self.store.path if self.store else "")
+        loss_sum = saved["loss_sum"]
+        if isinstance(loss_sum, Tensor):
+            loss_sum = loss_sum.to(self.data.test_x.device)
+        return loss_sum, saved["since"]
 
     def record(self, step: int, train_loss: Tensor) -> bool:
         """Append an evaluation row to every active run; finish and drop those that diverged.
@@ -275,7 +346,7 @@ class _Loop:
         cfg, now = self.cfg, time.perf_counter()
         images = len(self.active) * cfg.n_clients * cfg.batch_size * since
         rate = images / max(now - self.last_time, 1e-9)
-        left = (now - self.started) * (cfg.steps - step) / step
+        left = (now - self.started) * (cfg.steps - step) / max(step - self.first_step, 1)
         log.info("step %d/%d  runs going %d/%d  mean accuracy %.3f  %.0f images/s  %.0f s left",
                  step, cfg.steps, len(self.active), len(self.results), self.mean_accuracy, rate,
                  left)
