@@ -10,8 +10,16 @@ LINT_CONFIGS ?= config/config.yaml config/quick.yaml
 
 .PHONY: install lint lint-workflow test quick figures dry-run bench clean-quick
 
-install:
+# Installs once per Python environment (a stamp under .make/, redone when pyproject.toml
+# changes); `make install FORCE=1`, or removing .make/, installs again.
+STAMP := .make/installed$(subst /,_,$(shell $(PYTHON) -c 'import sys; print(sys.prefix)'))
+install: $(STAMP)
+ifdef FORCE
+.PHONY: $(STAMP)
+endif
+$(STAMP): pyproject.toml
 	$(PIP) install -q -e ".[dev,quick,notebooks]"
+	@mkdir -p .make && touch $@
 
 lint:
 	$(PYTHON) -m ruff check src tests benchmarks workflow/scripts notebooks

