@@ -103,6 +103,7 @@ TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
 # this margin (other jobs on the node, slower data), plus minutes for start-up and data loading.
 RUNTIME_MARGIN = 1.25
 RUNTIME_START_MINUTES = 5
+AUTO_BUNDLE_RUNS = 64  # execution.bundle_size auto: the most runs of a bundle
 # each written atomically; run.json last
 RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
 
@@ -119,7 +120,10 @@ class Execution:
     device: str = "auto"  # auto (cuda when available), cpu, cuda, cuda:1, ...
     threads: int = 1  # CPU threads per training job
     gpus_per_job: int = 0  # the job's Snakemake resource `gpu` (limit with --resources gpu=N)
-    bundle_size: int = 1  # at most this many runs train together in one job; 1: one run a job
+    # at most this many runs train together in one job; 1: one run a job; auto: bundles of up
+    # to AUTO_BUNDLE_RUNS, of which each job trains together as many as its device's free
+    # memory holds (fednorm.fl.memory), the rest after them
+    bundle_size: int | str = 1
     # bundles trained one after the other by one job (one process): on a CPU, where a job's
     # start (Python, PyTorch) is a large part of a small bundle's time, several; 1: one a job
     bundles_per_job: int = 1
@@ -136,6 +140,17 @@ class Execution:
     # benchmarks/time_plan_bundle.py; null: every job asks for `runtime`
     images_per_second: float | None = None
     max_runtime: int | None = None  # minutes, the partition's limit: no job asks for more
+
+    @property
+    def planned_bundle_size(self) -> int:
+        """The most runs of one bundle (fednorm.plan.bundles)."""
+        return AUTO_BUNDLE_RUNS if self.bundle_size == "auto" else int(self.bundle_size)
+
+    @property
+    def together(self) -> str | None:
+        """How many runs of a bundle a job trains together: "auto" (as many as fit its
+        device's memory), or None (all of them)."""
+        return "auto" if self.bundle_size == "auto" else None
 
     def job_runtime(self, images: int) -> int:
         """The minutes a training job of ``images`` training images asks for: ``runtime``, or
@@ -157,6 +172,12 @@ class Execution:
                 f"integer >= threads / gpus_per_job ({self.threads} / {self.gpus_per_job})")
 
 
+def _bundle_size(value: Any) -> str | None:
+    if value == "auto" or int_at_least(1)(value) is None:
+        return None
+    return "an integer >= 1, or auto (as many runs as the device's memory holds)"
+
+
 def _device(value: Any) -> str | None:
     return None if isinstance(value, str) and value else "a device name: auto, cpu, cuda, cuda:1"
 
@@ -165,7 +186,7 @@ _EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "device": _device,
     "threads": int_at_least(1),
     "gpus_per_job": int_at_least(0),
-    "bundle_size": int_at_least(1),
+    "bundle_size": _bundle_size,
     "bundles_per_job": int_at_least(1),
     "cpus_per_gpu": int_at_least(1),
     "mem_mb": int_at_least(1),
@@ -807,7 +828,7 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
                      expanded.items()},
         figures=figures,
         execution=execution,
-        bundles=(packed := bundles(runs, execution.bundle_size)),
+        bundles=(packed := bundles(runs, execution.planned_bundle_size)),
         jobs=training_jobs(list(packed), execution.bundles_per_job),
         toy=_toy(config.get("toy")),
         claims=_claims_path(config.get("claims")),

@@ -38,6 +38,7 @@ import torch
 from fednorm import __version__
 from fednorm.config import CHECKPOINT_MINUTES, RunConfig, run_config
 from fednorm.data import load_dataset
+from fednorm.fl import memory
 from fednorm.fl import train as training
 from fednorm.fl.resume import Interrupted, ResumeStore
 from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
@@ -110,7 +111,7 @@ def environment(device: torch.device) -> dict[str, Any]:
 def train_bundle(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
     data_dir: str | Path = "data", device: str = "auto", resume_file: str | Path | None = None,
-    checkpoint_minutes: float = CHECKPOINT_MINUTES,
+    checkpoint_minutes: float = CHECKPOINT_MINUTES, together: str | None = None,
 ) -> list[str]:
     """Train the runs of one bundle together (:func:`fednorm.fl.train.train_bundle`) and write
     each run's files into its ``out_dir`` the moment it finishes (a diverged run at its last
@@ -123,6 +124,10 @@ def train_bundle(
     ``checkpoint_minutes`` and when SIGTERM or SIGUSR1 arrives (then
     :class:`fednorm.fl.resume.Interrupted` is raised), continued from at start when it was
     saved for these runs by this code, deleted when the bundle is done.
+
+    ``together``: "auto": as many runs train together as the device's free memory holds
+    (measured: fednorm.fl.memory), the others after them; None: all of them. Either way a
+    bundle that runs out of memory is split in halves (fednorm.fl.train.train_bundle).
     """
     if len(cfgs) != len(out_dirs):
         raise ValueError(f"one output directory per run: {len(cfgs)} runs, {len(out_dirs)} dirs")
@@ -138,9 +143,15 @@ def train_bundle(
             _write_run(cfgs[i], Path(out_dirs[i]), result, time.perf_counter() - start,
                        {**env, "bundle": bundle})
 
+        data = load_dataset(cfgs[0], data_dir)
+        size = None
+        if together == "auto" and len(cfgs) > 1:
+            size = memory.runs_together(cfgs, data, dev)
+            log.info("bundle %s: %d of its %d runs fit the memory of %s together",
+                     bundle["id"], size, len(cfgs), dev)
         with store.signals() if store is not None else nullcontext():
-            results = training.train_bundle(cfgs, load_dataset(cfgs[0], data_dir), dev,
-                                            on_finish=write, resume=store)
+            results = training.train_bundle(cfgs, data, dev, on_finish=write, resume=store,
+                                            size=size)
     return [r.status for r in results]
 
 
@@ -175,11 +186,13 @@ def train_and_evaluate(
 
 
 def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data",
-              device: str = "auto", checkpoint_minutes: float = CHECKPOINT_MINUTES) -> int:
+              device: str = "auto", checkpoint_minutes: float = CHECKPOINT_MINUTES,
+              together: str | None = None) -> int:
     """A workflow training job: its bundles one after the other, each a mapping of
     ``bundle_id``, ``runs`` (run configs' identities), ``out_dirs`` and ``resume`` (its resume
     point). Returns the job's exit status: 0, or 128 + the signal's number when SIGTERM or
-    SIGUSR1 stopped it (the bundle's state saved, the bundles after it not started)."""
+    SIGUSR1 stopped it (the bundle's state saved, the bundles after it not started).
+    ``together``: as in :func:`train_bundle`."""
     for bundle in bundles:
         bundle_id = bundle["bundle_id"]
         cfgs = [run_config(values) for values in bundle["runs"]]
@@ -189,7 +202,8 @@ def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data
             statuses = train_bundle(cfgs, bundle["out_dirs"], bundle_id=bundle_id,
                                     data_dir=data_dir, device=device,
                                     resume_file=bundle["resume"],
-                                    checkpoint_minutes=checkpoint_minutes)
+                                    checkpoint_minutes=checkpoint_minutes,
+                                    together=together)
         except Interrupted as stop:
             log.warning("bundle %s: %s", bundle_id, stop)
             return stop.exit_code

@@ -25,6 +25,7 @@ for job_id, pending in PLAN.pending_jobs().items():
             data_dir=data_dir,
             device=EXECUTION.device,
             checkpoint_minutes=EXECUTION.checkpoint_minutes,
+            together=EXECUTION.together,  # bundle_size auto: as many as the memory holds
         threads: EXECUTION.threads
         # the biggest jobs first, so that none starts last and runs alone (images to train)
         priority: job_priority(run_ids)

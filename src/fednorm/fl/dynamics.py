@@ -120,5 +120,11 @@ class Dynamics:
 
     def select(self, runs: Tensor) -> None:
         """Keep the runs ``runs`` (indices into the bundle) alone."""
-        self.change, self.deviation = self.change[runs], self.deviation[runs]
-        self.ring = {k: ring[:, runs] for k, ring in self.ring.items()}
+        self.load_state_dict(self.select_state(self.state_dict(), runs))
+
+    @staticmethod
+    def select_state(saved: dict, runs: Tensor) -> dict:
+        """:meth:`state_dict` of the runs ``runs`` alone (the window's slots are dim 0, the
+        runs dim 1 of the ring)."""
+        return {**saved, "ring": {k: ring[:, runs] for k, ring in saved["ring"].items()},
+                "change": saved["change"][runs], "deviation": saved["deviation"][runs]}

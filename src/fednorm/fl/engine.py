@@ -301,6 +301,16 @@ class _Trainer:
                 "momenta": self.state.momenta, "local": getattr(self, "local", {}),
                 "dynamics": None if self.dynamics is None else self.dynamics.state_dict()}
 
+    @staticmethod
+    def select_state(saved: dict[str, Any], runs: Tensor) -> dict[str, Any]:
+        """:meth:`state_dict` of the runs ``runs`` (positions in its run dimension) alone: the
+        state of a part of the bundle (an out-of-memory split, fednorm.fl.train)."""
+        out = {part: {k: t[runs] for k, t in saved[part].items()}
+               for part in ("params", "stats", "momenta", "local")}
+        dynamics = saved["dynamics"]
+        return {**out, "dynamics": None if dynamics is None
+                else Dynamics.select_state(dynamics, runs)}
+
     @torch.no_grad()
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` of a trainer of the same runs, written in place (a

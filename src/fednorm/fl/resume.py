@@ -25,6 +25,7 @@ written atomically (fednorm.io): a kill during a save leaves the previous resume
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import signal
 import threading
@@ -64,6 +65,7 @@ class ResumeStore:
     path: Path
     every_s: float = 60.0 * CHECKPOINT_MINUTES
     code: str = ""  # the code version a saved state must match
+    parent: ResumeStore | None = None  # the whole bundle's store, for a part of it (part)
     signalled: int | None = field(default=None, init=False)
     last_save: float = field(default=0.0, init=False)  # time.monotonic() of the last save
 
@@ -101,6 +103,20 @@ class ResumeStore:
             return self._refuse("written for other runs (another config)")
         return saved
 
+    def part(self, cfgs: Sequence[RunConfig]) -> ResumeStore:
+        """The resume point of a part of this bundle (the runs ``cfgs``, split off when the
+        bundle did not fit the device's memory): its own file beside this one, named by its
+        runs, saved as often and stopped by the same signals as this one."""
+        digest = hashlib.sha1(",".join(c.run_id for c in cfgs).encode()).hexdigest()[:10]
+        path = self.path.with_name(f"{self.path.stem}.part-{digest}{self.path.suffix}")
+        return ResumeStore(path, self.every_s, self.code, parent=self)
+
+    @property
+    def stop_signal(self) -> int | None:
+        """The signal that asked this store, or the bundle it is a part of, to stop."""
+        own = self.signalled
+        return own if own is not None or self.parent is None else self.parent.stop_signal
+
     def _refuse(self, reason: str) -> None:
         log.warning("resume point %s refused: %s; training from step 0", self.path, reason)
 
@@ -108,11 +124,12 @@ class ResumeStore:
         """Called by the training loop before the round from ``step``: saves ``snapshot()``
         when the interval has passed or a signal arrived (then raises :class:`Interrupted`).
         Costs one clock read otherwise."""
-        if self.signalled is None and time.monotonic() - self.last_save < self.every_s:
+        signum = self.stop_signal
+        if signum is None and time.monotonic() - self.last_save < self.every_s:
             return
         self.save(snapshot())
-        if self.signalled is not None:
-            raise Interrupted(self.signalled, step, self.path)
+        if signum is not None:
+            raise Interrupted(signum, step, self.path)
 
     def save(self, state: dict[str, Any]) -> None:
         with atomic_path(self.path) as tmp:
@@ -142,3 +159,4 @@ class ResumeStore:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
+

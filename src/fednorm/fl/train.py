@@ -12,6 +12,7 @@ go on unchanged. Returns the metrics as rows; writing files is :mod:`fednorm.run
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -119,18 +120,134 @@ def _check_bundle(cfgs: Sequence[RunConfig]) -> None:
 def train_bundle(
     cfgs: Sequence[RunConfig], data: Arrays, device: str | torch.device = "cpu",
     on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
-    resume: ResumeStore | None = None,
+    resume: ResumeStore | None = None, size: int | None = None,
 ) -> list[TrainResult]:
     """Train the runs ``cfgs`` together; ``on_finish(i, result)`` is called the moment run i
     finishes (diverged, or at the last step). Returns the results in the order of ``cfgs``.
     The models take the data's floating dtype (float32; float64 for exact comparisons).
     ``resume``: where the bundle's state is saved between rounds, and continued from when a
     saved state of these runs exists (fednorm.fl.resume); a run that had finished before is
-    handed to ``on_finish`` again at once."""
+    handed to ``on_finish`` again at once.
+
+    ``size``: at most this many runs train together (the bundle in consecutive parts, one after
+    the other; None: all at once). When the device runs out of memory, the runs still training
+    are split in two halves that continue from the bundle's last resume point (or step 0) one
+    after the other, each split again if it does not fit either; a run that does not fit alone
+    raises. A part's resume point is its own file (:meth:`ResumeStore.part`)."""
     _check_bundle(cfgs)
-    cfg, device = cfgs[0], torch.device(device)
+    fit = _Fitting(cfgs, data, torch.device(device), on_finish, force_fedavg)
+    store, saved = resume, None
+    if resume is not None:
+        # these very runs split off the bundle in an earlier attempt (the others finished):
+        # their own resume point is newer than the bundle's
+        split_off = resume.part(cfgs)
+        saved = split_off.load(cfgs) if split_off.path.exists() else None
+        if saved is None:
+            saved = resume.load(cfgs)
+        else:
+            store = split_off
+    ids = list(range(len(cfgs)))
+    if size is None or size >= len(cfgs):
+        fit.train(ids, store, saved)
+    else:
+        for start in range(0, len(cfgs), size):
+            fit.part(ids[start:start + size], resume, saved)
+    for finished in (resume, store):  # the whole bundle's, and the split-off part's
+        if finished is not None:
+            finished.purge()
+    return fit.done()
+
+
+@dataclass
+class _Fitting:
+    """Parts of a bundle trained one after the other, split in halves while they do not fit
+    the device's memory (:func:`train_bundle`)."""
+
+    cfgs: Sequence[RunConfig]
+    data: Arrays
+    device: torch.device
+    on_finish: Callable[[int, TrainResult], None] | None
+    force_fedavg: bool
+    results: dict[int, TrainResult] = field(default_factory=dict)  # the runs finished
+
+    def finished(self, i: int, result: TrainResult) -> None:
+        self.results[i] = result
+        if self.on_finish is not None:
+            self.on_finish(i, result)
+
+    def done(self) -> list[TrainResult]:
+        return [self.results[i] for i in range(len(self.cfgs))]
+
+    def part(self, ids: list[int], store: ResumeStore | None, saved: dict | None) -> None:
+        """Train the runs ``ids``, a part of a bundle whose resume point is ``store`` and
+        saved state ``saved``: from the part's own resume point, else from the part of
+        ``saved`` that holds them."""
+        cfgs = [self.cfgs[i] for i in ids]
+        own = store.part(cfgs) if store is not None else None
+        own_saved = own.load(cfgs) if own is not None else None
+        self.train(ids, own, own_saved if own_saved is not None else restrict(saved, cfgs))
+
+    def train(self, ids: list[int], store: ResumeStore | None, saved: dict | None) -> None:
+        cfgs = [self.cfgs[i] for i in ids]
+        try:
+            _train_together(cfgs, self.data, self.device,
+                            lambda j, result: self.finished(ids[j], result),
+                            self.force_fedavg, store, saved)
+            return
+        except Exception as err:  # only running out of memory is handled
+            if not out_of_memory(err) or len(ids) == 1:
+                raise
+            log.warning("%d runs together do not fit the memory of %s (%s); training them in "
+                        "two halves", len(ids), self.device, str(err).splitlines()[0])
+        release_memory(self.device)  # outside the except block: its frames are gone
+        # the runs that finished before are done; the others continue from the last save
+        latest = store.load(cfgs) if store is not None else None
+        left = [i for i in ids if i not in self.results]
+        for half in (left[:len(left) // 2], left[len(left) // 2:]):
+            self.part(half, store, latest)
+        if store is not None:
+            store.purge()
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is the device running out of memory (CUDA's OutOfMemoryError, or the
+    CPU allocator's error)."""
+    return isinstance(err, torch.cuda.OutOfMemoryError) or (
+        isinstance(err, RuntimeError)
+        and any(m in str(err) for m in ("out of memory", "can't allocate memory")))
+
+
+def release_memory(device: torch.device) -> None:
+    """Hand the memory of a failed attempt back (its tensors are garbage by now)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def restrict(saved: dict | None, cfgs: Sequence[RunConfig]) -> dict | None:
+    """The resume point ``saved`` of a bundle cut down to the runs ``cfgs`` among those still
+    training in it: what a part of the bundle continues from (runs in the order of
+    ``saved``)."""
+    if saved is None:
+        return None
+    runs, want = saved["header"]["runs"], [c.identity() for c in cfgs]
+    positions = [r for r, j in enumerate(saved["active"]) if runs[j] in want]
+    keep = torch.tensor(positions, dtype=torch.long)
+    loss_sum = saved["loss_sum"]
+    return {**saved, "active": [saved["active"][r] for r in positions],
+            "trainer": _Trainer.select_state(saved["trainer"], keep),
+            "loss_sum": loss_sum[keep] if isinstance(loss_sum, Tensor) else loss_sum}
+
+
+def _train_together(
+    cfgs: Sequence[RunConfig], data: Arrays, device: torch.device,
+    on_finish: Callable[[int, TrainResult], None], force_fedavg: bool,
+    resume: ResumeStore | None, saved: dict | None,
+) -> list[TrainResult]:
+    """Train the runs ``cfgs`` in lock-step, from step 0 or from the resume point ``saved``
+    (of these runs or a bundle that held them)."""
+    cfg, saved = cfgs[0], restrict(saved, cfgs)
     data = hold_out(data, cfg.val_fraction).to(device)  # val_fraction: a bundle_key field
-    saved = resume.load(cfgs) if resume is not None else None
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)  # model initialization, as the run alone would have it
