@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from functools import partial
 
 import torch
 
@@ -75,7 +76,7 @@ def main() -> None:
         if args.check > 2:
             probes = [dataclasses.replace(memory.probe_configs([cfg])[0], seed=s)
                       for s in range(args.check)]
-            peak = memory.peak_bytes(lambda p=probes: train_bundle(p, data, device), device)
+            peak = memory.peak_bytes(partial(train_bundle, probes, data, device), device)
             line += (f"; {args.check} runs: measured {peak / MB:,.0f} MB, estimated "
                      f"{footprint.peak(args.check) / MB:,.0f} MB")
         print(line, flush=True)
