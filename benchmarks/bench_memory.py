@@ -6,7 +6,8 @@ holds (execution.bundle_size; ``auto`` does this measurement in each job, fednor
     python benchmarks/bench_memory.py --device cuda --free-gib 80
 
 For each shape it builds runs as the paper grid does (the dataset replaced by random images of
-the same size and count: memory depends on shapes, not pixels) and calls
+the same size and count: memory depends on shapes, not pixels; EVAL_IMAGES test images, as many
+as one evaluation forward takes, so its peak is the full test set's) and calls
 :func:`fednorm.fl.memory.measure`: a bundle of one run and one of two, each one short round
 (two local steps under FedAvg) and an evaluation of the test set, read at their peak (CUDA's
 allocator on a GPU; the process's resident high-water mark on a CPU). Printed per shape: the
@@ -26,7 +27,7 @@ import torch
 from fednorm.config import run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl import memory
-from fednorm.fl.train import train_bundle
+from fednorm.fl.train import EVAL_IMAGES, train_bundle
 
 MB = 2**20
 # name -> the run's keys (the paper grid's shapes: fednorm.config defaults otherwise)
@@ -49,7 +50,7 @@ SHAPES = {
                                 batch_size=20, local_steps=100, participation=0.5,
                                 image_size=64, n_train=20000),
 }
-BASE = dict(dataset="synthetic", n_test=10000, partition="iid", heterogeneity=None,
+BASE = dict(dataset="synthetic", n_test=EVAL_IMAGES, partition="iid", heterogeneity=None,
             steps=200, lr=[0.05], lr_milestones=[], momentum=0.9, gn_groups=2, seed=0)
 
 

@@ -151,8 +151,8 @@ def test_runs_that_fit_divide_the_free_memory_by_the_footprint():
 
 
 def test_measure_solves_the_two_probes_for_fixed_and_per_run_bytes(monkeypatch):
-    """The probe bundles are one and two runs like the bundle's, one round each; their peaks
-    (here 700 + 300 R bytes) give the two terms."""
+    """The probe bundles are two and four runs like the bundle's first, one short round each;
+    their peaks (here 700 + 300 R bytes) give the two terms."""
     built = []
 
     def fake_train(cfgs, data, device):
@@ -163,12 +163,12 @@ def test_measure_solves_the_two_probes_for_fixed_and_per_run_bytes(monkeypatch):
                         lambda work, device: (work(), 700 + 300 * len(built[-1]))[1])
     cfgs = members(local_steps=5, normalizer="bn", steps=20)
     assert memory.measure(cfgs, DATA64, torch.device("cpu")) == memory.Footprint(700, 300)
-    one, two = built
-    assert len(one) == 1 and len(two) == 2 and two[0] == one[0]
-    assert {(c.steps, c.local_steps, c.eval_every) for c in two} == {(2, 2, 2)}  # FedAvg
-    alone_probe = memory.probe_configs(cfgs[:1])
-    assert [c.seed for c in alone_probe] == [cfgs[0].seed, cfgs[0].seed + 1]
-    assert len({c.run_id for c in alone_probe}) == 2
+    two, four = built
+    assert four[:2] == two and [c.seed for c in four] == [0, 1, 2, 3]
+    assert len({c.run_id for c in four}) == 4
+    assert {(c.steps, c.local_steps, c.eval_every) for c in four} == {(2, 2, 2)}  # FedAvg
+    assert {c.partition for c in four} == {cfgs[0].partition}
+    assert {(c.steps, c.local_steps) for c in memory.probe_configs(members())} == {(1, 1)}
 
 
 @pytest.mark.skipif(not memory._reset_high_water_mark(), reason="needs Linux /proc")
