@@ -147,7 +147,7 @@ def test_killed_twice_and_after_a_run_diverged(tmp_path):
     assert_identical(train_bundle(kept, DATA, resume=ResumeStore(path)), [want[0], want[2]])
 
 
-@pytest.mark.parametrize("spoil", ["corrupt", "code", "config", "format", "runs"])
+@pytest.mark.parametrize("spoil", ["corrupt", "code", "config", "format"])
 def test_a_foreign_or_corrupt_resume_point_is_refused_and_the_bundle_starts_over(
         spoil, tmp_path, caplog):
     cfgs = members(normalizer="bn", local_steps=2)
@@ -163,12 +163,10 @@ def test_a_foreign_or_corrupt_resume_point_is_refused_and_the_bundle_starts_over
     elif spoil == "config":  # same seeds and splits, another learning rate
         asked = [dataclasses.replace(c, lr=(0.01,)) for c in cfgs]
         want = train_bundle(asked, DATA)
-    elif spoil == "format":
+    else:  # format
         saved = torch.load(path, weights_only=True)
         saved["header"]["format"] = -1
         torch.save(saved, path)
-    else:  # a run of the saved bundle still training is not asked for: it would be lost
-        asked, want = cfgs[:2], want[:2]
     with caplog.at_level(logging.WARNING, logger="fednorm.resume"):
         got = train_bundle(asked, DATA, resume=store)
     assert_identical(got, want)
@@ -213,3 +211,29 @@ def test_saves_come_at_the_interval_only(tmp_path, monkeypatch):
     assert calls == [6] and store.path.exists()
     with pytest.raises(ValueError, match="every_s"):
         ResumeStore(tmp_path / "c.pt", every_s=0)
+
+
+def test_runs_not_asked_for_any_more_leave_the_others_their_resume_point(tmp_path, caplog):
+    """Saved while three runs trained; one of them finished before the kill (its files exist,
+    so the job run again asks for the other two): those two continue from the save, each as
+    the uninterrupted bundle computed it (to float rounding: a bundle of two, not three)."""
+    cfgs = members(normalizer="bn", local_steps=2)
+    want = train_bundle(cfgs, DATA)
+    path = tmp_path / "bundle.pt"
+    with pytest.raises(Killed):
+        train_bundle(cfgs, DATA, resume=KillAt(path, at=4))
+    with caplog.at_level(logging.INFO):
+        got = train_bundle([cfgs[0], cfgs[2]], DATA, resume=ResumeStore(path))
+    for g, w in zip(got, [want[0], want[2]], strict=True):
+        assert [r["step"] for r in g.rows] == [r["step"] for r in w.rows]
+        for a, b in zip(g.rows, w.rows, strict=True):
+            assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-6)
+            assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4, nan_ok=True)
+        for a, b in zip(g.model.state_dict().values(), w.model.state_dict().values(),
+                        strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("1 of its runs still training are not asked for" in m for m in messages)
+    assert any(m.startswith("resumed at step 4 of 8 (2 runs training)") for m in messages)
+    assert not any("refused" in m for m in messages) and not path.exists()
+

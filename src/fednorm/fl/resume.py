@@ -80,10 +80,10 @@ class ResumeStore:
         return {"format": FORMAT, "code": self.code, "runs": [c.identity() for c in cfgs]}
 
     def load(self, cfgs: Sequence[RunConfig]) -> dict[str, Any] | None:
-        """The state saved by this code for a bundle that holds these runs and trains no run
-        outside them (a run of the saved bundle may be missing: one that finished before the
-        kill, whose files exist, is not asked for again), or None (nothing saved, or a saved
-        state refused: the log says why)."""
+        """The state saved by this code for a bundle that holds these runs, or None (nothing
+        saved, or a saved state refused: the log says why). A run of the saved bundle may be
+        missing, finished before the kill or since the save (its files exist, so it is not
+        asked for again), or trained on in a part split off the bundle."""
         if not self.path.exists():
             return None
         try:
@@ -98,10 +98,13 @@ class ResumeStore:
                 return self._refuse(f"written by another {what} ({got.get(key)!r}, this is "
                                     f"{want[key]!r})")
         runs = got.get("runs", [])
-        if (any(r not in runs for r in want["runs"])
-                or any(runs[j] not in want["runs"] for j in saved["active"])):
+        if any(r not in runs for r in want["runs"]):
             return self._refuse("written for other runs (another config)")
-        return saved
+        others = sum(runs[j] not in want["runs"] for j in saved["active"])
+        if others:  # finished since the save (their files exist), or split off: not asked for
+            log.info("resume point %s: %d of its runs still training are not asked for; the "
+                     "others continue", self.path, others)
+        return saved  # the training loop takes the asked runs' part (fednorm.fl.train.restrict)
 
     def part(self, cfgs: Sequence[RunConfig]) -> ResumeStore:
         """The resume point of a part of this bundle (the runs ``cfgs``, split off when the
