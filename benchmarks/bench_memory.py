@@ -12,8 +12,9 @@ as one evaluation forward takes, so its peak is the full test set's) and calls
 (two local steps under FedAvg) and an evaluation of the test set, read at their peak (CUDA's
 allocator on a GPU; the process's resident high-water mark on a CPU). Printed per shape: the
 fixed and per-run megabytes, and the runs that fit ``--free-gib`` (default: an 80 GB H100's).
-``--check R`` also measures a bundle of R runs and prints it beside fixed + R x per-run, the
-estimate ``auto`` trusts.
+``--n-test 512``: a faster run on a CPU (the evaluation's peak may then be missed, not the
+per-run part). ``--check R`` also measures a bundle of R runs and prints it beside fixed +
+R x per-run, the estimate ``auto`` trusts.
 """
 
 from __future__ import annotations
@@ -61,11 +62,14 @@ def main() -> None:
     parser.add_argument("--free-gib", type=float, default=80.0)
     parser.add_argument("--check", type=int, default=0, metavar="R")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-test", type=int, default=EVAL_IMAGES,
+                        help="test images (fewer: a faster evaluation, and its peak left out "
+                             "when it is below training's)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     for name in args.shape or list(SHAPES):
-        cfg = run_config({**BASE, **SHAPES[name]})
+        cfg = run_config({**BASE, **SHAPES[name], "n_test": args.n_test})
         data = colour_classes(n_train=cfg.n_train, n_test=cfg.n_test,
                               image_size=cfg.image_size, seed=0)
         footprint = memory.measure([cfg], data, device)

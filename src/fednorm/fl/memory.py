@@ -13,13 +13,15 @@ device's free memory by them.
 
 Peaks are read where the device keeps them: on CUDA PyTorch's own allocator statistics
 (``torch.cuda.max_memory_allocated``); on a CPU the process's high-water mark of resident memory
-(Linux: ``VmHWM``, reset through ``/proc/self/clear_refs``), which also counts what the
-allocator keeps cached, so an estimate on the safe side. Elsewhere :func:`measure` returns None
+(Linux: ``VmHWM``, reset through ``/proc/self/clear_refs`` after glibc's ``malloc_trim``
+returned the memory an earlier probe freed). Elsewhere :func:`measure` returns None
 and a bundle trains whole (a CUDA out-of-memory error still splits it: fednorm.fl.train).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import math
 import re
@@ -123,8 +125,14 @@ def runs_together(cfgs: Sequence[RunConfig], data: Arrays, device: torch.device)
 
 
 def _reset_high_water_mark() -> bool:
+    """VmHWM := VmRSS, after handing the C allocator's free memory back to the system (glibc's
+    malloc_trim): else a probe reuses what an earlier one freed, and its growth looks small."""
     try:
-        (_PROC / "clear_refs").write_text("5")  # Linux >= 4.0: VmHWM := VmRSS
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: the reading is on the low side after an earlier probe
+    try:
+        (_PROC / "clear_refs").write_text("5")  # Linux >= 4.0
         return _status_kb("VmHWM") > 0
     except (OSError, ValueError):
         return False
