@@ -14,7 +14,8 @@ allocator on a GPU; the process's resident high-water mark on a CPU). Printed pe
 fixed and per-run megabytes, and the runs that fit ``--free-gib`` (default: an 80 GB H100's).
 ``--n-test 512``: a faster run on a CPU (the evaluation's peak may then be missed, not the
 per-run part). ``--check R`` also measures a bundle of R runs and prints it beside fixed +
-R x per-run, the estimate ``auto`` trusts.
+R x per-run, the estimate ``auto`` trusts; ``--runs R`` measures only a bundle of R runs (a
+shape whose 4-run probe does not fit the machine).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--free-gib", type=float, default=80.0)
     parser.add_argument("--check", type=int, default=0, metavar="R")
+    parser.add_argument("--runs", type=int, default=0, metavar="R",
+                        help="only the peak of one probe bundle of R runs (where 4 do not fit)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--n-test", type=int, default=EVAL_IMAGES,
                         help="test images (fewer: a faster evaluation, and its peak left out "
@@ -72,6 +75,11 @@ def main() -> None:
         cfg = run_config({**BASE, **SHAPES[name], "n_test": args.n_test})
         data = colour_classes(n_train=cfg.n_train, n_test=cfg.n_test,
                               image_size=cfg.image_size, seed=0)
+        if args.runs:
+            probes = memory.probe_configs([cfg], args.runs)
+            peak = memory.peak_bytes(partial(train_bundle, probes, data, device), device)
+            print(f"{name}: {args.runs} run(s): peak {peak / MB:,.0f} MB", flush=True)
+            continue
         footprint = memory.measure([cfg], data, device)
         if footprint is None:
             raise SystemExit(f"the peak memory of {device} cannot be read here")
