@@ -1,12 +1,16 @@
 """Running Snakemake in a copy of the repository, for the end-to-end tests (test_workflow.py,
-test_notebooks.py; the .test/ DAG itself is conftest.py's session fixture ``tiny_dag``)."""
+test_notebooks.py, test_slurm.py; the .test/ DAG itself is conftest.py's session fixture
+``tiny_dag``)."""
 
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from fednorm.data.tinyimagenet import ARCHIVE_NAME, write_sample_archive
+from fednorm.run import train_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -29,3 +33,21 @@ def work_copy(tmp_path):
     write_sample_archive(work / ".test/data" / ARCHIVE_NAME, n_classes=4, train_per_class=10,
                          val_per_class=3)
     return work
+
+
+def assert_trained_as_in_one_go(work, plan, bundle_id, run_ids, whole):
+    """The runs' files that the workflow wrote in ``work`` (interrupted and resumed) are those
+    of the same bundle trained in one go into ``whole``, byte for byte (one thread, as a job
+    trains)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train_bundle([plan.runs[r] for r in run_ids], [whole / r for r in run_ids],
+                     bundle_id=bundle_id, device="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    for r in run_ids:
+        for name in ("metrics.csv", "norm_error.csv", "dynamics.csv"):
+            assert ((work / plan.paths.run_dir(r) / name).read_bytes()
+                    == (whole / r / name).read_bytes()), (r, name)
+

@@ -24,12 +24,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 import yaml
-from dag import work_copy
+from dag import assert_trained_as_in_one_go, work_copy
 
 from fednorm.plan import load_plan, merge
-from fednorm.run import train_bundle
 
 pytestmark = pytest.mark.slurm
 
@@ -228,15 +226,4 @@ def test_a_job_past_its_time_limit_is_resubmitted_and_resumes(slurm, tmp_path):
         slurm_logs[-3000:])
     assert not (work / plan.paths.resume_point(bundle_id)).exists()
 
-    whole = tmp_path / "whole"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the job trained
-    try:
-        train_bundle([plan.runs[r] for r in run_ids], [whole / r for r in run_ids],
-                     bundle_id=bundle_id, device="cpu")
-    finally:
-        torch.set_num_threads(threads)
-    for r in run_ids:
-        for name in ("metrics.csv", "norm_error.csv", "dynamics.csv"):
-            assert ((work / plan.paths.run_dir(r) / name).read_bytes()
-                    == (whole / r / name).read_bytes()), (r, name)
+    assert_trained_as_in_one_go(work, plan, bundle_id, run_ids, tmp_path / "whole")

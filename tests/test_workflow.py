@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 import yaml
-from dag import SNAKEMAKE, snakemake, work_copy
+from dag import SNAKEMAKE, assert_trained_as_in_one_go, snakemake, work_copy
 
 from fednorm.claims import load_claims
 from fednorm.plan import load_plan, merge
 from fednorm.report import entries
-from fednorm.run import train_bundle
 
 
 def _job_counts(out):
@@ -449,17 +447,8 @@ def test_a_stopped_bundle_job_resumes_where_it_stopped(tmp_path):
     assert not resume.exists()
 
     whole = tmp_path / "whole"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the job trained
-    try:
-        train_bundle([plan.runs[r] for r in run_ids], [whole / r for r in run_ids],
-                     bundle_id=bundle_id, device="cpu")
-    finally:
-        torch.set_num_threads(threads)
+    assert_trained_as_in_one_go(work, plan, bundle_id, run_ids, whole)
     for r in run_ids:
-        for name in ("metrics.csv", "norm_error.csv", "dynamics.csv"):
-            assert ((work / plan.paths.run_dir(r) / name).read_bytes()
-                    == (whole / r / name).read_bytes()), (r, name)
         got, want = (json.loads((d / "run.json").read_text())
                      for d in (work / plan.paths.run_dir(r), whole / r))
         for key in ("config", "status", "rows", "bundle"):
