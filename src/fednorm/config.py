@@ -213,9 +213,9 @@ class RunConfig:
 
     @property
     def training_images(self) -> int:
-        """The images the engine trains on: steps x n_clients x batch_size (under partial
-        participation every client computes and the mean is masked, so all n count)."""
-        return self.steps * self.n_clients * self.batch_size
+        """The images the engine trains on: steps x clients x batch_size, the clients being the
+        m participants of each round under partial participation (only they compute)."""
+        return self.steps * self.participants * self.batch_size
 
     @property
     def method(self) -> str:
@@ -533,8 +533,7 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
     """What partial participation (``participation`` < 1) cannot be combined with."""
     if cfg.participation >= 1:
         return
-    why = (f"participation {cfg.participation!r} < 1 is implemented as a masked mean over the "
-           f"drawn clients")
+    why = (f"participation {cfg.participation!r} < 1 averages over the drawn clients alone")
     if cfg.record_dynamics:
         raise fail(where, "record_dynamics", True,
                    f"false with participation {cfg.participation!r} < 1 (the dynamics average "
@@ -731,16 +730,17 @@ def bundle_key(cfg: RunConfig) -> tuple:
     hyper-parameter, and so is ``lr_scale``; ``lr_milestones`` must match, they decide when
     every run's lr moves) and
     its ``client_momentum`` (a per-run mask on what happens to the momenta between rounds), its
-    ``participation`` (a per-run (n,) mask of the round's clients; whether a run participates
-    partially at all still counts: partial runs train on FedAvg's per-client path with masked
-    means, full ones on the unmasked code, so a full run computes the same alone or bundled),
+    ``participation`` (a per-run draw of the round's clients; the number m of them still
+    counts: every run of a bundle trains its m participants alone, in one (R, m) stack; m < n
+    runs train on FedAvg's per-client path, full ones on the code without participants, so a
+    full run computes the same alone or bundled),
     and, unless ``attack_updates``, the attack on the statistics and the server's rule for them
     (``SERVER_FREE``; whether a run is attacked at all still counts).
     """
     free = BUNDLE_FREE if cfg.attack_updates else BUNDLE_FREE + SERVER_FREE
     # attacked or not decides how many clients' batches the normalization-error probe takes
     attacked = ("attacked", cfg.attack != "none")
-    partial = ("partial", cfg.participation < 1)
+    partial = ("participants", cfg.participants if cfg.participation < 1 else None)
     return (*((name, getattr(cfg, name)) for name in FIELDS if name not in free), attacked,
             partial)
 

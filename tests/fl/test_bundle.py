@@ -18,7 +18,7 @@ import math
 import pytest
 import torch
 
-from fednorm.config import run_config
+from fednorm.config import bundle_key, run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.train import train, train_bundle
 from fednorm.run import train_bundle as train_and_write_bundle
@@ -137,19 +137,21 @@ def test_runs_with_different_client_momentum_share_a_bundle_and_get_what_they_ge
                          [("fbn", 1), ("bn", 2), ("gn", 2), ("hybridbn", 2)])
 def test_runs_with_different_participation_share_a_bundle_and_get_what_they_get_alone(
         normalizer, local_steps):
-    """participation is a per-run (n,) mask: 0.2, 0.6 and 0.8 of 5 clients (m = 1, 3, 4) in one
-    bundle, with different client momentum modes, each exactly as alone."""
+    """participation is a per-run draw: 0.5, 0.55 and 0.6 of 5 clients (m = 3 each: 2.5 and
+    2.75 round up) in one bundle, with different client momentum modes, each exactly as alone;
+    runs with a different m train in another bundle."""
     modes = ("local", "global", "reset")
     cfgs = [dataclasses.replace(c, participation=p, client_momentum=mode) for c, p, mode in zip(
         members(normalizer=normalizer, local_steps=local_steps, participation=0.5),
-        (0.2, 0.6, 0.8), modes, strict=True)]
-    assert [c.participants for c in cfgs] == [1, 3, 4]
+        (0.5, 0.55, 0.6), modes, strict=True)]
+    assert [c.participants for c in cfgs] == [3, 3, 3]
     bundled = train_bundle(cfgs, DATA64)
     for cfg, result in zip(cfgs, bundled, strict=True):
         assert result.status == "ok"
         assert_same_run(result, train(cfg, DATA64))
-    fuller = dataclasses.replace(cfgs[0], participation=0.6)
-    assert train(fuller, DATA64).rows[-1] != bundled[0].rows[-1]
+    fewer = dataclasses.replace(cfgs[0], participation=0.2)  # m = 1
+    assert bundle_key(fewer) != bundle_key(cfgs[0])
+    assert train(fewer, DATA64).rows[-1] != bundled[0].rows[-1]
 
 
 @pytest.mark.parametrize("shared", CASES.values(), ids=CASES.keys())

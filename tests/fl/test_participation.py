@@ -2,8 +2,8 @@
 FedAvg round against a plain per-client loop that trains model copies and averages only the
 drawn participants (float64).
 
-References are written another way: the participants come from :func:`participant_mask` (the
-engine's function, itself checked against a hand ranking of the same uniform draws), the
+References are written another way: the participants come from :func:`participant_indices`
+(the engine's function, itself checked against a hand ranking of the same uniform draws), the
 clients train as deep copies in a Python loop, the server's averages are ``torch.stack(...)
 .mean(0)`` over the participants, and FBN's statistics are computed from each participant's
 BN inputs with ``torch.var_mean``.
@@ -20,9 +20,10 @@ import torch.nn.functional as F
 
 from fednorm import rng
 from fednorm.config import ConfigError, bundle_key, participants_per_round, run_config
+from fednorm.data.augment import augment_for
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.engine import FedAvg, make_trainer
-from fednorm.fl.participation import participant_mask, participation_keys
+from fednorm.fl.participation import Participants, participant_indices, participation_keys
 from fednorm.fl.train import train
 from fednorm.models import build_model
 from fednorm.norms import (
@@ -65,9 +66,8 @@ def data(shift: dict[int, float] | None = None, per_client: int = 6):
 
 def drawn(cfg, first_step: int) -> list[int]:
     """The participants of the round from ``first_step``, through the engine's function."""
-    mask = participant_mask(participation_keys([cfg.seed]), first_step, cfg.n_clients,
-                            cfg.participants)[0]
-    return mask.nonzero().flatten().tolist()
+    return participant_indices(participation_keys([cfg.seed]), first_step, cfg.n_clients,
+                               cfg.participants)[0].tolist()
 
 
 # --- the drawn set ------------------------------------------------------------------------------
@@ -83,32 +83,95 @@ def test_participants_per_round_rounds_half_up_and_at_least_one(participation, n
 
 
 def test_the_drawn_set_is_the_m_smallest_uniform_draws_distinct_and_reproducible():
-    seeds, n, m = [0, 1, 7], 10, torch.tensor([3, 5, 10])
+    seeds, n = [0, 1, 7], 10
     keys = participation_keys(seeds)
     sets = []
     for step in range(0, 60, 2):
-        mask = participant_mask(keys, step, n, m)
-        assert mask.shape == (3, n) and mask.dtype == torch.bool
-        assert mask.sum(1).tolist() == [3, 5, 10]
-        assert torch.equal(mask, participant_mask(keys, step, n, m))  # reproducible
-        # alone (a bundle of one) it draws the same set
-        assert torch.equal(participant_mask(participation_keys([1]), step, n, 5)[0], mask[1])
-        # the reference: rank the same draws by hand
-        for r, seed in enumerate(seeds):
-            key = rng.fold(rng.fold(rng.run_key(seed), rng.PARTICIPATE), step)
-            u = rng.uniform(key, (n,)).tolist()
-            smallest = sorted(range(n), key=lambda i, u=u: (u[i], i))[: int(m[r])]
-            assert sorted(smallest) == mask[r].nonzero().flatten().tolist()
-        sets.append(tuple(mask[0].nonzero().flatten().tolist()))
+        for m in (3, 5, 10):
+            who = participant_indices(keys, step, n, m)
+            assert who.shape == (3, m) and who.dtype == torch.int64
+            assert torch.equal(who, participant_indices(keys, step, n, m))  # reproducible
+            # alone (a bundle of one) it draws the same set
+            assert torch.equal(participant_indices(participation_keys([1]), step, n, m)[0],
+                               who[1])
+            # the reference: rank the same draws by hand, ties to the lower index
+            for r, seed in enumerate(seeds):
+                key = rng.fold(rng.fold(rng.run_key(seed), rng.PARTICIPATE), step)
+                u = rng.uniform(key, (n,)).tolist()
+                smallest = sorted(range(n), key=lambda i, u=u: (u[i], i))[:m]
+                assert sorted(smallest) == who[r].tolist()
+        sets.append(tuple(participant_indices(keys, step, n, 3)[0].tolist()))
     assert len(set(sets)) > 10  # different rounds draw different sets
     counts = torch.zeros(n)
     for s in sets:
         counts[list(s)] += 1
     assert counts.min() > 0  # every client takes part now and then
-    # another seed draws other sets
-    other = participant_mask(participation_keys([2]), 0, n, 3)
-    firsts = [participant_mask(participation_keys([s]), 0, n, 3) for s in range(8)]
-    assert len({tuple(f[0].tolist()) for f in firsts}) > 1 and other.sum() == 3
+    # other seeds draw other sets
+    firsts = [participant_indices(participation_keys([s]), 0, n, 3) for s in range(8)]
+    assert len({tuple(f[0].tolist()) for f in firsts}) > 1
+
+
+def test_a_round_draws_its_participants_at_its_first_step():
+    keys, n = participation_keys([0, 1, 7]), 10
+    chosen = Participants(keys, n, 3, local_steps=4)
+    for step in (8, 9, 11):  # the round of steps 8..11 draws at step 8
+        assert torch.equal(chosen.at(step), participant_indices(keys, 8, n, 3))
+    assert not torch.equal(chosen.at(12), chosen.at(11))
+    assert torch.equal(chosen.select(torch.tensor([2, 0])).at(8), chosen.at(8)[[2, 0]])
+
+
+@pytest.mark.parametrize("augment", ["none", "crop_flip", "resized_crop_flip"])
+def test_a_participants_sampler_draws_their_rows_of_the_full_draw(augment):
+    """Two runs of 5 clients with different splits; the sampler for m = 2 participants draws,
+    at every step, exactly the full sampler's batches of those clients (indices, labels,
+    augmented images), so a participant's batch does not depend on the idle clients'."""
+    x, y, parts = data()
+    other = [torch.arange(N * 6).flip(0)[i * 6:(i + 1) * 6] for i in range(N)]
+    seeds = [3, 8]
+    full = ClientBatches(x, y, [parts, other], B, seeds, augment=augment_for(augment, 2))
+    chosen = Participants(participation_keys(seeds), N, 2, local_steps=2)
+    few = full.for_participants(chosen)
+    kept = few.select(torch.tensor([1]))
+    for step in range(6):
+        who = chosen.at(step)
+        rows = (who[:, :, None] * B + torch.arange(B)).flatten(1)  # (R, m*b) of the full draw
+        x_full, y_full = full.sample(step)
+        x_few, y_few = few.sample(step)
+        assert x_few.shape == (2, 2 * B, 3, SIZE, SIZE)
+        assert torch.equal(few.indices(step), full.indices(step).gather(1, rows))
+        assert torch.equal(y_few, y_full.gather(1, rows))
+        assert torch.equal(x_few, torch.stack([x_full[r, rows[r]] for r in range(2)]))
+        assert torch.equal(kept.sample(step)[0], x_few[1:])  # a run dropped: the same draws
+    assert full.participants is None  # the full sampler is left as it was
+
+
+@pytest.mark.parametrize("local_steps", [1, 2])
+def test_only_the_participants_compute(local_steps, monkeypatch):
+    """Runs that draw m = 2 of 5 clients sample and forward 2 batches a run per local step (not
+    5), alone and in a bundle; runs with different m do not share a bundle (their stacks would
+    be ragged)."""
+    from fednorm.data.synthetic import colour_classes
+
+    dataset = colour_classes(n_train=60, n_test=20, image_size=SIZE, seed=0)
+    seen: list[tuple[int, ...]] = []
+    sample = ClientBatches.sample
+    monkeypatch.setattr(ClientBatches, "sample",
+                        lambda self, step: (self.stream == rng.SAMPLE and seen.append(
+                            tuple(sample(self, step)[1].shape))) or sample(self, step))
+    same = [config(local_steps=local_steps, steps=4, seed=s) for s in (3, 4)]
+    for c in same:
+        seen.clear()
+        train(c, dataset)
+        assert set(seen) == {(1, 2 * B)}
+    seen.clear()
+    from fednorm.fl.train import train_bundle
+
+    train_bundle(same, dataset)  # as alone: tests/fl/test_bundle.py (float64)
+    assert set(seen) == {(2, 2 * B)}
+    mixed = [same[0], dataclasses.replace(same[1], participation=0.6)]  # m = 2 and 3
+    assert bundle_key(mixed[0]) != bundle_key(mixed[1])
+    with pytest.raises(ValueError, match="bundle_key"):
+        train_bundle(mixed, dataset)
 
 
 # --- one FedAvg round against model copies ------------------------------------------------------
@@ -296,8 +359,9 @@ def test_hybrid_bn_pools_only_the_drawn_participants_batches(rounds):
 
 
 def test_full_participation_is_the_default_run_bit_for_bit():
-    """participation 1.0 is the default: DSGD's fused pass, no mask; the masked path with every
-    client drawn (0.95 x 5 -> m = 5) computes the same numbers up to rounding."""
+    """participation 1.0 is the default: DSGD's fused pass, no participants; the participants'
+    path with every client drawn (0.95 x 5 -> m = 5) computes the same numbers up to
+    rounding."""
     cfg = config(local_steps=1, steps=4, participation=1.0)
     default = dataclasses.replace(cfg)
     values = cfg.identity()
@@ -349,8 +413,9 @@ def test_participation_refuses_what_it_cannot_mask(values, key):
         assert "(0, 1]" in message
 
 
-def test_participation_is_bundle_free_but_partial_and_full_runs_bundle_apart():
-    assert bundle_key(config(participation=0.4)) == bundle_key(config(participation=0.8))
+def test_runs_drawing_the_same_number_of_clients_bundle_together_the_others_apart():
+    assert bundle_key(config(participation=0.4)) == bundle_key(config(participation=0.45))  # 2
+    assert bundle_key(config(participation=0.4)) != bundle_key(config(participation=0.8))  # 4
     assert bundle_key(config(participation=0.4)) != bundle_key(config(participation=1.0))
     assert bundle_key(config(participation=1.0)) == bundle_key(
         config(participation=1.0, seed=9, lr=[0.3]))

@@ -129,7 +129,7 @@ class _Steps(torch.utils.data.Dataset):
     def __getitem__(self, step: int) -> tuple[Tensor, Tensor]:
         b = self.batches
         idx = b.indices(step)  # (R, n*b), on the CPU
-        u = rng.uniform(rng.fold(b.augment_keys, step), (idx.shape[1], DRAWS))
+        u = b.augment_draws(step, DRAWS)  # (R, n*b or m*b, DRAWS): as idx's rows
         x = np.stack([decode_crop_flip(b.files.paths[k], uk, b.image_size)
                       for k, uk in zip(idx.flatten().tolist(), u.flatten(0, 1).tolist(),
                                        strict=True)])

@@ -3,7 +3,10 @@
 
 Randomness is counter-based (fednorm.rng): the batch of run r at step t is a pure function of
 (run r's seed, stream, t), so a run draws the same batches alone or in a bundle, on any device,
-and a run can be dropped from the bundle without changing what the others draw.
+and a run can be dropped from the bundle without changing what the others draw. Under partial
+participation the sampler may draw for a round's participants only (:meth:`ClientBatches.
+for_participants`): their rows of the same draws, so a participant's batch is the same whether
+the idle clients' batches are drawn too or not.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from torch import Tensor
 
 from fednorm import rng
 from fednorm.data.augment import Augment
+from fednorm.fl.participation import Participants
 
 
 class ClientBatches:
@@ -28,6 +32,9 @@ class ClientBatches:
     run-major, then client-major: ``x[r, i*b:(i+1)*b]`` is client i's batch in run r.
     ``augment`` (not None): each image goes through it (fednorm.data.augment: CIFAR's padded
     crop and flip, ImageNet's resized crop and flip) with the run's own random draws.
+    ``participants`` (None: every client): the clients whose batches are drawn, m of them at
+    every step; then ``x[r, j*b:(j+1)*b]`` is the batch of run r's j-th participant
+    (:meth:`for_participants`).
     """
 
     def __init__(self, x: Tensor | None, y: Tensor, parts: Sequence[Sequence[Tensor]],
@@ -39,6 +46,7 @@ class ClientBatches:
             raise ValueError("every run needs the same number of clients, and one seed each")
         device = y.device  # x: None for images streamed from disk (fednorm.data.imagenet)
         self.x, self.y, self.b, self.augment = x, y, batch_size, augment
+        self.stream = stream  # rng.SAMPLE: training batches; rng.PROBE: the probe's
         self.n = len(parts[0])
         self.sizes = torch.tensor([[len(p) for p in run] for run in parts], device=device)
         self.index = torch.zeros(len(parts), self.n, int(self.sizes.max()), dtype=torch.long,
@@ -49,20 +57,49 @@ class ClientBatches:
         keys = rng.run_key(torch.tensor(list(seeds)), device)
         self.keys = rng.fold(keys, stream)
         self.augment_keys = rng.fold(keys, rng.AUGMENT)
+        self.participants: Participants | None = None
+
+    def for_participants(self, participants: Participants) -> ClientBatches:
+        """This sampler drawing, at every step, only the batches of the round's participants
+        (``participants.at(step)``), each the same as the full draw's rows of that client."""
+        out = copy.copy(self)
+        keys = participants.keys.to(self.keys.device)
+        out.participants = Participants(keys, participants.n, participants.m,
+                                        participants.local_steps)
+        return out
+
+    def _clients(self, step: int, per_client: Tensor) -> Tensor:
+        """``per_client`` (R, n, ...), the rows of the clients whose batches are drawn at
+        ``step``: all n, or the round's participants (R, m, ...)."""
+        if self.participants is None:
+            return per_client
+        who = self.participants.at(step)  # (R, m)
+        return per_client.gather(1, who.view(*who.shape, *[1] * (per_client.dim() - 2))
+                                 .expand(*who.shape, *per_client.shape[2:]))
 
     def indices(self, step: int) -> Tensor:
-        """(R, n*b) indices into the data of the examples drawn at ``step``."""
-        u = rng.uniform(rng.fold(self.keys, step), (self.n, self.b))  # (R, n, b)
-        sizes = self.sizes[..., None]
+        """(R, n*b) indices into the data of the examples drawn at ``step`` (R, m*b for the
+        participants alone)."""
+        u = self._clients(step, rng.uniform(rng.fold(self.keys, step), (self.n, self.b)))
+        sizes = self._clients(step, self.sizes)[..., None]  # (R, n or m, 1)
         pos = torch.minimum((u * sizes).long(), sizes - 1)
-        return self.index.gather(2, pos).flatten(1)
+        index = self.index if self.participants is None else self._clients(step, self.index)
+        return index.gather(2, pos).flatten(1)
+
+    def augment_draws(self, step: int, draws: int) -> Tensor:
+        """(R, n*b, draws) uniforms of the augmentation of ``step``'s images, one row per image
+        of :meth:`indices` (its participants' rows alone when they are drawn)."""
+        u = rng.uniform(rng.fold(self.augment_keys, step), (self.n * self.b, draws))
+        if self.participants is None:
+            return u
+        return self._clients(step, u.view(u.shape[0], self.n, self.b, draws)).flatten(1, 2)
 
     def sample(self, step: int) -> tuple[Tensor, Tensor]:
-        """``x`` (R, n*b, C, H, W) and ``y`` (R, n*b) of ``step``."""
+        """``x`` (R, n*b, C, H, W) and ``y`` (R, n*b) of ``step`` (m*b: the participants')."""
         idx = self.indices(step)
         x = self.x[idx]
         if self.augment is not None:
-            u = rng.uniform(rng.fold(self.augment_keys, step), (idx.shape[1], self.augment.draws))
+            u = self.augment_draws(step, self.augment.draws)
             x = self.augment.fn(x.flatten(0, 1), u.flatten(0, 1)).view_as(x)
         return x, self.y[idx]
 
@@ -71,4 +108,6 @@ class ClientBatches:
         out = copy.copy(self)
         out.sizes, out.index = self.sizes[runs], self.index[runs]
         out.keys, out.augment_keys = self.keys[runs], self.augment_keys[runs]
+        if self.participants is not None:
+            out.participants = self.participants.select(runs)
         return out

@@ -56,30 +56,23 @@ two places for both trainers, :meth:`_Trainer.start_round` and :meth:`_Trainer.e
   not change (the update is linear). DSGD keeps that mean alone, so for it the two are one.
 
 Partial participation (``participation`` < 1; the FixBN paper, Fig. I). Each round run r draws
-m_r of its n clients (:func:`fednorm.fl.participation.participant_mask`, counter-based: the same
-clients alone or in a bundle, on CPU or CUDA), an (R, n) boolean mask. Design: the client
-dimension keeps all n clients and every average over clients becomes a mean over the mask
-(``torch.where(mask, x, 0).sum / m``: an idle client's NaN cannot leak in), rather than
-gathering the drawn clients' state into a smaller (R, m) stack. A gather would give each run a
-different m (participation is per run, bundle-free) and so a ragged stack, and would copy every
-parameter, statistic and momentum out and back every round; the mask keeps the shapes static
-(one vectorized call, no recompilation per m) at the price of computing the idle clients'
-local steps and throwing them away, i.e. n/m times the arithmetic of the participants alone.
-What the mask touches, all in :class:`FedAvg` (a run with participation < 1 always trains on
-FedAvg's per-client path, also with E = 1; ``bundle_key`` keeps partial and full runs apart):
-- the server's average of the parameters: over the participants only;
-- the BN statistics: the normalizer's rule aggregates with the masked mean as its ``combine``
-  and with n = m in its Kn/(Kn-1) factors (FBN: a client reports, and the server spreads,
-  with the union of the m participants' batches: m reaches the layers as a per-run tensor;
-  Hybrid BN pools the round's E steps: the mask repeated per step, n = mE);
-- the clients' momenta: an idle client's own momentum (``local``) is restored to what it was
-  before the round, ``global`` averages the participants' momenta only, ``reset`` zeroes all;
-- the training loss reported: the participants' mean.
-Why not DSGD's fused pass: its single momentum buffer holds the mean of all clients' momenta,
-which cannot represent idle clients that keep their own (``local``). Refused by the config
-(fednorm.config): attacks, robust aggregators and NNM (they take all n rows; a masked set of
-rows is not implemented), ``central`` (one union batch of all clients), and FBN's first-batch
-calibration.
+m of its n clients (:mod:`fednorm.fl.participation`, counter-based: the same clients alone or in
+a bundle, on CPU or CUDA; ``bundle_key`` gives every run of a bundle the same m). Only the
+round's (R, m) participants compute: their parameters and statistics start from the global
+ones as (R, m, ...), their momenta are gathered from the (R, n, ...) buffers and scattered back
+at the round's end (an idle client's own momentum, ``local``, stays as it was), the sampler
+draws their batches alone (:meth:`fednorm.fl.batches.ClientBatches.for_participants`, the same
+rows as the full draw), and the server's averages are the plain means over the m rows, with
+n = m in the normalizer's Kn/(Kn-1) factors (FBN: a client reports, and the server spreads,
+with the union of the m participants' batches; Hybrid BN pools the round's mE batches). So a
+step costs the work and memory of m clients, not n: what makes 10 % of ImageNet's 100 clients
+fit. ``global`` momenta: every client, idle ones included, starts the next round from the mean
+of the participants' momenta; ``reset`` zeroes all; the training loss reported is the
+participants' mean. A run with participation < 1 trains on FedAvg's per-client path, also with
+E = 1: DSGD's single momentum buffer holds the mean of all clients' momenta, which cannot
+represent idle clients that keep their own (``local``). Refused by the config (fednorm.config):
+attacks, robust aggregators and NNM (they take all n rows), ``central`` and FedTAN (one union
+batch of all clients), personalized BN, the dynamics, and FBN's first-batch calibration.
 
 Training dynamics (``record_dynamics``; the FixBN paper's Fig. 3): when the trainer has a
 :class:`fednorm.fl.dynamics.Dynamics` recorder (``self.dynamics``, set by the training loop), the
@@ -114,7 +107,7 @@ from fednorm.config import CLIENT_MOMENTA, RunConfig
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import Dynamics
 from fednorm.fl.optim import adaptive_clip, momentum_step
-from fednorm.fl.participation import participant_mask, participation_keys
+from fednorm.fl.participation import Participants, participation_keys
 from fednorm.norms import (
     BatchStats,
     FedBatchNorm2d,
@@ -149,21 +142,18 @@ def over_runs(fn: Callable, runs: int, in_dims: tuple[int | None, ...] | None = 
     return single
 
 
-def aggregate_reports(reports: Reports, K: dict[str, int], rule: StatRule, n: int | Tensor,
-                      beta: float, server: Server = HONEST,
-                      combine: Callable[[Tensor], Tensor] | None = None) -> Reports:
+def aggregate_reports(reports: Reports, K: dict[str, int], rule: StatRule, n: int,
+                      beta: float, server: Server = HONEST) -> Reports:
     """Server side, one run: each layer's (n, C) client reports -> its new (C,) running
     statistics. The server receives ``server.receive(reports)`` (the Byzantine rows replaced by
-    the attack) when the rule has clients send statistics, and combines with ``server.combine``,
-    or with ``combine`` when given (partial participation: the mean over the participants, and
-    ``n`` their number).
+    the attack) when the rule has clients send statistics, and combines with ``server.combine``.
     """
     out = {}
     for key, (mean, var) in reports.items():
         received = Stats(mean, var)
         if rule.sends:
             received = server.receive(received)
-        agg = rule.aggregate(received, K[key], n, beta, combine or server.combine)
+        agg = rule.aggregate(received, K[key], n, beta, server.combine)
         out[key] = (agg.mean, agg.var)
     return out
 
@@ -195,16 +185,6 @@ class State:
                 for k, part in (("params", self.params), ("stats", self.stats),
                                 ("momenta", self.momenta))}
         return State(**pick)
-
-
-def masked_mean(x: Tensor, mask: Tensor, count: Tensor) -> Tensor:
-    """x (*lead, n, *rest) -> (*lead, *rest): the mean over the client dimension of the entries
-    where ``mask`` (*lead, n) is True; ``count`` (*lead,) holds their number. Idle entries are
-    replaced by 0 (not multiplied by 0: an idle client's NaN stays out), then the sum is divided
-    by the count."""
-    tail = [1] * (x.dim() - mask.dim())
-    kept = torch.where(mask.view(*mask.shape, *tail), x, 0)
-    return kept.sum(mask.dim() - 1) / count.view(*count.shape, *tail)
 
 
 def _stack(tensors: list[Tensor]) -> Tensor:
@@ -260,16 +240,16 @@ class _Trainer:
         # start_round / end_round come from it on the device, with no host copy per round.
         self.momentum_mode = torch.tensor([CLIENT_MOMENTA.index(c.client_momentum)
                                            for c in cfgs], device=first.device)
-        # Partial participation (bundle_key: all runs of a bundle are partial, or none is).
-        self.partial = any(c.participation < 1 for c in cfgs)
+        # Partial participation (bundle_key: every run of a bundle draws the same m clients a
+        # round, or all n): the sampler draws the participants' batches alone.
+        self.partial = self.cfg.participation < 1
         if self.partial and not self.per_client_momenta:
             raise ValueError("participation < 1 trains on FedAvg's per-client path "
                              "(make_trainer picks it)")
-        self.part_keys = participation_keys([c.seed for c in cfgs], first.device)
-        # m per run, in the parameters' dtype: the n of FBN's Kn/(Kn-1) and the divisor of the
-        # masked means
-        self.part_count = torch.tensor([c.participants for c in cfgs], device=first.device,
-                                       dtype=first.dtype)
+        if self.partial:
+            self.batches = batches.for_participants(Participants(
+                participation_keys([c.seed for c in cfgs], first.device), self.n,
+                self.cfg.participants, self.cfg.local_steps))
         self.dynamics: Dynamics | None = None  # the training dynamics' recorder, when asked
 
     @property
@@ -289,7 +269,6 @@ class _Trainer:
         self.batches = self.batches.select(runs)
         self.lrs, self.dropout_keys = self.lrs[runs], self.dropout_keys[runs]
         self.server_of, self.momentum_mode = self.server_of[runs], self.momentum_mode[runs]
-        self.part_keys, self.part_count = self.part_keys[runs], self.part_count[runs]
         if self.dynamics is not None:
             self.dynamics.select(runs)
 
@@ -324,11 +303,9 @@ class _Trainer:
             self.dynamics.load_state_dict(saved["dynamics"])
 
     def participants(self, first_step: int) -> Tensor | None:
-        """(R, n) mask of the clients taking part in the round from ``first_step``; None when
-        every run's participation is full (the unmasked code path, bit for bit as before)."""
-        if not self.partial:
-            return None
-        return participant_mask(self.part_keys, first_step, self.n, self.part_count.long())
+        """(R, m) clients taking part in the round from ``first_step``, in increasing order;
+        None when every run's participation is full (the code path without participants)."""
+        return self.batches.participants.at(first_step) if self.partial else None
 
     def trainable(self, step: int) -> list[str]:
         """The parameter names the optimizer steps during ``step`` (FixBN's ``fixbn_fix``
@@ -348,17 +325,15 @@ class _Trainer:
 
     def forward_fn(self, rule: StatRule | None, n_groups: int, beta: float,
                    record: bool = False, union_clients: int | None = None) -> Callable:
-        """One run's training-mode forward: (params, stats, x, key[, n_union]) -> (log-probs,
-        reports, batches); ``n_union`` (a 0-dim tensor: the round's participants) replaces
-        n_clients as the n of the rules' Kn/(Kn-1). ``batches`` holds each layer's raw
-        mini-batch statistics per client when ``record``, else nothing."""
+        """One run's training-mode forward: (params, stats, x, key) -> (log-probs, reports,
+        batches); ``union_clients`` replaces n_clients as the n of the rules' Kn/(Kn-1).
+        ``batches`` holds each layer's raw mini-batch statistics per client when ``record``,
+        else nothing."""
         model, n = self.model, union_clients or self.n
 
         def forward(params: dict[str, Tensor], stats: dict[str, Tensor], x: Tensor,
-                    key: Tensor, n_union: Tensor | None = None
-                    ) -> tuple[Tensor, Reports, Reports]:
-            ctx = NormContext(rule, n_groups, n if n_union is None else n_union, beta,
-                              batches={} if record else None)
+                    key: Tensor) -> tuple[Tensor, Reports, Reports]:
+            ctx = NormContext(rule, n_groups, n, beta, batches={} if record else None)
             with norm_context(ctx), rng.dropout_key(key):
                 out = functional_call(model, {**params, **stats}, (x,))
             batches = {k: (s.mean, s.var) for k, s in (ctx.batches or {}).items()}
@@ -376,8 +351,8 @@ class _Trainer:
         forward = self.forward_fn(rule, n_groups, self.cfg.bn_momentum,
                                   record=self.dynamics is not None, union_clients=union_clients)
 
-        def loss_fn(params, stats, x, y, key, *n_union):
-            out, reports, batches = forward(params, stats, x, key, *n_union)
+        def loss_fn(params, stats, x, y, key):
+            out, reports, batches = forward(params, stats, x, key)
             loss = F.nll_loss(out, y)
             return loss * loss_scale, (loss.detach(), reports, batches)
 
@@ -401,18 +376,15 @@ class _Trainer:
         )
 
     @torch.no_grad()
-    def _commit(self, reports: Reports, rule: StatRule, beta: float,
-                mask: Tensor | None = None, n: int | None = None) -> None:
+    def _commit(self, reports: Reports, rule: StatRule, beta: float, n: int | None = None
+                ) -> None:
         """Every run's server aggregates its clients' (R, n, C) reports into its statistics;
-        with a participation ``mask`` (R, n), those of the participants only; ``n``: the rows
-        when not n_clients (a pool of several steps' reports: n_clients times the steps, and
-        the mask, when given, the round's repeated once per step, so the participants' rows
-        are their count times the steps)."""
+        ``n``: the rows when not n_clients (the round's m participants; a pool of several
+        steps' reports: the clients times the steps)."""
         if not self.layers:
             return
         K = {la.key: la.elements_per_client for la in self.layers}
         rows = n or self.n
-        count = self.part_count * (rows // self.n)  # the participants' rows of each run
 
         def aggregate(rep: Reports, which: Tensor) -> Reports:
             """One run: its own server's aggregation, which = its index in self.servers."""
@@ -422,16 +394,7 @@ class _Trainer:
                 out = tree_map(lambda a, b, i=i: torch.where(which == i, b, a), out, other)
             return out
 
-        def aggregate_participants(rep: Reports, part: Tensor, m: Tensor) -> Reports:
-            """One run, partial participation (no attack, mean server: fednorm.config): the
-            rule with the mean over the participants and n = m."""
-            return aggregate_reports(rep, K, rule, m, beta,
-                                     combine=lambda x: masked_mean(x, part, m))
-
-        if mask is None:
-            new = over_runs(aggregate, self.runs)(reports, self.server_of)
-        else:
-            new = over_runs(aggregate_participants, self.runs)(reports, mask, count)
+        new = over_runs(aggregate, self.runs)(reports, self.server_of)
         for key, (mean, var) in new.items():
             self.state.stats[f"{key}.running_mean"].copy_(mean)
             self.state.stats[f"{key}.running_var"].copy_(var)
@@ -505,16 +468,26 @@ class _Trainer:
                 m.copy_(self._where_runs(mask, torch.zeros_like(m), m))
 
     @torch.no_grad()
-    def end_round(self, participants: Tensor | None = None) -> None:
+    def end_round(self, trained: dict[str, Tensor] | None = None) -> None:
         """``client_momentum: global``: the server replaces every client's momentum by their
-        plain mean (a no-op for DSGD's single buffer, which already is that mean); with a
-        participation mask (R, n), by the mean of the participants' momenta."""
+        plain mean (a no-op for DSGD's single buffer, which already is that mean); under
+        partial participation, by the mean of the participants' momenta ``trained`` (R, m,
+        ...)."""
         mask = self._runs_with("global") if self.per_client_momenta else None
         if mask is not None:
-            for m in self.state.momenta.values():  # (R, n, ...)
-                mean = (m.mean(1) if participants is None
-                        else masked_mean(m, participants, self.part_count))
+            for k, m in self.state.momenta.items():  # (R, n, ...)
+                mean = (m if trained is None else trained[k]).mean(1)
                 m.copy_(self._where_runs(mask, mean.unsqueeze(1).expand_as(m), m))
+
+
+def _row_index(who: Tensor, t: Tensor) -> Tensor:
+    """(R, m) clients -> an index of ``t`` (R, n, ...)'s client dimension for gather/scatter."""
+    return who.view(*who.shape, *[1] * (t.dim() - 2)).expand(*who.shape, *t.shape[2:])
+
+
+def _rows(t: Tensor, who: Tensor) -> Tensor:
+    """The clients ``who`` (R, m) of ``t`` (R, n, ...): (R, m, ...), a copy."""
+    return t.gather(1, _row_index(who, t))
 
 
 class DSGD(_Trainer):
@@ -565,56 +538,56 @@ class FedAvg(_Trainer):
         return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
 
     def round(self, first_step: int) -> Tensor:
-        E, n, R = self.cfg.local_steps, self.n, self.runs
+        E, R = self.cfg.local_steps, self.runs
         rule = self.normalizer.rule_at(first_step)  # one rule for the whole round
+        who = self.participants(first_step)  # (R, m), or None: every client takes part
+        n = self.n if who is None else who.shape[1]  # the clients that compute
 
-        params = {k: self._per_client(p) for k, p in self.state.params.items()}
-        stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
+        params = {k: self._per_client(p, n) for k, p in self.state.params.items()}
+        stats = {k: self._per_client(s, n) for k, s in self.state.stats.items()}
         for k, own in self.local.items():  # personalized BN: each client's own parts
-            (params if k in params else stats)[k] = own.clone()
-        part = self.participants(first_step)  # (R, n) or None: every client takes part
+            (params if k in params else stats)[k] = own.clone()  # (never partial: the config)
         # Hybrid BN: the statistics stay the round's global ones; every step's reports pooled
         pool: list[Reports] | None = [] if rule is not None and rule.pools_round else None
         # the rows the rules' Kn/(Kn-1) counts: one batch per client, or (Hybrid BN's pool)
         # one per client and local step, the union of the round's nE (mE) batches
         per_client = E if pool is not None else 1
-        if part is None:
-            step = over_runs(vmap(self.grad_fn(rule, 1, union_clients=n * per_client)), R)
-            extra: tuple[Tensor, ...] = ()
-        else:  # the run's m (shared by its clients) is the n of the rules' Kn/(Kn-1)
-            step = over_runs(vmap(self.grad_fn(rule, 1), in_dims=(0, 0, 0, 0, 0, None)), R)
-            extra = (self.part_count * per_client,)
+        step = over_runs(vmap(self.grad_fn(rule, 1, union_clients=n * per_client)), R)
         names = self.trainable(first_step)  # FixBN's frozen affine parameters left out
         self.start_round()
-        if part is not None:  # an idle client's own momentum comes back untouched
-            before = {k: m.clone() for k, m in self.state.momenta.items()}
+        every = self.state.momenta
+        if who is not None:  # the participants' momenta step; the idle clients' stay
+            self.state.momenta = {k: _rows(m, who) for k, m in every.items()}
         total = torch.zeros(R, device=self.dropout_keys.device)
         for e in range(E):
-            total = total + self._local_step(step, extra, params, stats, first_step + e, names,
-                                             part, pool)
-        if part is not None:
-            for k, m in self.state.momenta.items():
-                m.copy_(torch.where(part.view(R, n, *[1] * (m.dim() - 2)), m, before[k]))
+            total = total + self._local_step(step, params, stats, first_step + e, names, pool,
+                                             who)
+        trained = self.state.momenta
+        if who is not None:
+            for k, m in every.items():
+                m.scatter_(1, _row_index(who, m), trained[k])
+            self.state.momenta = every
         for k, own in self.local.items():  # kept by the clients, never averaged
             own.copy_(params[k] if k in params else stats[k])
-        self._aggregate(params, stats, rule, part, set(names) - set(self.local), pool)
-        self.end_round(part)
+        self._aggregate(params, stats, rule, set(names) - set(self.local), pool, clients=n)
+        self.end_round(trained if who is not None else None)
         return total
 
-    def _local_step(self, step: Callable, extra: tuple[Tensor, ...],
-                    params: dict[str, Tensor], stats: dict[str, Tensor], t: int,
-                    names: list[str], part: Tensor | None,
-                    pool: list[Reports] | None = None) -> Tensor:
+    def _local_step(self, step: Callable, params: dict[str, Tensor], stats: dict[str, Tensor],
+                    t: int, names: list[str], pool: list[Reports] | None = None,
+                    who: Tensor | None = None) -> Tensor:
         """Local step ``t`` of every client of every run, each on its own batch with its own
         weights (``step``: vmap over clients of the gradient); updates the clients' ``params``
         and running ``stats`` (R, n, ...) in place (with a ``pool``, the statistics stay and
-        the reports are appended to it); returns the (R,) mean loss of the clients (of the
-        participants ``part``)."""
-        R, n, b = self.runs, self.n, self.cfg.batch_size
+        the reports are appended to it); returns the (R,) mean loss of the clients. ``who``
+        (R, m): the round's participants, whose batches the sampler draws and whose dropout
+        streams they use; the state's client dimension then holds them alone."""
+        R, b = self.runs, self.cfg.batch_size
+        n = self.n if who is None else who.shape[1]
         x, y = self.batches.sample(t)
-        keys = rng.fold(self.dropout_keys[:, None], t, self.clients)  # (R, n)
+        keys = rng.fold(self.dropout_keys[:, None], t, self.clients if who is None else who)
         grads, (losses, reports, batches) = step(
-            params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys, *extra)
+            params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys)
         if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
             self.dynamics.observe_step({k: (m.squeeze(2), v.squeeze(2))
                                         for k, (m, v) in batches.items()}, self.state.stats)
@@ -626,19 +599,18 @@ class FedAvg(_Trainer):
         for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
             stats[f"{key}.running_mean"] = mean.squeeze(2)
             stats[f"{key}.running_var"] = var.squeeze(2)
-        return (losses.mean(1) if part is None
-                else masked_mean(losses, part, self.part_count.to(losses.dtype)))
+        return losses.mean(1)
 
-    def _per_client(self, t: Tensor) -> Tensor:
-        """(R, ...) global state -> (R, n, ...): every client starts the round from it."""
-        return t.unsqueeze(1).expand(t.shape[0], self.n, *t.shape[1:]).clone()
+    def _per_client(self, t: Tensor, n: int | None = None) -> Tensor:
+        """(R, ...) global state -> (R, n, ...): every client (``n`` of them: the round's
+        participants) starts the round from it."""
+        return t.unsqueeze(1).expand(t.shape[0], n or self.n, *t.shape[1:]).clone()
 
     @torch.no_grad()
-    def _average_params(self, params: dict[str, Tensor], part: Tensor | None,
-                        trained: set[str]) -> None:
-        """The server's new parameters from the clients' (R, n, ...): their average (over the
-        participants ``part`` only, when given) or, with ``attack_updates``, the robust rule
-        on their updates; those not ``trained`` this round keep their global value exactly."""
+    def _average_params(self, params: dict[str, Tensor], trained: set[str]) -> None:
+        """The server's new parameters from the clients' (R, n, ...) (the participants' (R, m,
+        ...)): their average or, with ``attack_updates``, the robust rule on their updates;
+        those not ``trained`` this round keep their global value exactly."""
         if self.cfg.attack_updates:
             combined = over_runs(self._combine_updates, self.runs)(params, self.state.params)
             for k, p in combined.items():
@@ -647,28 +619,26 @@ class FedAvg(_Trainer):
         else:
             for k, p in params.items():
                 if k in trained:
-                    self.state.params[k].copy_(
-                        p.mean(1) if part is None else masked_mean(p, part, self.part_count))
+                    self.state.params[k].copy_(p.mean(1))
 
     @torch.no_grad()
     def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
-                   rule: StatRule | None, part: Tensor | None = None,
-                   trained: set[str] | None = None, pool: list[Reports] | None = None) -> None:
-        """The server's round: parameters (the participants' ``part`` only, when given; those
-        not ``trained`` this round keep their global value exactly), then BN statistics: from
-        the clients' running ``stats``, or from the ``pool`` of every local step's reports
-        (Hybrid BN: E lists of (R, n, C) -> the rule over (R, nE, C) rows, n -> nE, smoothed
-        once with bn_momentum)."""
-        self._average_params(params, part, set(self.names) if trained is None else trained)
+                   rule: StatRule | None, trained: set[str] | None = None,
+                   pool: list[Reports] | None = None, clients: int | None = None) -> None:
+        """The server's round: parameters (those not ``trained`` this round keep their global
+        value exactly), then BN statistics: from the clients' running ``stats``, or from the
+        ``pool`` of every local step's reports (Hybrid BN: E lists of (R, n, C) -> the rule
+        over (R, nE, C) rows, n -> nE, smoothed once with bn_momentum). ``clients``: the rows
+        of ``params`` and ``stats`` when not n_clients (the round's m participants)."""
+        n = clients or self.n
+        self._average_params(params, set(self.names) if trained is None else trained)
         if not self.layers or self.normalizer.static or "stats" in self.normalizer.local:
             return  # nothing to aggregate: no running statistics, or the clients keep theirs
         if pool is not None:  # rows step-major: (R, E*n, C), row e*n + i = client i, step e
             pooled = {key: (torch.cat([p[key][0] for p in pool], 1),
                             torch.cat([p[key][1] for p in pool], 1)) for key in pool[0]}
             with self._observed_round():
-                self._commit(pooled, rule, self.cfg.bn_momentum,
-                             None if part is None else part.repeat(1, len(pool)),
-                             n=self.n * len(pool))
+                self._commit(pooled, rule, self.cfg.bn_momentum, n=n * len(pool))
             return
         reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
                    for la in self.layers}
@@ -676,7 +646,7 @@ class FedAvg(_Trainer):
         # its batches; FBN's correction divides by that effective momentum (= beta when E = 1).
         beta_eff = 1.0 - (1.0 - self.cfg.bn_momentum) ** self.cfg.local_steps
         with self._observed_round():
-            self._commit(reports, rule, beta_eff, part)
+            self._commit(reports, rule, beta_eff, n=n)
 
     @torch.no_grad()
     def static_statistics(self, x: Tensor) -> None:
@@ -763,14 +733,13 @@ class FedTAN(FedAvg):
         for e in range(E if every else 1):
             total = total + self._fused_step(union_step, params, rule, first_step + e, names)
         if every or E == 1:
-            self._average_params(params, None, set(names))
+            self._average_params(params, set(names))
         else:  # the authors' code: E - 1 steps of naive BN, then FedAvg's aggregation
             stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
             local = over_runs(vmap(self.grad_fn(BatchStats(), 1)), R)
             for e in range(1, E):
-                total = total + self._local_step(local, (), params, stats, first_step + e,
-                                                 names, None)
-            self._aggregate(params, stats, BatchStats(), None, set(names))
+                total = total + self._local_step(local, params, stats, first_step + e, names)
+            self._aggregate(params, stats, BatchStats(), set(names))
         self.end_round()
         return total
 

@@ -19,12 +19,8 @@ Conventions (DESIGN.md; they must not drift):
 - Shapes: per-client statistics are (g, C) (g clients in this forward pass); running statistics
   are (C,) and broadcast over clients.
 - ``n`` is the number of clients whose batches form the union the statistics estimate: all
-  n_clients, or under partial participation the round's m participants (then a 0-dim tensor,
-  per run, and ``combine`` the mean over the participants' rows: fednorm.fl.engine). Every
-  rule below stays correct with such a masked ``combine``: BatchStats averages rows, FBN's
-  centre and spread both go through ``combine`` with n = m, FrozenStats takes one row (all rows
-  are the frozen statistics). :func:`union` (UnionStats, ``central``) averages every row: the
-  config refuses ``central`` with partial participation.
+  n_clients, or under partial participation the round's m participants (the engine then hands
+  the rules their m rows alone: fednorm.fl.engine).
 """
 
 from __future__ import annotations
@@ -190,7 +186,7 @@ class HybridStats(FederatedStats):
     variance), which is exactly FBN's aggregation (``FederatedStats.aggregate``) over nE rows
     with n -> nE; the engine passes nE as the rules' n. Under partial participation the pool
     is the round's m participants' mE batches alone (n -> mE, j over their batches: the
-    engine's masked mean as ``combine``), as the authors' code pools only the clients it drew
+    engine trains the participants alone), as the authors' code pools only the clients it drew
     for the round (FedHBN_main.py: ``idxs_client``, then ``aggregate_only_buffer``; their
     counts weight the mean, the sum of their counts minus one divides the variance). (4) The
     global model normalizes with G.
