@@ -36,8 +36,8 @@ def _bundle_jobs(counts):
     # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py), and its new
     # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (408); FixBN on
     # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2);
-    # ImageNet-1K 9 (Table 2)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408 + 417 + 9),
+    # ImageNet-1K 9 (Table 2); the small batches 42 (7 methods x 2 batch sizes x 3 seeds)
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408 + 417 + 9 + 42),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -46,16 +46,18 @@ def _bundle_jobs(counts):
     # centralized BN 1; Table 1 (no momentum): central, gn, bn -> 3. Figs K-N add 12 fixbn runs
     # at E = 1, 20, 500 (-> 2 bundles each); Table 4: gn_ws, ln, in, fixup -> 4; Table I: 4 and
     # 8 groups -> 2; Fig J: bn, fixbn x 3 other batch sizes -> 6; Table H: affine, both -> 2;
-    # Fig I, per normalizer: 4 more client counts x (full, partial) + partial at M = 5 -> 9;
+    # Fig I, per normalizer: 4 more client counts x (full, 50 %, 10 %: the partial runs bundle
+    # by their number of participants) + 50 % and 10 % at M = 5 -> 14;
     # Fig 3: the dynamics runs -> 1, FixBN freezing at 4 more fractions -> 4. FedTAN's
     # setting: 8 schemes -> 8. The comparison, per (normalizer, E), 12 runs -> 1: fbn, fedtan,
     # fedbn, silobn, heterofl_sbn at E = 1 and 100 -> 10; gn_ws, ln, in, fixup at E = 1 -> 4
     # (at E = 100 Table 4's 3 runs grow to a bundle of 12); bn, gn, fixbn and centralized BN
     # are runs of the FixBN figures -> 0. The new methods: hybridbn, fedwon, none and FedFN's
     # none+fn, bn+fn at E = 1 and 100, 12 runs each -> 10; the tuning grid, per (method, E), 4
-    # lr_scales x 3 seeds -> 17 x 2 (its held-out images make a key of their own).
-    (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 9)
-     + (1 + 4) + 8 + (10 + 4) + 10 + 17 * 2
+    # lr_scales x 3 seeds -> 17 x 2 (its held-out images make a key of their own); the small
+    # batches, per (method, batch size), 3 seeds -> 7 x 2.
+    (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 14)
+     + (1 + 4) + 8 + (10 + 4) + 10 + 17 * 2 + 7 * 2
      # Tiny-ImageNet, per (normalizer, E): bn and gn at fixed epochs 15 + 6 momentum runs -> 2
      # (x 5 E x 2), fixbn 15 + 6 at E = 100 -> 2 and 9 at each other E -> 1 (x 4); fixed
      # rounds 15 -> 1 (x 5 E x 2: E = 500 at 128 rounds is 64,000 steps, not the 128,000 of
