@@ -66,6 +66,13 @@ def test_the_tuning_table_reports_the_chosen_runs_test_accuracy_beside_the_commo
     assert table["tuned_mean"].to_dict() == pytest.approx({"bn": 10.0, "fbn": 20.0})
     assert table["common_mean"].to_dict() == pytest.approx({"bn": 10.0, "fbn": 30.0})
     assert table["n_seeds"].to_dict() == {"bn": 2, "fbn": 2}
+    assert table["edge"].to_dict() == {"bn": "", "fbn": "low"}
+    # the best at the largest factor: marked 'high'; one factor swept: no edge
+    high = frame()
+    high.loc[high["lr_scale"] == 2.0, "val_accuracy"] = 0.99
+    assert choices(high, ["method", "regime"])["edge"].tolist() == ["high", "high"]
+    alone = frame()[lambda f: f["lr_scale"] == 1.0]
+    assert choices(alone, ["method", "regime"])["edge"].tolist() == ["", ""]
 
 
 def test_a_tuning_figure_writes_the_table_as_csv_and_markdown_in_the_figure_order(tmp_path):
@@ -75,8 +82,12 @@ def test_a_tuning_figure_writes_the_table_as_csv_and_markdown_in_the_figure_orde
     assert pd.read_csv(csv)["method"].tolist() == ["fbn", "bn"]
     lines = md.read_text().splitlines()
     assert lines[2].startswith("| method | regime | lr × (chosen) |")
-    assert lines[4] == "| FBN | IID, E=1 | 0.5 | 50.50 | 20.00 ± 0.00 | 30.00 ± 0.00 | 2 |"
+    assert lines[4] == "| FBN | IID, E=1 | 0.5↓ | 50.50 | 20.00 ± 0.00 | 30.00 ± 0.00 | 2 |"
+    assert lines[5].startswith("| Naive BN | IID, E=1 | 1 |")  # inside the sweep 0.5 ... 2
     assert "never on the test set" in md.read_text()
+    assert "↓: the smallest lr × swept (the best may lie beyond it" in md.read_text()
+    assert pd.read_csv(csv, keep_default_na=False).set_index("method")["edge"].to_dict() == {
+        "fbn": "low", "bn": ""}
 
 
 def test_a_table_with_select_shows_each_cells_chosen_runs_only(tmp_path):

@@ -34,10 +34,10 @@ def _bundle_jobs(counts):
 @pytest.mark.parametrize(("bundle_size", "jobs"), [
     # FBN: Fig 3 (4 x 7 x 3) + Fig 5 (4 x 5 x 3) + the Byzantine runs (Figs 4, 6-13); FixBN:
     # 579 runs; FedTAN's setting 48; the comparison 213 more (tests/test_plan.py), and its new
-    # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (408); FixBN on
+    # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (510); FixBN on
     # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2);
     # ImageNet-1K 9 (Table 2); the small batches 42 (7 methods x 2 batch sizes x 3 seeds)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 408 + 417 + 9 + 42),
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 510 + 417 + 9 + 42),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -53,7 +53,7 @@ def _bundle_jobs(counts):
     # fedbn, silobn, heterofl_sbn at E = 1 and 100 -> 10; gn_ws, ln, in, fixup at E = 1 -> 4
     # (at E = 100 Table 4's 3 runs grow to a bundle of 12); bn, gn, fixbn and centralized BN
     # are runs of the FixBN figures -> 0. The new methods: hybridbn, fedwon, none and FedFN's
-    # none+fn, bn+fn at E = 1 and 100, 12 runs each -> 10; the tuning grid, per (method, E), 4
+    # none+fn, bn+fn at E = 1 and 100, 12 runs each -> 10; the tuning grid, per (method, E), 5
     # lr_scales x 3 seeds -> 17 x 2 (its held-out images make a key of their own); the small
     # batches, per (method, batch size), 3 seeds -> 7 x 2.
     (16, 4 * 3 + 2 * 9 + (2 * 5 * 2 + 4 + 2 + 2 * 4 + 1 + 3) + (3 + 4 + 2 + 6) + (2 + 2 * 14)

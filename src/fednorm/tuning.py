@@ -6,7 +6,9 @@ the FixBN recipe's step size on the quick digits). So a tuning experiment trains
 at several ``lr_scale`` factors on the recipe's schedule, with ``val_fraction`` of the training
 images held out (fednorm.data.arrays.hold_out), and :func:`select_by_validation` keeps, per
 cell of a table, the factor whose final validation accuracy is best. The choice reads the
-validation column alone: the test set only reports the chosen runs.
+validation column alone: the test set only reports the chosen runs. A choice at the largest or
+smallest factor of its cell's sweep is marked (``edge``): the best may lie beyond it, and the
+sweep should be widened before the choice is trusted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from fednorm.plots.table import NO_RUN, SEEDS, cell_text, escape_cell, extra_tex
 from fednorm.results import matches, seed_stats
 
 OVER = "lr_scale"  # the hyper-parameter chosen
+EDGES = {"high": "↑", "low": "↓"}  # a choice at the largest / smallest value swept
 
 
 def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
@@ -32,7 +35,9 @@ def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
     (fednorm.results.run_values), averaged over the seeds, is highest. A value with a diverged
     run (status ``diverged``) or without any ``by`` is never chosen over one without; ties go
     to the smaller value. Only ``by`` is read among the metrics. Returns the ``cells``
-    columns, ``over``, ``score`` (the mean ``by``; -inf: ruled out) and ``n_seeds``."""
+    columns, ``over``, ``score`` (the mean ``by``; -inf: ruled out), ``n_seeds`` and ``edge``:
+    'high' / 'low' when the chosen value is the largest / smallest of the cell's (two or
+    more) values, else ''."""
     cells = list(cells)
     stats = seed_stats(rows, [*cells, over], y=by)
     ruled_out = (stats["n_diverged"] > 0) | (stats["n_seeds"] == 0)
@@ -40,7 +45,14 @@ def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
     best = stats.sort_values([*cells, "score", over],
                              ascending=[True] * len(cells) + [False, True], kind="stable")
     best = best.groupby(cells, sort=False, dropna=False).head(1)
-    return best[[*cells, over, "score", "n_seeds"]].reset_index(drop=True)
+    swept = stats.groupby(cells, sort=False, dropna=False)[over].agg(
+        lowest="min", highest="max", values="nunique").reset_index()
+    best = best[[*cells, over, "score", "n_seeds"]].merge(swept, on=cells, how="left")
+    several = best["values"] > 1
+    best["edge"] = ""
+    best.loc[several & (best[over] == best["lowest"]), "edge"] = "low"
+    best.loc[several & (best[over] == best["highest"]), "edge"] = "high"
+    return best[[*cells, over, "score", "n_seeds", "edge"]].reset_index(drop=True)
 
 
 def select_by_validation(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
@@ -61,13 +73,14 @@ def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_acc
     ``lr_scale`` chosen on ``by`` (:func:`choices`), ``by`` (its mean over seeds at that
     choice; NaN where every value is ruled out), then ``y``'s ``mean``, ``std``, ``cell``
     (the table's text) at the chosen value (``tuned_*``) and at ``lr_scale`` = ``common``
-    (``common_*``), and the chosen runs' ``n_seeds`` and ``n_diverged``. Accuracies in %."""
+    (``common_*``), the chosen runs' ``n_seeds`` and ``n_diverged``, and ``edge``
+    (:func:`choices`). Accuracies in %."""
     cells = list(cells)
     chosen = choices(rows, cells, by).rename(columns={"score": by})
     chosen[by] = chosen[by].where(chosen[by] > float("-inf"))
     if percent(by):
         chosen[by] *= 100.0
-    out = chosen[[*cells, OVER, by]]
+    out = chosen[[*cells, OVER, by, "edge"]]
     for name, part in (("tuned", select_by_validation(rows, cells, by)),
                        ("common", rows[matches(rows[OVER], common)])):
         stats = cell_stats(part, cells, y=y, order=order) if not part.empty else None
@@ -85,14 +98,15 @@ def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_acc
     out = levels.merge(out, on=cells, how="left")
     out["n_seeds"] = out["n_seeds"].fillna(0).astype(int)
     out["n_diverged"] = out["n_diverged"].fillna(0).astype(int)
+    out["edge"] = out["edge"].fillna("")
     return out
 
 
 def tuning_markdown(data: pd.DataFrame, cells: Sequence[str], *, by: str = "val_accuracy",
                     title: str = "") -> str:
     """:func:`tuning_table` as a Markdown table: the ``cells`` columns (their values' labels),
-    the chosen lr_scale, ``by`` at it, the test accuracy at it and at the common recipe, the
-    seeds."""
+    the chosen lr_scale (↑ / ↓: at the sweep's edge), ``by`` at it, the test accuracy at it
+    and at the common recipe, the seeds."""
     cells = list(cells)
     header = [*(c.replace("_", " ") for c in cells), "lr × (chosen)",
               f"{by.replace('_', ' ')} (chosen)", "test (chosen lr)",
@@ -103,12 +117,18 @@ def tuning_markdown(data: pd.DataFrame, cells: Sequence[str], *, by: str = "val_
         values = row._asdict()
         scale = values[OVER]
         line = [*(style.label(value_text(values[c])) for c in cells),
-                NO_RUN if pd.isna(scale) else f"{scale:g}", extra_text(values[by], by),
+                NO_RUN if pd.isna(scale) else f"{scale:g}{EDGES.get(values['edge'], '')}",
+                extra_text(values[by], by),
                 values["tuned_cell"], values["common_cell"], str(values["n_seeds"])]
         lines.append("| " + " | ".join(map(escape_cell, line)) + " |")
     notes = [f"{DIVERGED_NOTE}."] if data["n_diverged"].any() else []
     notes.append(f"The lr × is chosen on {by.replace('_', ' ')} (images held out of the "
                  "training set), never on the test set.")
+    edges = sorted({e for e in data["edge"] if e})
+    if edges:
+        notes.append("; ".join(f"{EDGES[e]}: the {'largest' if e == 'high' else 'smallest'} "
+                               f"lr × swept" for e in edges)
+                     + " (the best may lie beyond it: widen the sweep).")
     head = [f"**{title}**", ""] if title else []
     return "\n".join([*head, *lines, "", *notes]) + "\n"
 
