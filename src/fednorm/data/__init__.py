@@ -6,16 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fednorm.config import RunConfig
+from fednorm.config import DATA_WORKERS, RunConfig
 from fednorm.data.arrays import Arrays, DatasetUnavailable
 
 if TYPE_CHECKING:
     from fednorm.data.imagenet import StreamedImages
 
 __all__ = ["CACHES", "Arrays", "DatasetUnavailable", "load_dataset", "write_cache"]
-# ImageNet-1K's decoding processes unless told (execution.data_workers, ``fednorm run
-# --data-workers``); none of them changes a run's result (fednorm.data.imagenet)
-DATA_WORKERS = 8
 
 # The datasets decoded once into one uint8 tensor file under the data folder (by the pipeline's
 # data rules, or by the first run that needs it), and that file's name; the others are generated.

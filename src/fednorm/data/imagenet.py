@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from fednorm import rng
-from fednorm.data import DATA_WORKERS
+from fednorm.config import DATA_WORKERS
 from fednorm.data.arrays import DatasetUnavailable
 from fednorm.data.augment import resized_crop_boxes
 from fednorm.data.tinyimagenet import IMAGENET_MEAN, IMAGENET_STD
@@ -146,7 +146,7 @@ def decode_centre(path: str, size: int) -> np.ndarray:
         w, h = image.size
         new = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
         image = image.resize(new, Image.Resampling.BILINEAR)
-    top, left = int(round((new[1] - size) / 2.0)), int(round((new[0] - size) / 2.0))
+    top, left = round((new[1] - size) / 2.0), round((new[0] - size) / 2.0)
     out = image.crop((left, top, left + size, top + size))
     return np.asarray(out).transpose(2, 0, 1)
 
@@ -274,7 +274,7 @@ class StreamedImages:
     workers: int = DATA_WORKERS
     name: str = "imagenet"
     val: ImageFiles | None = None
-    device: torch.device = torch.device("cpu")
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     dtype = torch.float32  # the decoded images' (normalize); the models take it
 
