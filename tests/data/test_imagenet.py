@@ -178,7 +178,7 @@ def test_streamed_chunks_are_the_test_files_in_order_whatever_the_workers(tree):
     assert [len(y) for _, y in chunks] == [4, 2]
     x, y = (torch.cat(t) for t in zip(*chunks, strict=True))
     assert torch.equal(y, data.test_y)
-    ref = torch.stack([normalize(torch.from_numpy(decode_centre(p, 8)))
+    ref = torch.stack([normalize(torch.from_numpy(decode_centre(p, 8).copy()))
                        for p in data.test.paths])
     assert torch.equal(x, ref)
     again = torch.cat([xb for xb, _ in dataclasses.replace(data, workers=2).chunks("test", 4)])
