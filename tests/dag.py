@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from fednorm.data.imagenet import write_sample_tree
 from fednorm.data.tinyimagenet import ARCHIVE_NAME, write_sample_archive
 from fednorm.run import train_bundle
 
@@ -32,6 +33,8 @@ def work_copy(tmp_path):
     # the Tiny-ImageNet-shaped experiments' archive, in the official layout (.test/config.yaml)
     write_sample_archive(work / ".test/data" / ARCHIVE_NAME, n_classes=4, train_per_class=10,
                          val_per_class=3)
+    # the ImageNet-shaped experiment's folder tree (.test/data/imagenet; never downloaded)
+    write_sample_tree(work / ".test/data", n_classes=4, train_per_class=20, val_per_class=3)
     return work
 
 

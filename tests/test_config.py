@@ -223,3 +223,29 @@ def test_scenario_and_run_id_name_the_attack_and_the_defense(values, scenario, t
 def test_split_names_partition_and_heterogeneity(partition, het, label):
     cfg = run_config({"partition": partition, "heterogeneity": het})
     assert cfg.split == label
+
+
+IMAGENET = {"dataset": "imagenet", "model": "resnet18", "image_size": 16,
+            "augment": "resized_crop_flip"}
+
+
+@pytest.mark.parametrize(("values", "key", "value", "allowed"), [
+    ({"n_train": 10}, "n_train", "10", "null (all images) with dataset 'imagenet'"),
+    ({"n_test": 10}, "n_test", "10", "null (all images) with dataset 'imagenet'"),
+    # its JPEGs are of every size: cropped and resized as they are decoded, nothing else
+    ({"augment": "none"}, "augment", "'none'", "'resized_crop_flip' with dataset 'imagenet'"),
+    ({"augment": "crop_flip"}, "augment", "'crop_flip'",
+     "'resized_crop_flip' with dataset 'imagenet'"),
+    # HeteroFL's one pass over the training images held in memory
+    ({"normalizer": "heterofl_sbn"}, "normalizer", "'heterofl_sbn'",
+     "not 'heterofl_sbn' with dataset 'imagenet'"),
+])
+def test_imagenet_refuses_what_needs_its_images_in_memory(values, key, value, allowed):
+    pattern = re.escape(f"test: key '{key}' has value {value}; allowed: {allowed}")
+    with pytest.raises(ConfigError, match=pattern):
+        run_config({**IMAGENET, **values}, where="test")
+
+
+def test_imagenet_takes_a_held_out_validation_split():
+    """val_fraction holds out file lists (fednorm.data.arrays.hold_out): allowed."""
+    assert run_config({**IMAGENET, "val_fraction": 0.1}).val_fraction == 0.1

@@ -383,6 +383,8 @@ def test_a_training_job_takes_consecutive_bundles_and_only_their_unfinished_runs
     ({"checkpoint_minutes": 0}, r"execution: key 'checkpoint_minutes' has value 0; allowed: a "
                                 r"number in \(0, inf\]"),
     ({"checkpoint_minutes": "30m"}, r"key 'checkpoint_minutes' has value '30m'"),
+    ({"data_workers": -1}, r"execution: key 'data_workers' has value -1; allowed: an integer "
+                           r">= 0"),
     ({"images_per_second": 0}, r"execution: key 'images_per_second' has value 0; allowed: "
                                r"null or a number in \(0, inf\]"),
     ({"images_per_second": "fast"}, r"key 'images_per_second' has value 'fast'"),
@@ -435,6 +437,8 @@ def test_resume_points_lie_outside_every_job_output():
     assert len(points) == len(plan.bundles) and not points & outputs
     assert not any(p.startswith(f"{plan.paths.results}/runs/") for p in points)
     assert load_plan(_bundle_config(1, checkpoint_minutes=5)).execution.checkpoint_minutes == 5
+    assert load_plan(_bundle_config(1, data_workers=0)).execution.data_workers == 0
+    assert load_plan(_bundle_config(1)).execution.data_workers == 8
 
 
 def test_profiles_choose_their_bundle_sizes():

@@ -63,7 +63,8 @@ def test_each_caption_names_its_figure_and_what_it_reproduces(profile):
         assert f"(``{fig.name}``)" in text
         assert f":Reproduces: {fig.paper or NOT_IN_PAPERS}\n" in text
         datasets = {r.dataset for r in plan.figure_runs(fig)}
-        assert datasets <= {"test": {"synthetic", "tinyimagenet"}, "quick": {"mnist5k"}}.get(
+        assert datasets <= {"test": {"synthetic", "tinyimagenet", "imagenet"},
+                            "quick": {"mnist5k"}}.get(
             name, {"cifar10", "tinyimagenet", "imagenet"}), fig.name
         assert (SYNTHETIC in text) == ("synthetic" in datasets), fig.name
         assert (MNIST5K in text) == (name == "quick"), fig.name

@@ -166,8 +166,11 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert pd.read_csv(fixbn / "fig4.csv")["part"].nunique() == 2  # CIFAR-10, Tiny-ImageNet
     fig3 = pd.read_csv(fixbn / "fig3.csv")  # four parts; (a) and (b) from the recorded dynamics
     assert fig3["part"].nunique() == 4
-    for name, ext in itertools.product(("table1", "table4", "tableH", "tableI"), ("csv", "md")):
+    for name, ext in itertools.product(("table1", "table4", "tableH", "tableI", "table2"),
+                                       ("csv", "md")):
         assert (fixbn / f"{name}.{ext}").stat().st_size > 0
+    table2 = pd.read_csv(fixbn / "table2.csv")  # the ImageNet-shaped tree, streamed
+    assert set(table2.normalizer) == {"gn", "bn", "fixbn"}
     table4 = pd.read_csv(fixbn / "table4.csv")
     assert set(table4.normalizer) == {"gn_ws", "ln", "in", "fixup"}
     heat = pd.read_csv(fixbn / "fig2a.csv")
@@ -201,10 +204,18 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     # + 4: FedFN (none+fn x 2 splits x 2 E); + 4: the tuning grid (bn, hybridbn x lr x 1, 2)
     # + 17: Tiny-ImageNet-shaped, 8 (bn, gn x 2 splits x 2 E) + 4 fixed rounds at E = 1 + 2
     # fixbn + 3 momentum (fixbn reset at E = 1, global at E = 1 and 4)
+    # + 2: the small batches (bn, fedwon at batch 2); + 3: ImageNet-shaped (Table 2: gn, bn,
+    # fixbn)
     assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
-                                           + 16 + 9 + 4 + 4 + 17)
+                                           + 16 + 9 + 4 + 4 + 17 + 2 + 3)
     tiny_runs = summary[summary.dataset == "tinyimagenet"]
     assert tiny_runs.run_id.nunique() == 17 and set(tiny_runs.model) == {"resnet18"}
+    imagenet = summary[summary.dataset == "imagenet"]  # 10 rounds, evaluated every 5 steps
+    assert imagenet.run_id.nunique() == 3 and (imagenet.status == "ok").all()
+    assert sorted(imagenet.step.unique()) == [0, 5, 10]
+    assert imagenet.test_accuracy.between(0, 1).all()
+    trained = imagenet[(imagenet.step > 0) & (imagenet.normalizer != "gn")]
+    assert trained.norm_error_mean.notna().all() and (trained.norm_error_mean >= 0).all()
     tuned = summary[summary.val_fraction > 0]
     assert tuned.run_id.nunique() == 4 and tuned.val_accuracy.notna().all()
     assert summary.loc[summary.val_fraction == 0, "val_accuracy"].isna().all()
@@ -291,7 +302,7 @@ def _check_report(html, work, plan):
         assert "at a reduced scale" in caption  # the toy's 20 rounds, or synthetic data
         assert ("Synthetic data" in caption) == (entry.labels["figure"] not in {
             *(f"fbn/{n}" for n in ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")),
-            *(f"fixbn/{n}" for n in ("fig2a_tiny", "fig2b_tiny", "figG"))})  # the archive's
+            *(f"fixbn/{n}" for n in ("fig2a_tiny", "fig2b_tiny", "figG", "table2"))})  # JPEGs
         if entry.file.endswith(".md") and entry.category != "Claims ledger":
             header = (work / entry.file).read_text().splitlines()[2]  # the table's first row
             assert header.startswith("| ") and header in caption

@@ -21,7 +21,7 @@ from collections import Counter
 
 import torch
 
-from fednorm.config import CHECKPOINT_MINUTES, ConfigError, run_config
+from fednorm.config import CHECKPOINT_MINUTES, DATA_WORKERS, ConfigError, run_config
 from fednorm.data.cifar import DatasetUnavailable
 from fednorm.inputs import read_yaml, user_errors, writable_folder
 
@@ -41,11 +41,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.checkpoint_minutes > 0:
         raise ConfigError(f"--checkpoint-minutes has value {args.checkpoint_minutes}; "
                           "allowed: a number of minutes > 0")
+    if args.data_workers < 0:
+        raise ConfigError(f"--data-workers has value {args.data_workers}; allowed: an "
+                          "integer >= 0 (0: decode in the training process)")
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # progress lines
     torch.set_num_threads(args.threads)
     try:
         status = train_and_evaluate(cfg, args.out, data_dir=args.data_dir, device=args.device,
-                                    checkpoint_minutes=args.checkpoint_minutes)
+                                    checkpoint_minutes=args.checkpoint_minutes,
+                                    data_workers=args.data_workers)
     except Interrupted as stop:
         print(f"fednorm: {stop}", file=sys.stderr)
         return stop.exit_code
@@ -100,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--checkpoint-minutes", type=float, default=CHECKPOINT_MINUTES,
                      help="minutes between saves of the run's state to DIR/resume.pt "
                      "(also saved on SIGTERM and SIGUSR1; run again to resume)")
+    run.add_argument("--data-workers", type=int, default=DATA_WORKERS,
+                     help="processes decoding ImageNet-1K's JPEGs (0: in the training "
+                     "process; the other datasets are in memory)")
     run.set_defaults(func=cmd_run)
     plan = sub.add_parser("plan", parents=[common], help="validate pipeline configs and count runs")
     plan.add_argument("configs", nargs="+", help="config/config.yaml [overrides.yaml ...]")

@@ -60,6 +60,9 @@ AGC_LAMBDA = 0.01
 # Minutes between two saves of a bundle's resume point (fednorm.fl.resume): the default of
 # execution.checkpoint_minutes and of `fednorm run --checkpoint-minutes`.
 CHECKPOINT_MINUTES = 30.0
+# Processes decoding ImageNet-1K's JPEGs for a training job (fednorm.data.imagenet): the default
+# of execution.data_workers and of `fednorm run --data-workers`; none changes a run's result.
+DATA_WORKERS = 8
 
 
 class ConfigError(ValueError):
@@ -456,10 +459,7 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
     elif cfg.dataset == "tinyimagenet":
         _tinyimagenet_checks(cfg, where)
     elif cfg.dataset == "imagenet":
-        for key in ("n_train", "n_test"):
-            if getattr(cfg, key) is not None:  # its classes are of unequal sizes: no subsets
-                raise fail(where, key, getattr(cfg, key), "null (all images) with dataset "
-                           "'imagenet'")
+        _imagenet_checks(cfg, where)
     elif cfg.n_train is None or cfg.n_test is None:
         key = "n_train" if cfg.n_train is None else "n_test"
         raise fail(where, key, None, f"an integer >= 1 with dataset '{cfg.dataset}'")
@@ -527,6 +527,25 @@ def _tinyimagenet_checks(cfg: RunConfig, where: str) -> None:
         if getattr(cfg, key) is not None and getattr(cfg, key) > most:
             raise fail(where, key, getattr(cfg, key),
                        f"null (all) or at most {most} with dataset 'tinyimagenet'")
+
+
+def _imagenet_checks(cfg: RunConfig, where: str) -> None:
+    """What ImageNet-1K's images, streamed from disk and never held in memory
+    (fednorm.data.imagenet), can be used with."""
+    for key in ("n_train", "n_test"):
+        if getattr(cfg, key) is not None:  # its classes are of unequal sizes: no subsets
+            raise fail(where, key, getattr(cfg, key), "null (all images) with dataset "
+                       "'imagenet'")
+    if cfg.augment != "resized_crop_flip":
+        # its JPEGs are each of its own size: a training image is its random box, resized as
+        # it is decoded (fednorm.data.imagenet.decode_crop_flip)
+        raise fail(where, "augment", cfg.augment, "'resized_crop_flip' with dataset 'imagenet' "
+                   "(its images, each of its own size, are cropped and resized as they are "
+                   "decoded)")
+    if cfg.normalizer == "heterofl_sbn":
+        raise fail(where, "normalizer", cfg.normalizer, "not 'heterofl_sbn' with dataset "
+                   "'imagenet' (HeteroFL's static statistics are one pass over the training "
+                   "images held in memory; ImageNet's are streamed from disk)")
 
 
 def _participation_checks(cfg: RunConfig, where: str) -> None:

@@ -8,6 +8,7 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  in one job (see :func:`bundles`), and what a training job asks a cluster for:
                  ``cpus_per_gpu``, ``mem_mb`` (MB), ``runtime`` (minutes);
                  ``checkpoint_minutes``: between two saves of a bundle's resume point;
+                 ``data_workers``: processes decoding ImageNet-1K's JPEGs in a training job;
                  ``images_per_second`` and ``max_runtime``: each training job's ``runtime``
                  from its training images instead (:meth:`Execution.job_runtime`,
                  docs/resume.md);
@@ -75,6 +76,7 @@ from typing import Any
 from fednorm.config import (
     BUDGET_KEYS,
     CHECKPOINT_MINUTES,
+    DATA_WORKERS,
     DERIVED,
     FIELDS,
     ConfigError,
@@ -136,6 +138,9 @@ class Execution:
     runtime: int = 1440  # minutes
     # minutes between two saves of a bundle's resume point (also saved on SIGTERM / SIGUSR1)
     checkpoint_minutes: float = CHECKPOINT_MINUTES
+    # processes decoding ImageNet-1K's JPEGs for a training job (fednorm.data.imagenet; 0: in
+    # the job's own process); the other datasets are in memory and ignore it
+    data_workers: int = DATA_WORKERS
     # A job's runtime from its training images (training_images) at this rate, measured with
     # benchmarks/time_plan_bundle.py; null: every job asks for `runtime`
     images_per_second: float | None = None
@@ -192,6 +197,7 @@ _EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "mem_mb": int_at_least(1),
     "runtime": int_at_least(1),
     "checkpoint_minutes": number_in(0, math.inf, low_open=True),
+    "data_workers": int_at_least(0),
     "images_per_second": Nullable(number_in(0, math.inf, low_open=True)),
     "max_runtime": Nullable(int_at_least(1)),
 }

@@ -45,6 +45,9 @@ MNIST5K = ("Real MNIST digits at a reduced scale (the quick profile; fednorm.dat
 # The caption's scale statement of runs on a reduced-scale dataset; any other: its name's.
 REDUCED = {"synthetic": SYNTHETIC, "mnist5k": MNIST5K}
 DATASET_NAMES = {"cifar10": "CIFAR-10", "tinyimagenet": "Tiny-ImageNet", "imagenet": "ImageNet-1K"}
+# The image side a run of these datasets has at the papers' scale (ImageNet-1K: the FixBN
+# paper's 224); a run at a smaller one is at a reduced scale
+PAPER_SIZE = {"cifar10": 32, "tinyimagenet": 64, "imagenet": 224}
 TOY_SHOWS = {  # the toy's figures (fednorm.toy.make_toy_figures)
     "fig1a": ("FBN Fig 1a", "the points before (●) and after (+) centralized BN, one colour "
               "per class, at the last round"),
@@ -237,16 +240,20 @@ def setting_text(runs: Sequence[RunConfig]) -> str:
 def scale_text(runs: Sequence[RunConfig]) -> str:
     """The caption's statement of the runs' data and scale: a reduced-scale dataset's (REDUCED),
     else the real datasets by name, at a reduced scale where a run takes a subset of the
-    training images (``n_train`` set: e.g. the test grid's generated Tiny-ImageNet archive)."""
+    training images (``n_train`` set: e.g. the test grid's generated Tiny-ImageNet archive) or
+    smaller images than the papers' (PAPER_SIZE: e.g. the test grid's ImageNet-shaped tree)."""
     for dataset, text in REDUCED.items():
         if any(r.dataset == dataset for r in runs):
             return text
     names = " and ".join(sorted({DATASET_NAMES.get(r.dataset, r.dataset) for r in runs}))
     subsets = [r.n_train for r in runs if r.n_train is not None]
-    if subsets:
-        return (f"{names}, at a reduced scale (a subset of the training images, "
-                f"{_literal('n_train')} = {min(subsets)}): the papers' qualitative results at "
-                f"best, never their numbers.")
+    shrunk = [r.image_size for r in runs if r.image_size < PAPER_SIZE.get(r.dataset, 0)]
+    if subsets or shrunk:
+        why = ([f"a subset of the training images, {_literal('n_train')} = {min(subsets)}"]
+               if subsets else [])
+        why += [f"images of {_literal('image_size')} = {min(shrunk)}"] if shrunk else []
+        return (f"{names}, at a reduced scale ({'; '.join(why)}): the papers' qualitative "
+                f"results at best, never their numbers.")
     return f"{names}, at the scale the configuration sets (config/config.yaml: the papers')."
 
 

@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 
 from fednorm import __version__
-from fednorm.config import CHECKPOINT_MINUTES, RunConfig, run_config
+from fednorm.config import CHECKPOINT_MINUTES, DATA_WORKERS, RunConfig, run_config
 from fednorm.data import load_dataset
 from fednorm.fl import memory
 from fednorm.fl import train as training
@@ -112,6 +112,7 @@ def train_bundle(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
     data_dir: str | Path = "data", device: str = "auto", resume_file: str | Path | None = None,
     checkpoint_minutes: float = CHECKPOINT_MINUTES, together: str | None = None,
+    data_workers: int = DATA_WORKERS,
 ) -> list[str]:
     """Train the runs of one bundle together (:func:`fednorm.fl.train.train_bundle`) and write
     each run's files into its ``out_dir`` the moment it finishes (a diverged run at its last
@@ -128,6 +129,9 @@ def train_bundle(
     ``together``: "auto": as many runs train together as the device's free memory holds
     (measured: fednorm.fl.memory), the others after them; None: all of them. Either way a
     bundle that runs out of memory is split in halves (fednorm.fl.train.train_bundle).
+
+    ``data_workers``: the processes decoding ImageNet-1K's images (fednorm.data.load_dataset;
+    the other datasets are in memory); they change nothing in the results.
     """
     if len(cfgs) != len(out_dirs):
         raise ValueError(f"one output directory per run: {len(cfgs)} runs, {len(out_dirs)} dirs")
@@ -143,7 +147,7 @@ def train_bundle(
             _write_run(cfgs[i], Path(out_dirs[i]), result, time.perf_counter() - start,
                        {**env, "bundle": bundle})
 
-        data = load_dataset(cfgs[0], data_dir)
+        data = load_dataset(cfgs[0], data_dir, workers=data_workers)
         size = None
         if together == "auto" and len(cfgs) > 1:
             size = memory.runs_together(cfgs, data, dev)
@@ -175,24 +179,24 @@ def _write_run(cfg: RunConfig, out_dir: Path, result: TrainResult, wall: float,
 
 def train_and_evaluate(
     cfg: RunConfig, out_dir: str | Path, data_dir: str | Path = "data", device: str = "auto",
-    checkpoint_minutes: float = CHECKPOINT_MINUTES,
+    checkpoint_minutes: float = CHECKPOINT_MINUTES, data_workers: int = DATA_WORKERS,
 ) -> str:
     """Train one run (a bundle of one) and write its files into ``out_dir``; returns its
     status. Its resume point is ``out_dir/resume.pt`` (:data:`RESUME_FILE`): run again after a
     kill, it continues from there."""
     return train_bundle([cfg], [out_dir], data_dir=data_dir, device=device,
                         resume_file=Path(out_dir) / RESUME_FILE,
-                        checkpoint_minutes=checkpoint_minutes)[0]
+                        checkpoint_minutes=checkpoint_minutes, data_workers=data_workers)[0]
 
 
 def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data",
               device: str = "auto", checkpoint_minutes: float = CHECKPOINT_MINUTES,
-              together: str | None = None) -> int:
+              together: str | None = None, data_workers: int = DATA_WORKERS) -> int:
     """A workflow training job: its bundles one after the other, each a mapping of
     ``bundle_id``, ``runs`` (run configs' identities), ``out_dirs`` and ``resume`` (its resume
     point). Returns the job's exit status: 0, or 128 + the signal's number when SIGTERM or
     SIGUSR1 stopped it (the bundle's state saved, the bundles after it not started).
-    ``together``: as in :func:`train_bundle`."""
+    ``together``, ``data_workers``: as in :func:`train_bundle`."""
     for bundle in bundles:
         bundle_id = bundle["bundle_id"]
         cfgs = [run_config(values) for values in bundle["runs"]]
@@ -203,7 +207,7 @@ def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data
                                     data_dir=data_dir, device=device,
                                     resume_file=bundle["resume"],
                                     checkpoint_minutes=checkpoint_minutes,
-                                    together=together)
+                                    together=together, data_workers=data_workers)
         except Interrupted as stop:
             log.warning("bundle %s: %s", bundle_id, stop)
             return stop.exit_code

@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -7,16 +8,21 @@ import torchvision
 from PIL import Image
 from torchvision.transforms import functional as tf
 
+from fednorm import rng
 from fednorm.config import ConfigError, run_config, train_size
 from fednorm.data import load_dataset
-from fednorm.data.arrays import DatasetUnavailable
+from fednorm.data.arrays import DatasetUnavailable, hold_out
 from fednorm.data.augment import resized_crop_boxes
 from fednorm.data.imagenet import (
     StreamedBatches,
+    StreamedImages,
+    decode_centre,
     decode_crop_flip,
+    load_imagenet,
     normalize,
     read_folder,
     read_imagenet,
+    write_sample_tree,
 )
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
@@ -134,14 +140,88 @@ def test_same_seed_same_batches_whatever_the_workers_and_order(tree):
     assert torch.equal(kept.sample(2)[0][0], first[2])
 
 
-def test_config_takes_all_of_imagenet_and_training_says_it_is_not_wired(tree, tmp_path):
+def test_config_takes_all_of_imagenet_and_loads_it_streamed(tree, tmp_path):
     values = {"dataset": "imagenet", "model": "resnet18", "image_size": 16, "steps": 2,
-              "eval_every": 2, "lr_milestones": [], "lr": [0.1]}
+              "eval_every": 2, "lr_milestones": [], "lr": [0.1], "augment": "resized_crop_flip"}
     with pytest.raises(ConfigError, match="key 'n_train' has value 10; allowed: null"):
         run_config({**values, "n_train": 10})
     assert train_size({"dataset": "imagenet"}) == 1_281_167
     cfg = run_config(values)
     with pytest.raises(DatasetUnavailable, match="never downloads it"):
         load_dataset(cfg, tmp_path)
-    with pytest.raises(DatasetUnavailable, match="not in the engine yet"):
-        load_dataset(cfg, tree)
+    data = load_dataset(cfg, tree, workers=3)
+    assert isinstance(data, StreamedImages)
+    assert (data.n_classes, data.image_size, data.workers, data.dtype) == (3, 16, 3,
+                                                                          torch.float32)
+    assert torch.equal(data.train_y, read_imagenet(tree)[0].labels)
+    assert data.test_y.tolist() == [0, 0, 1, 1, 2, 2] and data.val_y is None
+    with pytest.raises(ValueError, match="data workers has value -1; allowed: an integer >= 0"):
+        load_dataset(cfg, tree, workers=-1)
+
+
+def test_centre_decode_is_torchvisions_resize_and_centre_crop(tree):
+    """The evaluation transform: shorter side to round(s * 256 / 224), centre s x s, as
+    torchvision's Resize + CenterCrop on the PIL image (bit for bit), at several sizes."""
+    for path in read_imagenet(tree)[0].paths[:3]:  # 20 x 28, 24 x 26 (grey), 28 x 24
+        with Image.open(path) as image:
+            rgb = image.convert("RGB")
+        for size in (8, 16, 20):
+            ref = tf.center_crop(tf.resize(rgb, round(size * 256 / 224)), [size, size])
+            out = decode_centre(path, size)
+            assert out.shape == (3, size, size) and out.dtype == np.uint8
+            assert (out.transpose(1, 2, 0) == np.asarray(ref)).all(), (path, size)
+
+
+def test_streamed_chunks_are_the_test_files_in_order_whatever_the_workers(tree):
+    data = load_imagenet(tree, 8, workers=0)
+    chunks = list(data.chunks("test", 4))
+    assert [len(y) for _, y in chunks] == [4, 2]
+    x, y = (torch.cat(t) for t in zip(*chunks, strict=True))
+    assert torch.equal(y, data.test_y)
+    ref = torch.stack([normalize(torch.from_numpy(decode_centre(p, 8).copy()))
+                       for p in data.test.paths])
+    assert torch.equal(x, ref)
+    again = torch.cat([xb for xb, _ in dataclasses.replace(data, workers=2).chunks("test", 4)])
+    assert torch.equal(again, x)
+    with pytest.raises(ValueError, match="split 'val' has no images"):
+        next(data.chunks("val", 4))
+
+
+def test_hold_out_splits_the_file_lists(tree):
+    data = load_imagenet(tree, 8, workers=0)
+    held = hold_out(data, 0.25)  # one of 4 training images of each class
+    assert held.val_y.tolist() == [0, 1, 2] and len(held.train.paths) == 9
+    assert set(held.train.paths) | set(held.val.paths) == set(data.train.paths)
+    for files in (held.train, held.val):
+        assert [data.train.paths.index(p) for p in files.paths] == sorted(
+            data.train.paths.index(p) for p in files.paths)
+    assert len(next(held.chunks("val", 8))[1]) == 3
+
+
+def test_the_sample_tree_is_an_imagenet_tree_of_varied_jpegs(tmp_path):
+    write_sample_tree(tmp_path, n_classes=3, train_per_class=4, val_per_class=2)
+    train, val = read_imagenet(tmp_path)
+    assert len(train.wnids) == 3 and train.wnids == tuple(sorted(train.wnids))
+    assert train.labels.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    assert val.labels.tolist() == [0, 0, 1, 1, 2, 2]
+    sizes = set()
+    for path in train.paths:
+        with Image.open(path) as image:
+            sizes.add(image.size)
+    assert len(sizes) > 6  # of every size
+
+
+def test_the_probe_draws_its_own_crops(tree):
+    """A sampler on the PROBE stream takes other images and other crops than the training
+    sampler (same seed, same step), and decodes the step asked without reading ahead."""
+    files = read_imagenet(tree)[0]
+    parts = [partition(files.labels, "shards", 3, 1, 0)]
+    train = StreamedBatches(files, parts, 2, [0], 16, workers=0)
+    probe = StreamedBatches(files, parts, 2, [0], 16, workers=2, stream=rng.PROBE,
+                            read_ahead=False)
+    assert not torch.equal(train.augment_draws(1, 5), probe.augment_draws(1, 5))
+    x, y = probe.sample(1)
+    assert x.shape == (1, 6, 3, 16, 16) and torch.equal(y, files.labels[probe.indices(1)])
+    alone = StreamedBatches(files, parts, 2, [0], 16, workers=0, stream=rng.PROBE,
+                            read_ahead=False)
+    assert torch.equal(alone.sample(1)[0], x)

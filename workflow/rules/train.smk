@@ -26,6 +26,7 @@ for job_id, pending in PLAN.pending_jobs().items():
             device=EXECUTION.device,
             checkpoint_minutes=EXECUTION.checkpoint_minutes,
             together=EXECUTION.together,  # bundle_size auto: as many as the memory holds
+            data_workers=EXECUTION.data_workers,  # ImageNet-1K's decoding processes
         threads: EXECUTION.threads
         # the biggest jobs first, so that none starts last and runs alone (images to train)
         priority: job_priority(run_ids)

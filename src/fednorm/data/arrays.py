@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -38,6 +40,33 @@ class Arrays:
                 raise ValueError(f"{self.name}: {split}_y must be 1-D with one label per image "
                                  f"({len(x)}), got shape {tuple(y.shape)}")
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The images' floating dtype (the models take it)."""
+        return self.train_x.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.train_x.device
+
+    def chunks(self, split: str, size: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """The ``split`` ('test' or 'val') images and labels in order, ``size`` at a time (what
+        the evaluation reads: fednorm.fl.train.evaluate_chunks)."""
+        x, y = {"test": (self.test_x, self.test_y), "val": (self.val_x, self.val_y)}[split]
+        if x is None or y is None:
+            raise ValueError(f"{self.name}: split {split!r} has no images; allowed: 'test', "
+                             f"or 'val' once a validation set is held out")
+        for i in range(0, len(x), size):
+            yield x[i : i + size], y[i : i + size]
+
+    def split_train(self, keep: Tensor, val: Tensor) -> Arrays:
+        """The training images ``keep`` kept for training, the images ``val`` held out as the
+        validation set (indices, on the data's device; :func:`hold_out`)."""
+        if self.val_x is not None:
+            raise ValueError(f"{self.name}: a validation set is already held out")
+        return dataclasses.replace(self, train_x=self.train_x[keep], train_y=self.train_y[keep],
+                                   val_x=self.train_x[val], val_y=self.train_y[val])
+
     def to(self, device: torch.device | str) -> Arrays:
         """The same data with every tensor moved to ``device``."""
         return dataclasses.replace(
@@ -52,17 +81,21 @@ class Arrays:
 
 
 HOLD_OUT_SEED = 0  # the same validation images for every run of a dataset
+# Arrays, or fednorm.data.imagenet.StreamedImages (its files held out the same way)
+Data = TypeVar("Data")
 
 
-def hold_out(data: Arrays, fraction: float) -> Arrays:
+def hold_out(data: Data, fraction: float) -> Data:
     """``data`` with round(fraction x n_c) training images of each class c moved into the
     validation set (``val_x``, ``val_y``): drawn by a permutation of fixed seed (HOLD_OUT_SEED),
     so every run and every method of a grid holds out the same images, and stratified, so the
     validation set has the training set's class proportions. The remaining training images
-    keep their order; the test set is untouched. ``fraction`` 0 returns ``data`` itself."""
+    keep their order; the test set is untouched. ``fraction`` 0 returns ``data`` itself.
+    ``data``: in-memory :class:`Arrays`, or images on disk (fednorm.data.imagenet.
+    StreamedImages: its file lists split so): what is held out depends on the labels alone."""
     if fraction == 0:
         return data
-    if data.val_x is not None:
+    if data.val_y is not None:
         raise ValueError(f"{data.name}: a validation set is already held out")
     y = data.train_y.cpu()
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(HOLD_OUT_SEED))
@@ -73,6 +106,5 @@ def hold_out(data: Arrays, fraction: float) -> Arrays:
     val = torch.cat(held).sort().values
     keep = torch.ones(len(y), dtype=torch.bool)
     keep[val] = False
-    val, keep = val.to(data.train_y.device), keep.to(data.train_y.device)
-    return dataclasses.replace(data, train_x=data.train_x[keep], train_y=data.train_y[keep],
-                               val_x=data.train_x[val], val_y=data.train_y[val])
+    keep = keep.nonzero().flatten()  # in order
+    return data.split_train(keep.to(data.device), val.to(data.device))

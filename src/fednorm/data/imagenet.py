@@ -15,15 +15,20 @@ Conventions, all fixed by the data, never by a run:
 - JPEGs are decoded by PIL (torchvision's dependency) and converted to RGB (grey and CMYK
   files exist in ImageNet);
 - 1.28 M images do not fit a tensor in memory (about 190 GB as uint8 at 224x224), so nothing
-  is cached: :class:`StreamedBatches` decodes each step's images in DataLoader worker
-  processes, off the training thread.
+  is cached: :class:`StreamedImages` holds the file lists and labels (what the training code
+  reads of :class:`fednorm.data.arrays.Arrays`), :class:`StreamedBatches` decodes each step's
+  training images in DataLoader worker processes, off the training thread, and
+  :meth:`StreamedImages.chunks` the test images, in chunks, for the evaluation;
+- training images go through PyTorch's ImageNet training augmentation (:func:`decode_crop_flip`),
+  test and held-out validation images through its evaluation transform (:func:`decode_centre`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +36,7 @@ import torch
 from torch import Tensor
 
 from fednorm import rng
+from fednorm.config import DATA_WORKERS
 from fednorm.data.arrays import DatasetUnavailable
 from fednorm.data.augment import resized_crop_boxes
 from fednorm.data.tinyimagenet import IMAGENET_MEAN, IMAGENET_STD
@@ -40,6 +46,8 @@ FOLDER = "imagenet"  # under the data folder
 SPLITS = ("train", "val")
 SUFFIXES = (".jpeg", ".jpg", ".png")  # ImageNet's files are .JPEG; case is ignored
 DRAWS = 5  # uniforms per training image: fednorm.data.augment.resized_crop_boxes (4), flip (1)
+# The normalization-error probe's decoding processes: it decodes one step per evaluation point
+PROBE_WORKERS = 2
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,12 @@ class ImageFiles:
     paths: tuple[str, ...]
     labels: Tensor
     wnids: tuple[str, ...]
+
+    def take(self, index: Tensor) -> ImageFiles:
+        """The files ``index`` (1-D, on any device), in that order, with their labels."""
+        index = index.cpu()
+        return ImageFiles(tuple(self.paths[k] for k in index.tolist()), self.labels[index],
+                          self.wnids)
 
 
 def _where(root: Path) -> str:
@@ -111,6 +125,32 @@ def decode_crop_flip(path: str, u: Sequence[float], size: int) -> np.ndarray:
     return np.asarray(out).transpose(2, 0, 1)
 
 
+def centre_resize(size: int) -> int:
+    """The shorter side an image is resized to before its centre ``size`` x ``size`` is cut:
+    PyTorch's ImageNet evaluation (Resize(256), CenterCrop(224)) scaled to ``size``."""
+    return round(size * 256 / 224)
+
+
+def decode_centre(path: str, size: int) -> np.ndarray:
+    """uint8 (3, size, size): the JPEG at ``path``, in RGB, through PyTorch's ImageNet
+    evaluation transform scaled to ``size``: its shorter side resized to
+    :func:`centre_resize` (``size``), the longer in proportion (truncated, as torchvision's
+    Resize), PIL's bilinear filter (antialiased when it shrinks), then the centre ``size`` x
+    ``size`` (torchvision CenterCrop's rounding). Equal to torchvision's Resize + CenterCrop
+    on the PIL image (tested)."""
+    from PIL import Image
+
+    short = centre_resize(size)
+    with Image.open(path) as image:
+        image = image.convert("RGB")
+        w, h = image.size
+        new = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+        image = image.resize(new, Image.Resampling.BILINEAR)
+    top, left = round((new[1] - size) / 2.0), round((new[0] - size) / 2.0)
+    out = image.crop((left, top, left + size, top + size))
+    return np.asarray(out).transpose(2, 0, 1)
+
+
 def normalize(x: Tensor) -> Tensor:
     """uint8 (..., 3, H, W) -> float32 ``(x/255 - mean_c) / std_c`` (ImageNet statistics)."""
     mean = torch.tensor(IMAGENET_MEAN, device=x.device)[:, None, None]
@@ -119,21 +159,23 @@ def normalize(x: Tensor) -> Tensor:
 
 
 class _Steps(torch.utils.data.Dataset):
-    """Item ``t``: step t's uint8 images (R, n*b, 3, s, s) and labels (R, n*b), decoded in the
-    worker that fetches it."""
+    """Item ``(t, j)``: piece j of ``pieces`` of step t's images, uint8 (k, 3, s, s), and their
+    labels (k,), the step's images taken run-major as :meth:`ClientBatches.indices` lists them;
+    decoded in the worker that fetches it."""
 
-    def __init__(self, batches: StreamedBatches) -> None:
-        self.batches = copy.copy(batches)
+    def __init__(self, batches: StreamedBatches, pieces: int = 1) -> None:
+        self.batches, self.pieces = copy.copy(batches), pieces
         self.batches._ahead = None  # a worker needs the draws and the files, not the workers
 
-    def __getitem__(self, step: int) -> tuple[Tensor, Tensor]:
+    def __getitem__(self, item: tuple[int, int]) -> tuple[Tensor, Tensor]:
+        step, piece = item
         b = self.batches
-        idx = b.indices(step)  # (R, n*b), on the CPU
-        u = b.augment_draws(step, DRAWS)  # (R, n*b or m*b, DRAWS): as idx's rows
+        idx = b.indices(step).flatten()  # (R * n*b,), on the CPU
+        u = b.augment_draws(step, DRAWS).flatten(0, 1)  # a row per image of idx
+        lo, hi = piece * len(idx) // self.pieces, (piece + 1) * len(idx) // self.pieces
         x = np.stack([decode_crop_flip(b.files.paths[k], uk, b.image_size)
-                      for k, uk in zip(idx.flatten().tolist(), u.flatten(0, 1).tolist(),
-                                       strict=True)])
-        return torch.from_numpy(x).view(*idx.shape, *x.shape[1:]), b.files.labels[idx]
+                      for k, uk in zip(idx[lo:hi].tolist(), u[lo:hi].tolist(), strict=True)])
+        return torch.from_numpy(x), b.files.labels[idx[lo:hi]]
 
 
 class StreamedBatches(ClientBatches):
@@ -146,38 +188,174 @@ class StreamedBatches(ClientBatches):
     image k of the step gets the 5 uniforms ``rng.uniform(fold(fold(run_key(seed_r), AUGMENT),
     t), (n*b, 5))[k]``: its crop box and flip (:func:`decode_crop_flip`). Every draw is a pure
     function of (seed, step, position), so the batches do not depend on the number of workers,
-    on which worker decodes which step, or on the other runs of the bundle.
+    on which worker decodes which step, or on the other runs of the bundle. ``stream``
+    (rng.SAMPLE: the training batches; rng.PROBE: the normalization-error probe's, whose crops
+    and flips come from a stream of their own too: :class:`ClientBatches`) picks the draws.
 
     :meth:`sample` returns step t's ``x`` (R, n*b, 3, s, s) float32 normalized, on ``device``,
-    and ``y`` (R, n*b). The steps are read ahead: ``workers`` processes (torch's DataLoader)
+    and ``y`` (R, n*b). ``read_ahead`` (training): ``workers`` processes (torch's DataLoader)
     each decode a whole step, ``prefetch`` steps each, while the engine trains; a step asked out
-    of order (calibration's step -1, a restart) starts the read-ahead again from it.
-    ``workers = 0`` decodes in the calling thread (tests).
+    of order (calibration's step -1, a restart) starts the read-ahead again from it. Without
+    (the probe, asked one step per evaluation point): the step asked is decoded alone, split
+    among the ``workers``, nothing beyond it. ``workers = 0`` decodes in the calling thread.
     """
 
     def __init__(self, files: ImageFiles, parts: Sequence[Sequence[Tensor]], batch_size: int,
                  seeds: Sequence[int], image_size: int, workers: int = 4, prefetch: int = 2,
-                 device: torch.device | str = "cpu") -> None:
-        super().__init__(None, files.labels, parts, batch_size, seeds, rng.SAMPLE)
+                 device: torch.device | str = "cpu", stream: int = rng.SAMPLE,
+                 read_ahead: bool = True) -> None:
+        super().__init__(None, files.labels, parts, batch_size, seeds, stream)
         self.files, self.image_size, self.device = files, image_size, torch.device(device)
-        self.workers, self.prefetch = workers, prefetch
+        self.workers, self.prefetch, self.read_ahead = workers, prefetch, read_ahead
         self._ahead: Iterator[tuple[Tensor, Tensor]] | None = None
         self._next = 0  # the step that self._ahead yields next
 
-    def _read_from(self, step: int) -> Iterator[tuple[Tensor, Tensor]]:
-        steps = iter(range(step, 2**62))  # the sampler: steps in order, from ``step``
+    def _loader(self, items: Iterator[tuple[int, int]] | list[tuple[int, int]],
+                pieces: int) -> Iterator[tuple[Tensor, Tensor]]:
         extra = {"prefetch_factor": self.prefetch} if self.workers else {}
-        return iter(torch.utils.data.DataLoader(_Steps(self), batch_size=None, sampler=steps,
-                                                num_workers=self.workers, **extra))
+        return iter(torch.utils.data.DataLoader(_Steps(self, pieces), batch_size=None,
+                                                sampler=items, num_workers=self.workers,
+                                                **extra))
 
     def sample(self, step: int) -> tuple[Tensor, Tensor]:
-        if self._ahead is None or self._next != step:
-            self._ahead = self._read_from(step)
-        x, y = next(self._ahead)
-        self._next = step + 1
+        shape = (len(self.keys), (self.n if self.participants is None else self.participants.m)
+                 * self.b)
+        if not self.read_ahead:
+            pieces = max(1, self.workers)
+            x, y = map(torch.cat, zip(*self._loader([(step, j) for j in range(pieces)],
+                                                    pieces), strict=True))
+        else:
+            if self._ahead is None or self._next != step:  # the steps in order, from ``step``
+                self._ahead = self._loader(((t, 0) for t in range(step, 2**62)), 1)
+            x, y = next(self._ahead)
+            self._next = step + 1
+        x, y = x.view(*shape, *x.shape[1:]), y.view(shape)
         return normalize(x.to(self.device, non_blocking=True)), y.to(self.device)
 
     def select(self, runs: Tensor) -> StreamedBatches:
         out = super().select(runs.cpu())  # the draws live on the CPU, with the workers
         out._ahead = None  # its workers would read the dropped runs too
         return out
+
+
+class _Chunks(torch.utils.data.Dataset):
+    """Item i: the i-th ``size`` images of ``files`` through :func:`decode_centre`, uint8
+    (k, 3, s, s), and their labels (k,)."""
+
+    def __init__(self, files: ImageFiles, size: int, image_size: int) -> None:
+        self.files, self.size, self.image_size = files, size, image_size
+
+    def __len__(self) -> int:
+        return -(-len(self.files.paths) // self.size)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        lo, hi = i * self.size, min((i + 1) * self.size, len(self.files.paths))
+        x = np.stack([decode_centre(p, self.image_size) for p in self.files.paths[lo:hi]])
+        return torch.from_numpy(x), self.files.labels[lo:hi]
+
+
+@dataclass(frozen=True)
+class StreamedImages:
+    """ImageNet-1K as the training code reads a dataset (the parts of
+    :class:`fednorm.data.arrays.Arrays` it uses), with the images left on disk: the training,
+    test and (held out: :func:`fednorm.data.arrays.hold_out`) validation files, their labels in
+    memory (1.28 M int64: 10 MB), the classes, the images' side and the decoding workers.
+
+    Training batches: :meth:`batches` (:class:`StreamedBatches`). Test and validation images:
+    :meth:`chunks`, decoded with the evaluation transform (:func:`decode_centre`) in ``workers``
+    processes, a chunk each, in file order. ``device``: where batches, chunks and labels are
+    handed out (:meth:`to`); the files' labels themselves stay on the CPU, with the workers.
+    """
+
+    train: ImageFiles
+    test: ImageFiles
+    n_classes: int
+    image_size: int
+    workers: int = DATA_WORKERS
+    name: str = "imagenet"
+    val: ImageFiles | None = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    dtype = torch.float32  # the decoded images' (normalize); the models take it
+
+    @property
+    def train_y(self) -> Tensor:
+        return self.train.labels.to(self.device)
+
+    @property
+    def test_y(self) -> Tensor:
+        return self.test.labels.to(self.device)
+
+    @property
+    def val_y(self) -> Tensor | None:
+        return None if self.val is None else self.val.labels.to(self.device)
+
+    def to(self, device: torch.device | str) -> StreamedImages:
+        """The same data handed out on ``device``."""
+        return dataclasses.replace(self, device=torch.device(device))
+
+    def split_train(self, keep: Tensor, val: Tensor) -> StreamedImages:
+        """The training files ``keep`` kept for training, the files ``val`` held out as the
+        validation set (indices; :func:`fednorm.data.arrays.hold_out`)."""
+        if self.val is not None:
+            raise ValueError(f"{self.name}: a validation set is already held out")
+        return dataclasses.replace(self, train=self.train.take(keep), val=self.train.take(val))
+
+    def chunks(self, split: str, size: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """The ``split`` ('test' or 'val') images in file order, ``size`` at a time: ``x``
+        (k, 3, s, s) float32 normalized and ``y`` (k,), on ``device``; each chunk decoded
+        (:func:`decode_centre`) by one of ``workers`` processes (0: in this thread)."""
+        files = {"test": self.test, "val": self.val}.get(split)
+        if files is None:
+            raise ValueError(f"{self.name}: split {split!r} has no images; allowed: 'test', "
+                             f"or 'val' once a validation set is held out")
+        loader = torch.utils.data.DataLoader(_Chunks(files, size, self.image_size),
+                                             batch_size=None, num_workers=self.workers)
+        for x, y in loader:
+            yield normalize(x.to(self.device, non_blocking=True)), y.to(self.device)
+
+    def batches(self, parts: Sequence[Sequence[Tensor]], batch_size: int, seeds: Sequence[int],
+                stream: int = rng.SAMPLE) -> StreamedBatches:
+        """The sampler of the training files' batches (:class:`StreamedBatches`): read ahead
+        by ``workers`` processes for training (rng.SAMPLE); for the probe (rng.PROBE), each
+        step asked decoded alone by at most PROBE_WORKERS."""
+        if stream == rng.SAMPLE:
+            return StreamedBatches(self.train, parts, batch_size, seeds, self.image_size,
+                                   self.workers, device=self.device)
+        return StreamedBatches(self.train, parts, batch_size, seeds, self.image_size,
+                               min(self.workers, PROBE_WORKERS), device=self.device,
+                               stream=stream, read_ahead=False)
+
+
+def load_imagenet(data_dir: str | Path, image_size: int,
+                  workers: int = DATA_WORKERS) -> StreamedImages:
+    """``data_dir``/imagenet as :class:`StreamedImages` (all of it: every file of the tree)."""
+    if not (isinstance(workers, int) and workers >= 0):
+        raise ValueError(f"data workers has value {workers!r}; allowed: an integer >= 0 "
+                         f"(0: decode in the training process)")
+    train, val = read_imagenet(data_dir)
+    return StreamedImages(train, val, len(train.wnids), image_size, workers)
+
+
+def write_sample_tree(root: str | Path, n_classes: int = 4, train_per_class: int = 5,
+                      val_per_class: int = 2, seed: int = 0) -> None:
+    """Write a small ImageNet-shaped tree ``root``/imagenet/{train,val}/<wnid>/*.JPEG (tests
+    and the .test DAG: ImageNet is never downloaded): ``n_classes`` made-up wnids (not in
+    sorted order), JPEGs of varied sizes (neither square nor alike: 24-60 pixels a side) of
+    colour noise around a mean colour of their class (learnable), every third one saved grey.
+    """
+    from PIL import Image
+
+    gen = np.random.default_rng(seed)
+    wnids = [f"n{9_000_000 - 17 * c:08d}" for c in range(n_classes)]
+    colours = gen.uniform(40, 215, size=(n_classes, 3))
+    for split, count in (("train", train_per_class), ("val", val_per_class)):
+        for c, wnid in enumerate(wnids):
+            folder = Path(root, FOLDER, split, wnid)
+            folder.mkdir(parents=True, exist_ok=True)
+            for k in range(count):
+                h, w = (int(v) for v in gen.integers(24, 61, size=2))
+                pixels = np.clip(colours[c] + gen.normal(0, 25, (h, w, 3)), 0, 255)
+                image = Image.fromarray(pixels.astype(np.uint8))
+                (image.convert("L") if k % 3 == 2 else image).save(
+                    folder / f"{wnid}_{split}_{k}.JPEG", quality=95)

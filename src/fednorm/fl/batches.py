@@ -56,7 +56,9 @@ class ClientBatches:
                 self.index[r, i, : len(p)] = p.to(device)
         keys = rng.run_key(torch.tensor(list(seeds)), device)
         self.keys = rng.fold(keys, stream)
-        self.augment_keys = rng.fold(keys, rng.AUGMENT)
+        # the training batches' crops and flips: the run's AUGMENT stream; another stream's
+        # (the probe's, of streamed images: fednorm.data.imagenet) are drawn from its own key
+        self.augment_keys = rng.fold(keys if stream == rng.SAMPLE else self.keys, rng.AUGMENT)
         self.participants: Participants | None = None
 
     def for_participants(self, participants: Participants) -> ClientBatches:

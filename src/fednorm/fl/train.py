@@ -16,7 +16,7 @@ import gc
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -30,6 +30,7 @@ from fednorm.config import RunConfig, bundle_key
 from fednorm.data import Arrays
 from fednorm.data.arrays import hold_out
 from fednorm.data.augment import augment_for
+from fednorm.data.imagenet import StreamedImages
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import QUANTITIES, Dynamics
@@ -46,6 +47,10 @@ LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
 DYNAMICS_COLUMNS = ("step", "layer", *QUANTITIES)  # fednorm.fl.dynamics, when recorded
 EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
 log = logging.getLogger("fednorm.train")
+# A data set in memory (Arrays) or on disk (ImageNet-1K: StreamedImages)
+Data = Arrays | StreamedImages
+# The images of an evaluation, asked ``size`` at a time: an iterable of (x, y) chunks
+Chunks = Callable[[int], Iterable[tuple[Tensor, Tensor]]]
 
 
 @dataclass
@@ -57,11 +62,22 @@ class TrainResult:
     model: nn.Module | None = None
 
 
-@torch.no_grad()
 def evaluate(trainer: _Trainer, x: Tensor, y: Tensor, label_dist: Tensor
              ) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`evaluate_chunks` on the images ``x`` and labels ``y`` held in memory."""
+    return evaluate_chunks(
+        trainer, lambda size: ((x[i : i + size], y[i : i + size]) for i in range(0, len(x), size)),
+        label_dist)
+
+
+@torch.no_grad()
+def evaluate_chunks(trainer: _Trainer, chunks: Chunks, label_dist: Tensor
+                    ) -> tuple[Tensor, Tensor, Tensor]:
     """Every run's test accuracy (fraction), mean NLL and accuracy on its clients' own label
-    distributions, (R,) each, in eval mode.
+    distributions, (R,) each, in eval mode, on the test images ``chunks(size)`` hands out in
+    chunks of at most ``size`` (x, y): sliced from tensors in memory (Arrays.chunks), or
+    decoded from disk (fednorm.data.imagenet.StreamedImages.chunks). The sums (loss, right
+    answers per class, images per class) are accumulated over the chunks.
 
     The model tested is the global one; with personalized BN (FedBN, SiloBN: the trainer's
     ``local`` parts) there is none, and client i's model is the averaged weights with its own
@@ -85,24 +101,25 @@ def evaluate(trainer: _Trainer, x: Tensor, y: Tensor, label_dist: Tensor
         fn = over_runs(lambda p, s, xb: functional_call(model, {**p, **s}, (xb,)).unsqueeze(0),
                        runs, in_dims=(0, 0, None))
         state, models = (trainer.state.params, trainer.state.stats), 1
-    classes = label_dist.shape[-1]
-    loss = x.new_zeros(runs, models)
-    correct = x.new_zeros(runs, models, classes)  # right answers per test class
-    batch = max(1, EVAL_IMAGES // (runs * models))
-    for i in range(0, len(x), batch):
-        out = fn(*state, x[i : i + batch])  # (R, models, B, classes)
-        yb = y[i : i + batch]
+    classes, dtype = label_dist.shape[-1], label_dist.dtype
+    loss = label_dist.new_zeros(runs, models)
+    correct = label_dist.new_zeros(runs, models, classes)  # right answers per test class
+    counts = torch.zeros(classes, dtype=torch.int64, device=label_dist.device)  # test images
+    for xb, yb in chunks(max(1, EVAL_IMAGES // (runs * models))):
+        out = fn(*state, xb)  # (R, models, B, classes)
         loss += F.nll_loss(out.permute(0, 3, 1, 2), yb.expand(runs, models, -1),
                            reduction="none").sum(2)
-        right = (out.argmax(3) == yb).to(x.dtype)  # (R, models, B)
-        correct += right @ F.one_hot(yb, classes).to(x.dtype)
+        right = (out.argmax(3) == yb).to(dtype)  # (R, models, B)
+        correct += right @ F.one_hot(yb, classes).to(dtype)
+        counts += torch.bincount(yb, minlength=classes)
     model.train()
-    per_class = correct / torch.bincount(y, minlength=classes).clamp_min(1).to(x.dtype)
+    total = int(counts.sum())
+    per_class = correct / counts.clamp_min(1).to(dtype)
     local_acc = (label_dist * per_class).sum(-1).mean(-1)  # (R, n) with (R, 1 or n) models
-    return (correct.sum(-1) / len(x)).mean(1), (loss / len(x)).mean(1), local_acc
+    return (correct.sum(-1) / total).mean(1), (loss / total).mean(1), local_acc
 
 
-def train(cfg: RunConfig, data: Arrays, device: str | torch.device = "cpu",
+def train(cfg: RunConfig, data: Data, device: str | torch.device = "cpu",
           force_fedavg: bool = False) -> TrainResult:
     """Train one run (a bundle of one)."""
     return train_bundle([cfg], data, device, force_fedavg=force_fedavg)[0]
@@ -118,7 +135,7 @@ def _check_bundle(cfgs: Sequence[RunConfig]) -> None:
 
 
 def train_bundle(
-    cfgs: Sequence[RunConfig], data: Arrays, device: str | torch.device = "cpu",
+    cfgs: Sequence[RunConfig], data: Data, device: str | torch.device = "cpu",
     on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
     resume: ResumeStore | None = None, size: int | None = None,
 ) -> list[TrainResult]:
@@ -164,7 +181,7 @@ class _Fitting:
     the device's memory (:func:`train_bundle`)."""
 
     cfgs: Sequence[RunConfig]
-    data: Arrays
+    data: Data
     device: torch.device
     on_finish: Callable[[int, TrainResult], None] | None
     force_fedavg: bool
@@ -240,7 +257,7 @@ def restrict(saved: dict | None, cfgs: Sequence[RunConfig]) -> dict | None:
 
 
 def _train_together(
-    cfgs: Sequence[RunConfig], data: Arrays, device: torch.device,
+    cfgs: Sequence[RunConfig], data: Data, device: torch.device,
     on_finish: Callable[[int, TrainResult], None], force_fedavg: bool,
     resume: ResumeStore | None, saved: dict | None,
 ) -> list[TrainResult]:
@@ -251,7 +268,7 @@ def _train_together(
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)  # model initialization, as the run alone would have it
-        models.append(build_model(c, data.n_classes).to(device, data.train_x.dtype))
+        models.append(build_model(c, data.n_classes).to(device, data.dtype))
     # the runs still training, in the order of the trainer's run dimension
     active = list(range(len(cfgs))) if saved is None else _saved_order(saved, cfgs)
     going = [cfgs[i] for i in active]
@@ -269,10 +286,14 @@ def _train_together(
     # The normalization error is measured on separate draws of the clients' batches (their own
     # stream), so measuring never changes the training trajectory. Under attack the reference is
     # the union of the honest clients' batches (the first n - f): what a robust server can at
-    # best recover.
+    # best recover. In memory the probe's images are not augmented; streamed from disk
+    # (ImageNet-1K) they are cropped and flipped as training images are, with the draws of the
+    # probe's own stream (its batches measure the statistics of training-like batches).
     honest = cfg.n_clients - (cfg.f if cfg.attack != "none" else 0)
-    probe = ClientBatches(data.train_x, data.train_y, [p[:honest] for p in parts],
-                          cfg.batch_size, seeds, rng.PROBE)
+    probed = [p[:honest] for p in parts]
+    probe = (data.batches(probed, cfg.batch_size, seeds, rng.PROBE)
+             if isinstance(data, StreamedImages) else
+             ClientBatches(data.train_x, data.train_y, probed, cfg.batch_size, seeds, rng.PROBE))
     loop = _Loop(cfgs, models, data, trainer, probe, on_finish, active, resume)
     loop.label_dist = label_distributions(data, parts)
     return loop.run(saved)
@@ -284,19 +305,23 @@ def _saved_order(saved: dict, cfgs: Sequence[RunConfig]) -> list[int]:
     return [runs.index(saved["header"]["runs"][j]) for j in saved["active"]]
 
 
-def label_distributions(data: Arrays, parts: Sequence[Sequence[Tensor]]) -> Tensor:
+def label_distributions(data: Data, parts: Sequence[Sequence[Tensor]]) -> Tensor:
     """(R, n, classes): the fraction of each class in each client's training data, per run."""
     y = data.train_y
     return torch.stack([torch.stack([
-        torch.bincount(y[idx.to(y.device)], minlength=data.n_classes).to(data.train_x.dtype)
+        torch.bincount(y[idx.to(y.device)], minlength=data.n_classes).to(data.dtype)
         / max(len(idx), 1) for idx in run_parts]) for run_parts in parts])
 
 
-def training_batches(cfgs: Sequence[RunConfig], data: Arrays,
+def training_batches(cfgs: Sequence[RunConfig], data: Data,
                      parts: Sequence[Sequence[Tensor]]) -> ClientBatches:
     """The bundle's training sampler: each client's batches from its part of ``data``, augmented
-    as the runs' ``augment`` says (fednorm.data.augment.augment_for)."""
+    as the runs' ``augment`` says (fednorm.data.augment.augment_for); images on disk
+    (ImageNet-1K) are decoded, cropped and flipped in its worker processes
+    (fednorm.data.imagenet.StreamedBatches; fednorm.config allows no other augmentation)."""
     cfg = cfgs[0]
+    if isinstance(data, StreamedImages):
+        return data.batches(parts, cfg.batch_size, [c.seed for c in cfgs])
     return ClientBatches(data.train_x, data.train_y, parts, cfg.batch_size,
                          [c.seed for c in cfgs], rng.SAMPLE,
                          augment_for(cfg.augment, cfg.crop_padding))
@@ -320,8 +345,7 @@ class _Loop:
         """Train from step 0, or from the resume point ``saved`` (fednorm.fl.resume)."""
         cfg, trainer = self.cfg, self.trainer
         if saved is None:
-            self.record(0, torch.full((trainer.runs,), math.nan,
-                                      device=self.data.test_x.device))
+            self.record(0, torch.full((trainer.runs,), math.nan, device=self.data.device))
             loss_sum, since = 0.0, 0
         else:
             loss_sum, since = self.restore(saved)
@@ -383,7 +407,7 @@ class _Loop:
                  saved["steps"], len(self.active), self.store.path if self.store else "")
         loss_sum = saved["loss_sum"]
         if isinstance(loss_sum, Tensor):
-            loss_sum = loss_sum.to(self.data.test_x.device)
+            loss_sum = loss_sum.to(self.data.device)
         return loss_sum, saved["since"]
 
     def record(self, step: int, train_loss: Tensor) -> bool:
@@ -392,11 +416,12 @@ class _Loop:
         trainer = self.trainer
         if trainer.normalizer.static:  # HeteroFL: the statistics from one pass, then the test
             trainer.static_statistics(self.data.train_x)
-        acc, test_loss, local_acc = evaluate(trainer, self.data.test_x, self.data.test_y,
-                                             self.label_dist)
+        acc, test_loss, local_acc = evaluate_chunks(trainer, partial(self.data.chunks, "test"),
+                                                    self.label_dist)
         val_acc = acc.new_full((trainer.runs,), math.nan)  # no validation set held out
-        if self.data.val_x is not None:
-            val_acc, _, _ = evaluate(trainer, self.data.val_x, self.data.val_y, self.label_dist)
+        if self.data.val_y is not None:
+            val_acc, _, _ = evaluate_chunks(trainer, partial(self.data.chunks, "val"),
+                                            self.label_dist)
         trained = torch.isfinite(train_loss) | (step == 0)
         test_loss = torch.where(trained, test_loss, math.nan)
         acc = torch.where(torch.isfinite(test_loss), acc, math.nan)  # argmax over NaN: no acc
