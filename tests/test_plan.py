@@ -42,7 +42,8 @@ def test_paper_config_counts_the_issue_grids():
     compare = {"compare": 15 * 4 * 2 * 3,  # normalizer x split x E x seed
                "compare_central": 4 * 3,
                "compare_fedfn": 2 * 4 * 2 * 3,  # normalizer (none, bn) x split x E x seed
-               "tuning": 17 * 2 * 4 * 3}  # method x E x lr_scale x seed, Dir(0.1)
+               "compare_batch": 7 * 2 * 3,  # normalizer x batch size x seed
+               "tuning": 17 * 2 * 5 * 3}  # method x E x lr_scale x seed, Dir(0.1)
     assert {name: len(plan.experiments[name]) for name in {**fedtan, **compare}} == {
         **fedtan, **compare}
     # trained once: FBN's 'no attack' runs; FixBN's E = 500 at fixed rounds is the fixed-epochs
@@ -69,7 +70,7 @@ def test_paper_config_counts_the_issue_grids():
     assert len(plan.runs) == (144 + sum(byzantine.values()) + sum(fixbn.values())
                               + sum(fedtan.values()) + sum(compare.values())
                               + sum(tiny.values()) + sum(imagenet.values()) - shared)
-    assert len(plan.runs) == 1800 + 417 + 9
+    assert len(plan.runs) == 1944 + 417 + 9
     # ImageNet-1K: E = 2 epochs of a client of average size = 1,281 steps, 64 epochs of the
     # 10 participants' images = 320 rounds, lr x0.1 at 30, 60, 90 % of them (96, 192, 288)
     net = [plan.runs[r] for r in plan.experiments["fixbn_imagenet"]]

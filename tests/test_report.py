@@ -17,7 +17,8 @@ PROFILES = {"paper": ("config/config.yaml",), "quick": ("config/config.yaml", "c
             "test": ("config/config.yaml", ".test/config.yaml")}
 # The figures of config/config.yaml that no paper has (README, The figures)
 OURS = {"fbn/norm_error_curves", "fbn/norm_error_vs_heterogeneity", "fbn/byzantine_norm_error",
-        "compare/heatmap", "compare/table", "compare/norm_error", "compare/tuning"}
+        "compare/heatmap", "compare/table", "compare/norm_error", "compare/tuning",
+        "compare/small_batch"}
 
 
 def _plan(profile):
