@@ -56,8 +56,7 @@ class Arrays:
         if x is None or y is None:
             raise ValueError(f"{self.name}: split {split!r} has no images; allowed: 'test', "
                              f"or 'val' once a validation set is held out")
-        for i in range(0, len(x), size):
-            yield x[i : i + size], y[i : i + size]
+        return slices(x, y, size)
 
     def split_train(self, keep: Tensor, val: Tensor) -> Arrays:
         """The training images ``keep`` kept for training, the images ``val`` held out as the
@@ -78,6 +77,12 @@ class Arrays:
             val_x=None if self.val_x is None else self.val_x.to(device),
             val_y=None if self.val_y is None else self.val_y.to(device),
         )
+
+
+def slices(x: Tensor, y: Tensor, size: int) -> Iterator[tuple[Tensor, Tensor]]:
+    """Images ``x`` and labels ``y`` in order, ``size`` at a time."""
+    for i in range(0, len(x), size):
+        yield x[i : i + size], y[i : i + size]
 
 
 HOLD_OUT_SEED = 0  # the same validation images for every run of a dataset

@@ -28,7 +28,7 @@ from torch.func import functional_call, vmap
 from fednorm import rng
 from fednorm.config import RunConfig, bundle_key
 from fednorm.data import Arrays
-from fednorm.data.arrays import hold_out
+from fednorm.data.arrays import hold_out, slices
 from fednorm.data.augment import augment_for
 from fednorm.data.imagenet import StreamedImages
 from fednorm.data.partition import partition
@@ -65,9 +65,7 @@ class TrainResult:
 def evaluate(trainer: _Trainer, x: Tensor, y: Tensor, label_dist: Tensor
              ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`evaluate_chunks` on the images ``x`` and labels ``y`` held in memory."""
-    return evaluate_chunks(
-        trainer, lambda size: ((x[i : i + size], y[i : i + size]) for i in range(0, len(x), size)),
-        label_dist)
+    return evaluate_chunks(trainer, partial(slices, x, y), label_dist)
 
 
 @torch.no_grad()
