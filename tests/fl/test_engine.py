@@ -32,6 +32,17 @@ from fednorm.robust import Server, coordinate_median, nearest_neighbour_mixing
 N_CLIENTS, B, SIZE = 3, 4, 8
 
 
+@pytest.fixture(autouse=True)
+def _float64():
+    """Every comparison here is of two ways to compute the same thing: in float64 (models and
+    data of this module) they agree to rounding of ~1e-12, whatever the machine's threads, so a
+    bug shows at order 1 and no float32 tolerance is tuned to one machine."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(default)
+
+
 def tiny_config(**overrides):
     values = dict(
         dataset="synthetic", n_train=60, n_test=20, image_size=SIZE, model="fbn_cnn", width=4,
@@ -49,7 +60,7 @@ def client_data(seed: int = 0, per_client: int = 6, n_clients: int = N_CLIENTS):
     gen = torch.Generator().manual_seed(seed)
     n = n_clients * per_client
     owner = torch.arange(n) // per_client
-    x = torch.randn(n, 3, SIZE, SIZE, generator=gen) + owner.float().view(-1, 1, 1, 1) / 2
+    x = torch.randn(n, 3, SIZE, SIZE, generator=gen) + owner.double().view(-1, 1, 1, 1) / 2
     y = torch.randint(0, 10, (n,), generator=gen)
     parts = [torch.arange(i * per_client, (i + 1) * per_client) for i in range(n_clients)]
     return x, y, parts
@@ -74,7 +85,7 @@ def twin_models(cfg):
     return a, b
 
 
-def assert_models_close(a, b, rtol=1e-5, atol=1e-5):
+def assert_models_close(a, b, rtol=1e-9, atol=1e-12):
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     for k in sa:
@@ -104,13 +115,13 @@ def test_dsgd_gn_two_steps_equal_sgd_on_the_union_batch():
             client_grads.append(torch.autograd.grad(F.nll_loss(ref(xb[rows]), yb[rows]),
                                                     list(ref.parameters())))
         for g, *gi in zip(grads, *client_grads, strict=True):
-            torch.testing.assert_close(g, torch.stack(gi).mean(0), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(g, torch.stack(gi).mean(0), rtol=1e-9, atol=1e-12)
         with torch.no_grad():
             for p, m, g in zip(ref.parameters(), momenta, grads, strict=True):
                 m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)  # ema convention
                 p.sub_(cfg.lr[0] * m)
-        torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-6, atol=1e-6)
-        assert_models_close(model, ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-9, atol=1e-12)
+        assert_models_close(model, ref, rtol=1e-9, atol=1e-12)
     # The step was not a no-op.
     assert not torch.equal(model.classifier[1].weight, twin_models(cfg)[0].classifier[1].weight)
 
@@ -129,7 +140,7 @@ def test_fedavg_with_one_local_step_equals_dsgd(normalizer):
     assert isinstance(dsgd, DSGD) and isinstance(avg, FedAvg)
     for step in range(cfg.steps):  # fixbn: 2 steps of BatchStats, then 2 frozen
         la, lb = dsgd.round(step), avg.round(step)
-        torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(la, lb, rtol=1e-9, atol=1e-12)
     assert_models_close(m_dsgd, m_avg)
     if normalizer != "gn":  # the running statistics moved away from (0, 1)
         layer = bn_layers(m_avg)[0]
@@ -245,7 +256,7 @@ def test_fbn_with_local_steps_equals_per_client_loop():
                 new[f"{layer.key}.running_var"] = (
                     new[f"{layer.key}.running_var"] + K * n / ((K * n - 1) * beta_e) * spread)
             m_ref.load_state_dict(new)
-    assert_models_close(m_avg, m_ref, rtol=1e-4, atol=1e-5)
+    assert_models_close(m_avg, m_ref, rtol=1e-9, atol=1e-12)
     layer = bn_layers(m_avg)[0]
     assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
 
@@ -297,7 +308,7 @@ def test_hybrid_bn_with_local_steps_equals_per_client_loop_and_pools_the_round_b
                 new[f"{layer.key}.running_var"] = ((1 - beta) * layer.running_var
                                                    + beta * N / (N - 1) * pooled)
             m_ref.load_state_dict(new)
-    assert_models_close(m_avg, m_ref, rtol=1e-4, atol=1e-5)
+    assert_models_close(m_avg, m_ref, rtol=1e-9, atol=1e-12)
     layer = bn_layers(m_avg)[0]
     assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
     assert not torch.allclose(layer.mix, torch.zeros_like(layer.mix))  # d trained
@@ -338,7 +349,7 @@ def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise(
         for name, p in m_ref.named_parameters():
             p.sub_(torch.stack([s[name] for s in steps]).mean(0))
     assert clipped_units > 10
-    assert_models_close(m_run, m_ref, rtol=1e-5, atol=1e-6)
+    assert_models_close(m_run, m_ref, rtol=1e-9, atol=1e-12)
 
 
 def test_adaptive_clip_is_brock_et_al_eq_3_per_unit_and_per_leading_index():
@@ -413,7 +424,7 @@ def test_fixbn_freezes_running_stats_after_t_star_and_normalizes_with_them():
     shape = (1, -1, 1, 1)
     expected = ((captured["inp"] - mean.view(shape)) / torch.sqrt(var.view(shape) + cfg.bn_eps)
                 * layer.weight.detach().view(shape) + layer.bias.detach().view(shape))
-    torch.testing.assert_close(captured["out"], expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(captured["out"], expected, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize(("steps", "local_steps", "freeze", "first_frozen"), [
@@ -491,8 +502,8 @@ def test_momentum_step_ema_is_pytorch_scaled_by_one_minus_beta():
     for g in gs:
         momentum_step([pe], [g], [me], lr=1.0, beta=beta, convention="ema")
         momentum_step([pp], [g], [mp], lr=1.0, beta=beta, convention="pytorch")
-    torch.testing.assert_close(me, (1 - beta) * mp, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(pe, (1 - beta) * pp, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(me, (1 - beta) * mp, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(pe, (1 - beta) * pp, rtol=1e-9, atol=1e-12)
 
 
 def test_momentum_step_unknown_convention_raises():
@@ -618,19 +629,19 @@ def test_dsgd_round_under_sign_flip_commits_the_mean_of_what_the_server_received
         inp = inputs[layer.key]  # (n*B, C, h, w)
         c = inp.shape[1]
         batch_means = inp.reshape(n, B, c, -1).transpose(1, 2).reshape(n, c, -1).mean(-1)
-        torch.testing.assert_close(sent.mean, beta * batch_means, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(sent.mean, beta * batch_means, rtol=1e-9, atol=1e-12)
         h = n - f
         assert torch.equal(got.mean[:h], sent.mean[:h]) and torch.equal(got.var[:h], sent.var[:h])
         flipped = -sent.mean[:h].sum(0) / h
-        torch.testing.assert_close(got.mean[h:], flipped.expand(f, -1), rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(got.mean[h:], flipped.expand(f, -1), rtol=1e-9, atol=1e-12)
         assert torch.all(got.var[h:] == cfg.var_floor)  # -(positive variances) -> the floor
         k = inp[:B].numel() // c
         assert layer.elements_per_client == k
         mean = got.mean.sum(0) / n
         spread = ((got.mean - mean) ** 2).sum(0) / n
         var = got.var.sum(0) / n + k * n / ((k * n - 1) * beta) * spread
-        torch.testing.assert_close(layer.running_mean, mean, rtol=1e-5, atol=1e-7)
-        torch.testing.assert_close(layer.running_var, var, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(layer.running_mean, mean, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(layer.running_var, var, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("normalizer", ["fbn", "bn"])
@@ -703,12 +714,12 @@ def test_fedavg_two_local_steps_under_alie_commits_the_robust_combine_of_receive
             vec = m + z * torch.sqrt(((honest - m) ** 2).sum(0) / (h - 1))
             vec = vec.clamp(min=cfg.var_floor) if clamp else vec
             sent_as = got.var if clamp else got.mean
-            torch.testing.assert_close(sent_as[h:], vec.expand(f, -1), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(sent_as[h:], vec.expand(f, -1), rtol=1e-9, atol=1e-12)
         k = layer.elements_per_client
         mean = robust(got.mean)
         var = robust(got.var) + k * n / ((k * n - 1) * beta_eff) * robust((got.mean - mean) ** 2)
-        torch.testing.assert_close(layer.running_mean, mean, rtol=1e-5, atol=1e-7)
-        torch.testing.assert_close(layer.running_var, var, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(layer.running_mean, mean, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(layer.running_var, var, rtol=1e-9, atol=1e-12)
 
 
 def client_updates_by_hand(cfg, model, xb, yb) -> torch.Tensor:
@@ -742,11 +753,11 @@ def test_attacked_updates_are_combined_by_the_servers_rule(aggregator, nnm):
     rows = torch.cat([honest, (-honest.mean(0)).expand(f, -1)])
     if aggregator == "mean":
         expected = 0.4 * honest.mean(0)
-        torch.testing.assert_close(rows.mean(0), expected, rtol=1e-5, atol=1e-8)
+        torch.testing.assert_close(rows.mean(0), expected, rtol=1e-9, atol=1e-12)
     else:
         expected = coordinate_median(nearest_neighbour_mixing(rows, f))
     trainer.round(0)
     moved = torch.cat([(p - q).reshape(-1) for p, q in zip(model.parameters(),
                                                             start.parameters(), strict=True)])
-    torch.testing.assert_close(moved, expected, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(moved, expected, rtol=1e-9, atol=1e-12)
     assert moved.abs().max() > 1e-4  # the round did move the weights

@@ -151,11 +151,12 @@ def decode_centre(path: str, size: int) -> np.ndarray:
     return np.asarray(out).transpose(2, 0, 1)
 
 
-def normalize(x: Tensor) -> Tensor:
-    """uint8 (..., 3, H, W) -> float32 ``(x/255 - mean_c) / std_c`` (ImageNet statistics)."""
-    mean = torch.tensor(IMAGENET_MEAN, device=x.device)[:, None, None]
-    std = torch.tensor(IMAGENET_STD, device=x.device)[:, None, None]
-    return (x.float() / 255.0 - mean) / std
+def normalize(x: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """uint8 (..., 3, H, W) -> ``(x/255 - mean_c) / std_c`` (ImageNet statistics) in ``dtype``
+    (float32 for training; float64 for the tests' exact comparisons)."""
+    mean = torch.tensor(IMAGENET_MEAN, device=x.device, dtype=dtype)[:, None, None]
+    std = torch.tensor(IMAGENET_STD, device=x.device, dtype=dtype)[:, None, None]
+    return (x.to(dtype) / 255.0 - mean) / std
 
 
 class _Steps(torch.utils.data.Dataset):
@@ -192,7 +193,7 @@ class StreamedBatches(ClientBatches):
     (rng.SAMPLE: the training batches; rng.PROBE: the normalization-error probe's, whose crops
     and flips come from a stream of their own too: :class:`ClientBatches`) picks the draws.
 
-    :meth:`sample` returns step t's ``x`` (R, n*b, 3, s, s) float32 normalized, on ``device``,
+    :meth:`sample` returns step t's ``x`` (R, n*b, 3, s, s) normalized in ``dtype``, on ``device``,
     and ``y`` (R, n*b). ``read_ahead`` (training): ``workers`` processes (torch's DataLoader)
     each decode a whole step, ``prefetch`` steps each, while the engine trains; a step asked out
     of order (calibration's step -1, a restart) starts the read-ahead again from it. Without
@@ -203,9 +204,10 @@ class StreamedBatches(ClientBatches):
     def __init__(self, files: ImageFiles, parts: Sequence[Sequence[Tensor]], batch_size: int,
                  seeds: Sequence[int], image_size: int, workers: int = 4, prefetch: int = 2,
                  device: torch.device | str = "cpu", stream: int = rng.SAMPLE,
-                 read_ahead: bool = True) -> None:
+                 read_ahead: bool = True, dtype: torch.dtype = torch.float32) -> None:
         super().__init__(None, files.labels, parts, batch_size, seeds, stream)
         self.files, self.image_size, self.device = files, image_size, torch.device(device)
+        self.dtype = dtype
         self.workers, self.prefetch, self.read_ahead = workers, prefetch, read_ahead
         self._ahead: Iterator[tuple[Tensor, Tensor]] | None = None
         self._next = 0  # the step that self._ahead yields next
@@ -230,7 +232,7 @@ class StreamedBatches(ClientBatches):
             x, y = next(self._ahead)
             self._next = step + 1
         x, y = x.view(*shape, *x.shape[1:]), y.view(shape)
-        return normalize(x.to(self.device, non_blocking=True)), y.to(self.device)
+        return normalize(x.to(self.device, non_blocking=True), self.dtype), y.to(self.device)
 
     def select(self, runs: Tensor) -> StreamedBatches:
         out = super().select(runs.cpu())  # the draws live on the CPU, with the workers
@@ -275,8 +277,9 @@ class StreamedImages:
     name: str = "imagenet"
     val: ImageFiles | None = None
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-
-    dtype = torch.float32  # the decoded images' (normalize); the models take it
+    # the decoded images' (normalize) and so the models': float32; float64 where a test
+    # compares runs exactly (dataclasses.replace(data, dtype=torch.float64))
+    dtype: torch.dtype = torch.float32
 
     @property
     def train_y(self) -> Tensor:
@@ -312,7 +315,7 @@ class StreamedImages:
         loader = torch.utils.data.DataLoader(_Chunks(files, size, self.image_size),
                                              batch_size=None, num_workers=self.workers)
         for x, y in loader:
-            yield normalize(x.to(self.device, non_blocking=True)), y.to(self.device)
+            yield normalize(x.to(self.device, non_blocking=True), self.dtype), y.to(self.device)
 
     def batches(self, parts: Sequence[Sequence[Tensor]], batch_size: int, seeds: Sequence[int],
                 stream: int = rng.SAMPLE) -> StreamedBatches:
@@ -321,10 +324,10 @@ class StreamedImages:
         step asked decoded alone by at most PROBE_WORKERS."""
         if stream == rng.SAMPLE:
             return StreamedBatches(self.train, parts, batch_size, seeds, self.image_size,
-                                   self.workers, device=self.device)
+                                   self.workers, device=self.device, dtype=self.dtype)
         return StreamedBatches(self.train, parts, batch_size, seeds, self.image_size,
                                min(self.workers, PROBE_WORKERS), device=self.device,
-                               stream=stream, read_ahead=False)
+                               stream=stream, read_ahead=False, dtype=self.dtype)
 
 
 def load_imagenet(data_dir: str | Path, image_size: int,
