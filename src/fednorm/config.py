@@ -46,6 +46,9 @@ CLIENT_MOMENTA = ("local", "reset", "global")
 # BN, or both.
 FIXBN_FIXES = ("stats", "affine", "both")
 FEDTAN_UNIONS = ("every_step", "first_step")
+HYBRIDBN_REPORTS = ("mixed", "batch")
+HYBRIDBN_EVALS = ("fresh", "global")
+HYBRIDBN_KEYS = ("hybridbn_stats_images", "hybridbn_report", "hybridbn_momentum", "hybridbn_eval")
 ATTACKS = ("none", "sf", "foe", "alie")  # fednorm.robust.attacks
 ATTACK_STATS = ("mean_var", "mean", "var")  # which statistics the Byzantine clients falsify
 AGGREGATORS = ("mean", "median", "trimmed_mean")  # fednorm.robust.aggregators
@@ -110,6 +113,15 @@ class RunConfig:
     # FedTAN's union statistics in every local step (the paper's description) or in the first
     # of each round only, the other steps naive BN (the authors' code; fednorm.fl.engine.FedTAN)
     fedtan_union: str = "every_step"
+    # Hybrid BN (docs/new-methods.md, its table of details; fednorm.norms.rules.HybridStats):
+    # images per client in the round-start forward of the global model whose statistics a
+    # client reports (the authors' code: one batch of 64)
+    hybridbn_stats_images: int = 64
+    hybridbn_report: str = "mixed"  # mixed: (1 - a) global + a batch (the code); batch: its own
+    hybridbn_momentum: float = 0.002  # the server's smoothing of G (the code's avg_momentum)
+    # fresh: each test recomputes G from the current global model, unsmoothed (the code);
+    # global: tests with the smoothed G the clients trained with
+    hybridbn_eval: str = "fresh"
     # federation
     n_clients: int = 10
     # fraction of the clients drawn (without replacement) to take part in each round (FedAvg) or
@@ -389,6 +401,10 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "agc_lambda": NumberIn(0, math.inf, low_open=True),
     "feature_norm": Boolean(),
     "fedtan_union": OneOf(FEDTAN_UNIONS),
+    "hybridbn_stats_images": IntIn(2),
+    "hybridbn_report": OneOf(HYBRIDBN_REPORTS),
+    "hybridbn_momentum": NumberIn(0, 1, low_open=True),
+    "hybridbn_eval": OneOf(HYBRIDBN_EVALS),
     "n_clients": IntIn(1),
     "participation": NumberIn(0, 1, low_open=True),
     "partition": OneOf(PARTITIONS),
@@ -490,6 +506,7 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "fedtan_union", cfg.fedtan_union,
                    f"'every_step' (the default) with normalizer '{cfg.normalizer}'; "
                    f"{list(FEDTAN_UNIONS)} with normalizer 'fedtan'")
+    _hybridbn_checks(cfg, where)
     if cfg.agc_lambda != AGC_LAMBDA and cfg.normalizer != "fedwon":
         raise fail(where, "agc_lambda", cfg.agc_lambda,
                    f"{AGC_LAMBDA} (the default) with normalizer '{cfg.normalizer}'; any positive "
@@ -502,6 +519,22 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         # momenta as honest ones would be a threat model of its own, not implemented
         raise fail(where, "client_momentum", cfg.client_momentum,
                    "'local' or 'reset' with attack_updates: true")
+
+
+def _hybridbn_checks(cfg: RunConfig, where: str) -> None:
+    """Hybrid BN's keys: any allowed value with ``hybridbn``, their defaults with the others;
+    its round-start forward draws from images held in memory (not ImageNet-1K's stream)."""
+    if cfg.normalizer != "hybridbn":
+        for key in HYBRIDBN_KEYS:
+            default = RunConfig.__dataclass_fields__[key].default
+            if getattr(cfg, key) != default:
+                raise fail(where, key, getattr(cfg, key),
+                           f"{default!r} (the default) with normalizer '{cfg.normalizer}'; "
+                           f"other values with normalizer 'hybridbn' only")
+    elif cfg.dataset == "imagenet":
+        raise fail(where, "normalizer", cfg.normalizer,
+                   "not 'hybridbn' with dataset 'imagenet' (its round-start statistics draw "
+                   "from images in memory; ImageNet-1K is streamed)")
 
 
 def _mnist5k_checks(cfg: RunConfig, where: str) -> None:
@@ -717,7 +750,8 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])
-    for key in ("foe_eps", "alie_z", "var_floor", "agc_lambda", "val_fraction", "lr_scale"):
+    for key in ("foe_eps", "alie_z", "var_floor", "agc_lambda", "val_fraction", "lr_scale",
+                "hybridbn_momentum"):
         if clean.get(key) is not None:
             clean[key] = float(clean[key])
     cfg = RunConfig(**clean)

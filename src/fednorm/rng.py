@@ -35,7 +35,7 @@ _MULT = 0x45D9F3B
 _GOLDEN = 0x9E3779B9  # 2**32 / golden ratio: offsets small salts before hashing
 
 # Streams of one run's randomness (fold a run's key with one of these first).
-SAMPLE, PROBE, DROPOUT, AUGMENT, PARTICIPATE = 1, 2, 3, 4, 5
+SAMPLE, PROBE, DROPOUT, AUGMENT, PARTICIPATE, STATISTICS = 1, 2, 3, 4, 5, 6
 
 
 def mix(x: Tensor) -> Tensor:

@@ -9,8 +9,9 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from client_loop import client_step
+from client_loop import client_step, hybrid_start_statistics
 
+from fednorm import rng
 from fednorm.config import RunConfig, run_config
 from fednorm.data.augment import augment_for
 from fednorm.fl.batches import ClientBatches
@@ -261,57 +262,105 @@ def test_fbn_with_local_steps_equals_per_client_loop():
     assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
 
 
-def test_hybrid_bn_with_local_steps_equals_per_client_loop_and_pools_the_round_by_hand():
-    """Hybrid BN (fednorm.norms.rules.HybridStats) with E = 2: within a round every client
-    normalizes with the round's global statistics G mixed with its batch (G does not move on
-    the clients); the server then pools the nE batches of the round, count-weighted, with the
-    unbiased pooled variance, smoothed once:
-        mean = (1 - beta) G_mean + beta mean_j m_j,
-        var  = (1 - beta) G_var + beta N/(N-1) (mean_j v_j + mean_j (m_j - mean_j m_j)^2),
-    j over the clients' batches of the round, N = nEK. Written here with a per-client loop and
-    the formula by hand from each batch's raw statistics."""
-    cfg = tiny_config(normalizer="hybridbn", local_steps=2, steps=4, momentum=0.5)
-    m_avg, m_ref, replay = trained_and_twin(cfg)
-    n, E, beta = cfg.n_clients, cfg.local_steps, cfg.bn_momentum
+def hybrid_trainer(cfg, lr: float | None = None, seed: int = 4):
+    """A float64 Hybrid BN model with d drawn per channel (a mixes visibly), its twin, a
+    FedAvg/DSGD trainer over client_data and a replay of its draws (seed ``seed``)."""
+    if lr is not None:
+        cfg = run_config({**cfg.identity(), "lr": [lr]})
+    m_run, m_ref = twin_models(cfg)
+    gen = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for model in (m_run, m_ref):
+            model.double()
+            for layer in bn_layers(model):
+                layer.mix.copy_(torch.randn(layer.mix.shape, generator=gen.manual_seed(11)))
+    x, y, parts = client_data()
+    x = x.double()
+    trainer = make_trainer([cfg], [m_run], normalizer_for(cfg), batches_for(x, y, parts, seed))
+    return m_run, m_ref, trainer, batches_for(x, y, parts, seed)
+
+
+def stats_images(replay: ClientBatches, cfg, first_step: int) -> list[torch.Tensor]:
+    """Each client's images of the round-start forward (Hybrid BN's own draws)."""
+    stat = replay.resized(cfg.hybridbn_stats_images, rng.STATISTICS)
+    xs, _ = draw(stat, first_step)
+    S = cfg.hybridbn_stats_images
+    return [xs[i * S:(i + 1) * S] for i in range(cfg.n_clients)]
+
+
+@pytest.mark.parametrize("report", ["mixed", "batch"])
+@pytest.mark.parametrize("local_steps", [1, 2])
+def test_hybrid_bn_round_equals_per_client_loop_with_global_model_statistics(report,
+                                                                              local_steps):
+    """Hybrid BN, Algorithm 1 (fednorm.norms.rules.HybridStats), in float64: a round equals a
+    per-client loop in which (a) each client first runs the downloaded global model on its
+    own round-start images, each BN layer written out by hand (tests/fl/client_loop.py), the
+    server pooling the reported (mixed or raw) statistics count-weighted and smoothing them
+    with hybridbn_momentum; (b) then each client trains E steps normalizing with the round's
+    G mixed with its batch (G does not move on the clients); (c) the server averages the
+    parameters. Two rounds, DSGD (E = 1) and FedAvg (E = 2)."""
+    cfg = tiny_config(normalizer="hybridbn", local_steps=local_steps, steps=2 * local_steps,
+                      momentum=0.5, hybridbn_report=report, hybridbn_momentum=0.3,
+                      hybridbn_stats_images=5)
+    m_run, m_ref, trainer, replay = hybrid_trainer(cfg)
+    assert isinstance(trainer, DSGD if local_steps == 1 else FedAvg)
+    for first in range(0, cfg.steps, cfg.local_steps):
+        trainer.round(first)
+    n, E = cfg.n_clients, cfg.local_steps
     momenta = [[torch.zeros_like(p) for p in m_ref.parameters()] for _ in range(n)]
-    step = 0
-    for _ in range(cfg.steps // E):
+    for first in range(0, cfg.steps, E):
+        new_stats = hybrid_start_statistics(m_ref, stats_images(replay, cfg, first), report,
+                                            cfg.hybridbn_momentum)
         clients = [copy.deepcopy(m_ref) for _ in range(n)]
-        raw: dict[str, list] = {}
-        for _ in range(E):
+        for step in range(first, first + E):
             xb, yb = draw(replay, step)
-            step += 1
             for i, client in enumerate(clients):
                 rows = slice(i * B, (i + 1) * B)
                 bn_layers(client)
-                ctx = NormContext(HybridStats(), 1, n * E, beta, batches={})
-                with norm_context(ctx):
+                with norm_context(NormContext(HybridStats(report), 1, n, cfg.bn_momentum)):
                     loss = F.nll_loss(client(xb[rows]), yb[rows])
                 grads = torch.autograd.grad(loss, list(client.parameters()))
                 with torch.no_grad():
                     for p, m, g in zip(client.parameters(), momenta[i], grads, strict=True):
                         m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)
                         p.sub_(cfg.lr[0] * m)
-                for key, stats in ctx.batches.items():
-                    raw.setdefault(key, []).append(stats)
         with torch.no_grad():
             states = [c.state_dict() for c in clients]
             new = {k: torch.stack([st[k] for st in states]).mean(0) for k in states[0]}
-            K = {la.key: la.elements_per_client for la in bn_layers(clients[0])}  # b*H*W
-            for layer in bn_layers(m_ref):
-                means = torch.cat([s.mean for s in raw[layer.key]])  # (nE, C)
-                vars_ = torch.cat([s.var for s in raw[layer.key]])
-                N = n * E * K[layer.key]
-                pooled = vars_.mean(0) + ((means - means.mean(0)) ** 2).mean(0)
-                new[f"{layer.key}.running_mean"] = ((1 - beta) * layer.running_mean
-                                                    + beta * means.mean(0))
-                new[f"{layer.key}.running_var"] = ((1 - beta) * layer.running_var
-                                                   + beta * N / (N - 1) * pooled)
+            for name, (mean, var) in new_stats.items():
+                new[f"{name}.running_mean"], new[f"{name}.running_var"] = mean, var
             m_ref.load_state_dict(new)
-    assert_models_close(m_avg, m_ref, rtol=1e-9, atol=1e-12)
-    layer = bn_layers(m_avg)[0]
+        if E == 1:  # DSGD keeps one momentum buffer: the clients' mean (linear update)
+            mean_m = [torch.stack(ms).mean(0) for ms in zip(*momenta, strict=True)]
+            momenta = [[m.clone() for m in mean_m] for _ in range(n)]
+    assert_models_close(m_run, m_ref, rtol=1e-8, atol=1e-9)  # sums in another order
+    for layer in bn_layers(m_run):  # the statistics: to float64's rounding
+        for stat in ("running_mean", "running_var"):
+            torch.testing.assert_close(getattr(layer, stat),
+                                       m_ref.get_submodule(layer.key).get_buffer(stat),
+                                       rtol=1e-10, atol=1e-12)
+    layer = bn_layers(m_run)[0]
     assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
-    assert not torch.allclose(layer.mix, torch.zeros_like(layer.mix))  # d trained
+
+
+def test_hybrid_bn_global_statistics_after_a_round_do_not_depend_on_the_learning_rate():
+    """Algorithm 1's statistics come from the downloaded global model, before local training:
+    after one round of E = 3 local steps, lr 1e-4 and 0.5 give bit-identical global
+    statistics (pooling the training batches of the locally updated weights, as the engine
+    did before, made them differ by ~1e-2), while the parameters do differ."""
+    cfg = tiny_config(normalizer="hybridbn", local_steps=3, steps=3, momentum=0.5,
+                      hybridbn_momentum=0.5)
+    stats, params = [], []
+    for lr in (1e-4, 0.5):
+        model, _, trainer, _ = hybrid_trainer(cfg, lr=lr)
+        trainer.round(0)
+        stats.append({k: t.clone() for k, t in model.state_dict().items() if "running" in k})
+        params.append(model.classifier[3].bias.detach().clone())
+    for k in stats[0]:
+        torch.testing.assert_close(stats[0][k], stats[1][k], rtol=0, atol=0,
+                                   msg=lambda m, k=k: f"{k}: {m}")
+    assert not torch.allclose(params[0], params[1])
+    assert not torch.allclose(stats[0][next(iter(stats[0]))], torch.zeros(1, dtype=torch.float64))
 
 
 def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise():

@@ -17,6 +17,7 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from client_loop import hybrid_start_statistics
 
 from fednorm import rng
 from fednorm.config import ConfigError, bundle_key, participants_per_round, run_config
@@ -184,15 +185,23 @@ def per_client_reference(cfg, model, x, y, parts, rounds):
     parameters and (naive BN) running statistics. Idle clients do nothing.
 
     Hybrid BN (``normalizer: hybridbn``): the clients' statistics stay the round's global G;
-    the server pools the participants' mE batches of the round by hand (:func:`hybrid_pool`).
+    the server pools the statistics of the downloaded global model on the participants'
+    round-start images alone (tests/fl/client_loop.py, drawn for all n clients: a
+    participant's rows are the same).
     """
     n, E = cfg.n_clients, cfg.local_steps
     hybrid = cfg.normalizer == "hybridbn"
     replay = ClientBatches(x, y, [parts], B, [cfg.seed])
+    S = cfg.hybridbn_stats_images
+    stat_replay = replay.resized(S, rng.STATISTICS)
     buffers: dict[int, list[torch.Tensor]] = {}
     for rnd in range(rounds):
         first = rnd * E
         who = drawn(cfg, first)
+        if hybrid:
+            xs = stat_replay.sample(first)[0][0]
+            new_stats = hybrid_start_statistics(model, [xs[i * S:(i + 1) * S] for i in who],
+                                                cfg.hybridbn_report, cfg.hybridbn_momentum)
         clients = {i: copy.deepcopy(model) for i in who}
         layers = {i: bn_layers(c) for i, c in clients.items()}  # names the report keys
         opts = {}
@@ -202,23 +211,18 @@ def per_client_reference(cfg, model, x, y, parts, rounds):
             if i in buffers:
                 for p, buf in zip(client.parameters(), buffers[i], strict=True):
                     opts[i].state[p]["momentum_buffer"] = buf.clone()
-        raw: dict[str, list] = {}  # Hybrid BN: each layer's raw (mean, var) of every batch
         for e in range(E):
             xb, yb = (t[0] for t in replay.sample(first + e))
             for i, client in clients.items():
                 rows = slice(i * B, (i + 1) * B)
                 ctx = NormContext(HybridStats() if hybrid else BatchStats(), 1, n,
-                                  cfg.bn_momentum, batches={})
+                                  cfg.bn_momentum)
                 opts[i].zero_grad()
                 with norm_context(ctx):
                     F.nll_loss(client(xb[rows]), yb[rows]).backward()
                 opts[i].step()
                 with torch.no_grad():
-                    for layer in layers[i]:
-                        if hybrid:
-                            raw.setdefault(layer.key, []).append(
-                                (ctx.batches[layer.key], layer.elements_per_client))
-                            continue
+                    for layer in [] if hybrid else layers[i]:  # Hybrid BN: G stays
                         layer.running_mean.copy_(ctx.reports[layer.key].mean[0])
                         layer.running_var.copy_(ctx.reports[layer.key].var[0])
         for i, client in clients.items():
@@ -226,23 +230,10 @@ def per_client_reference(cfg, model, x, y, parts, rounds):
                           for p in client.parameters()]
         states = [c.state_dict() for c in clients.values()]
         new = {k: torch.stack([s[k] for s in states]).mean(0) for k in states[0]}
-        for layer in bn_layers(model) if hybrid else []:
-            new[f"{layer.key}.running_mean"], new[f"{layer.key}.running_var"] = hybrid_pool(
-                layer.running_mean, layer.running_var, raw[layer.key], cfg.bn_momentum)
+        for name, (mean, var) in new_stats.items() if hybrid else ():
+            new[f"{name}.running_mean"], new[f"{name}.running_var"] = mean, var
         model.load_state_dict(new)
     return model, buffers
-
-
-def hybrid_pool(g_mean, g_var, batches, beta):
-    """Hybrid BN's server step by hand: the batches' ((mean, biased var), K) of the round's
-    participants pooled count-weighted (all K equal) into the mean and unbiased variance of
-    their union, N = sum K values (law of total variance), then smoothed from G by beta."""
-    means = torch.cat([s.mean for s, _ in batches])  # (mE, C)
-    vars_ = torch.cat([s.var for s, _ in batches])
-    N = sum(k for _, k in batches)
-    mean = means.mean(0)
-    pooled = N / (N - 1) * (vars_.mean(0) + ((means - mean) ** 2).mean(0))
-    return (1 - beta) * g_mean + beta * mean, (1 - beta) * g_var + beta * pooled
 
 
 def fresh_model(cfg):
@@ -343,8 +334,9 @@ def test_idle_clients_statistics_stay_out_of_the_bn_aggregation(normalizer):
 def test_hybrid_bn_pools_only_the_drawn_participants_batches(rounds):
     """Hybrid BN with E = 2 and m = 2 of 5 clients: parameters (the mixing weights d among
     them) and the global statistics as the per-client loop with the server's pool by hand over
-    the participants' 2 x 2 batches of each round. In one round the idle clients' images are
-    shifted by +100: pooled in, they would move every channel mean of the first layer by ~50."""
+    the participants' round-start statistics of the global model. In one round the idle
+    clients' images are shifted by +100: pooled in, they would move every channel mean of the
+    first layer by far more than 5."""
     cfg = config(normalizer="hybridbn", steps=2 * rounds)
     assert cfg.participants == 2
     who = drawn(cfg, 0)

@@ -457,13 +457,24 @@ def test_hybrid_bn_at_start_mixes_global_and_batch_statistics_half_and_half():
     (g_layer,) = torch.autograd.grad((out * r).sum(), x)
     (g_want,) = torch.autograd.grad((want.reshape(x.shape) * r).sum(), x)
     torch.testing.assert_close(g_layer, g_want, rtol=1e-10, atol=1e-12)
-    # it reports as FBN does (the server step is FBN's, over a round's pooled rows)
+    # ``hybridbn_report: batch``: it reports as FBN does (the server step is FBN's)
     fbn, _ = make_pair(NONTRIVIAL)
     bn_layers(fbn)
     _, fbn_ctx = fed_forward(fbn, x, FederatedStats())
+    _, raw_ctx = fed_forward(hybrid, x, HybridStats("batch"))
     for stat in ("mean", "var"):
-        torch.testing.assert_close(getattr(ctx.reports[hybrid.key], stat),
+        torch.testing.assert_close(getattr(raw_ctx.reports[hybrid.key], stat),
                                    getattr(fbn_ctx.reports[fbn.key], stat), rtol=0, atol=0)
+    # ``mixed`` (the default, the authors' code): the mixture it normalized with, moved from G
+    # by beta with FBN's Kn/(Kn-1)
+    K = B * H * W
+    unbias = K * N_CLIENTS / (K * N_CLIENTS - 1)
+    report = ctx.reports[hybrid.key]
+    torch.testing.assert_close(report.mean, (1 - BETA) * NONTRIVIAL[0] + BETA * mean.detach(),
+                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(report.var,
+                               (1 - BETA) * NONTRIVIAL[1] + BETA * unbias * var.detach(),
+                               rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(("mix", "reference"), [(-40.0, FederatedStats()), (40.0, BatchStats())],
@@ -483,23 +494,18 @@ def test_hybrid_bn_limits_are_frozen_global_bn_and_plain_bn(mix, reference):
     torch.testing.assert_close(g_out, g_want, rtol=1e-8, atol=1e-9)
 
 
-def test_hybrid_bn_server_step_is_the_smoothed_pooled_union_of_every_batch_by_hand():
-    """The server's step over a round of E = 2 steps of n clients (the engine passes nE as n):
-    mean <- (1-beta) G + beta * mean of all nEK values, var <- (1-beta) G_var + beta * their
+def test_hybrid_bn_server_step_is_the_smoothed_pooled_union_of_the_clients_values_by_hand():
+    """The server's step over the n clients' raw reports (``hybridbn_report: batch``):
+    mean <- (1-beta) G + beta * mean of all nK values, var <- (1-beta) G_var + beta * their
     unbiased variance: computed here from the concatenated values themselves."""
-    E = 2
-    batches = [client_batches(seed=s) for s in (0, 1)]
+    x = client_batches()
     hybrid, _ = hybrid_pair(NONTRIVIAL, 0.0)
     layers = bn_layers(hybrid)
-    reports = []
-    for x in batches:
-        ctx = NormContext(HybridStats(), N_CLIENTS, N_CLIENTS * E, BETA)
-        with norm_context(ctx):
-            hybrid(x)
-        reports.append(ctx.reports[hybrid.key])
-    pooled = Stats(torch.cat([r.mean for r in reports]), torch.cat([r.var for r in reports]))
-    commit_stats(layers, {hybrid.key: pooled}, HybridStats(), N_CLIENTS * E, BETA)
-    values = torch.cat([per_channel(x) for x in batches], dim=1)  # (C, nEK)
+    ctx = NormContext(HybridStats("batch"), N_CLIENTS, N_CLIENTS, BETA)
+    with norm_context(ctx):
+        hybrid(x)
+    commit_stats(layers, ctx.reports, HybridStats("batch"), N_CLIENTS, BETA)
+    values = per_channel(x)  # (C, nK)
     torch.testing.assert_close(hybrid.running_mean,
                                (1 - BETA) * NONTRIVIAL[0] + BETA * values.mean(1),
                                rtol=1e-12, atol=1e-12)

@@ -70,6 +70,16 @@ class ClientBatches:
                                         participants.local_steps)
         return out
 
+    def resized(self, batch_size: int, stream: int) -> ClientBatches:
+        """This sampler drawing ``batch_size`` examples per client from draws of their own,
+        ``stream`` folded into its keys (Hybrid BN's round-start statistics: rng.STATISTICS),
+        for the same clients (the same participants) at every step."""
+        out = copy.copy(self)
+        out.b = batch_size
+        out.keys = rng.fold(self.keys, stream)
+        out.augment_keys = rng.fold(self.augment_keys, stream)
+        return out
+
     def _clients(self, step: int, per_client: Tensor) -> Tensor:
         """``per_client`` (R, n, ...), the rows of the clients whose batches are drawn at
         ``step``: all n, or the round's participants (R, m, ...)."""

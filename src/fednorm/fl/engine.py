@@ -64,7 +64,8 @@ at the round's end (an idle client's own momentum, ``local``, stays as it was), 
 draws their batches alone (:meth:`fednorm.fl.batches.ClientBatches.for_participants`, the same
 rows as the full draw), and the server's averages are the plain means over the m rows, with
 n = m in the normalizer's Kn/(Kn-1) factors (FBN: a client reports, and the server spreads,
-with the union of the m participants' batches; Hybrid BN pools the round's mE batches). So a
+with the union of the m participants' batches; Hybrid BN pools the m participants'
+round-start statistics). So a
 step costs the work and memory of m clients, not n: what makes 10 % of ImageNet's 100 clients
 fit. ``global`` momenta: every client, idle ones included, starts the next round from the mean
 of the participants' momenta; ``reset`` zeroes all; the training loss reported is the
@@ -251,6 +252,11 @@ class _Trainer:
                 participation_keys([c.seed for c in cfgs], first.device), self.n,
                 self.cfg.participants, self.cfg.local_steps))
         self.dynamics: Dynamics | None = None  # the training dynamics' recorder, when asked
+        # Hybrid BN: the images of each client's round-start forward of the global model, drawn
+        # apart from the training batches (its own stream; the same participants)
+        self.stat_batches = (self.batches.resized(self.cfg.hybridbn_stats_images,
+                                                  rng.STATISTICS)
+                             if self.normalizer.name == "hybridbn" else None)
 
     @property
     def runs(self) -> int:
@@ -267,6 +273,8 @@ class _Trainer:
         self.models = [self.models[i] for i in idx]
         self.state = self.state.select(runs)
         self.batches = self.batches.select(runs)
+        if self.stat_batches is not None:
+            self.stat_batches = self.stat_batches.select(runs)
         self.lrs, self.dropout_keys = self.lrs[runs], self.dropout_keys[runs]
         self.server_of, self.momentum_mode = self.server_of[runs], self.momentum_mode[runs]
         if self.dynamics is not None:
@@ -347,7 +355,7 @@ class _Trainer:
         reports, batches)); the loss is the mean over the batch (= the mean of the clients'
         losses), differentiated times ``loss_scale``; ``batches``: see :meth:`forward_fn`
         (recorded when the run has a recorder); ``union_clients``: the n of the rules'
-        Kn/(Kn-1) when not n_clients (Hybrid BN's pool of a round's nE batches)."""
+        Kn/(Kn-1) when not n_clients (the round's m participants)."""
         forward = self.forward_fn(rule, n_groups, self.cfg.bn_momentum,
                                   record=self.dynamics is not None, union_clients=union_clients)
 
@@ -376,14 +384,14 @@ class _Trainer:
         )
 
     @torch.no_grad()
-    def _commit(self, reports: Reports, rule: StatRule, beta: float, n: int | None = None
-                ) -> None:
+    def _commit(self, reports: Reports, rule: StatRule, beta: float, n: int | None = None,
+                K: dict[str, int] | None = None) -> None:
         """Every run's server aggregates its clients' (R, n, C) reports into its statistics;
-        ``n``: the rows when not n_clients (the round's m participants; a pool of several
-        steps' reports: the clients times the steps)."""
+        ``n``: the rows when not n_clients (the round's m participants); ``K``: each layer's
+        values per client and channel when not those of the last forward."""
         if not self.layers:
             return
-        K = {la.key: la.elements_per_client for la in self.layers}
+        K = K or {la.key: la.elements_per_client for la in self.layers}
         rows = n or self.n
 
         def aggregate(rep: Reports, which: Tensor) -> Reports:
@@ -398,6 +406,58 @@ class _Trainer:
         for key, (mean, var) in new.items():
             self.state.stats[f"{key}.running_mean"].copy_(mean)
             self.state.stats[f"{key}.running_var"].copy_(var)
+
+    @torch.no_grad()
+    def start_statistics(self, rule: StatRule, first_step: int, beta: float | None = None
+                         ) -> tuple[Reports, dict[str, int]]:
+        """Hybrid BN's reports (Algorithm 1): each client of the round from ``first_step`` (all
+        n, or its m participants) runs the downloaded global model in training mode, with no
+        gradient, over its own ``hybridbn_stats_images`` images; (R, n or m, C) per layer,
+        moved from the global statistics by ``beta`` (``hybridbn_momentum`` unless given;
+        ``rule.report``). All
+        clients share the weights, so this is one forward over their stacked images, the
+        layers' statistics per client from the client dimension. Also returns each layer's K
+        in this forward (S*H*W, for the server's N/(N-1))."""
+        assert self.stat_batches is not None
+        x, _ = self.stat_batches.sample(first_step)
+        clients = x.shape[1] // self.stat_batches.b
+        beta = self.cfg.hybridbn_momentum if beta is None else beta
+        forward = over_runs(self.forward_fn(rule, clients, beta, union_clients=clients),
+                            self.runs)
+        _, reports, _ = forward(self.state.params, self.state.stats, x,
+                                rng.fold(self.dropout_keys, rng.STATISTICS, first_step))
+        return reports, {la.key: la.elements_per_client for la in self.layers}
+
+    def _commit_start_statistics(self, start: tuple[Reports, dict[str, int]], rule: StatRule
+                                 ) -> None:
+        """The server's step of Hybrid BN: the clients' round-start reports (with their K)
+        pooled and smoothed by ``hybridbn_momentum`` (HybridStats; n = the clients that
+        reported)."""
+        reports, K = start
+        rows = next(iter(reports.values()))[0].shape[1]
+        with self._observed_round():
+            self._commit(reports, rule, self.cfg.hybridbn_momentum, n=rows, K=K)
+
+    @contextlib.contextmanager
+    def evaluation_statistics(self, step: int) -> Iterator[None]:
+        """Around a test at ``step``: with ``hybridbn_eval: fresh`` (the authors' code), the
+        global statistics recomputed from the current global model as at a round's start
+        (the last round's clients and images, beta = 1: unsmoothed), for the test alone; the
+        clients' G is restored after it. Otherwise nothing changes."""
+        rule = self.normalizer.rule_at(step)
+        if self.stat_batches is None or self.cfg.hybridbn_eval != "fresh" or rule is None:
+            yield
+            return
+        kept = {k: s.clone() for k, s in self.state.stats.items()}
+        last = max(step - self.cfg.local_steps, 0)
+        reports, K = self.start_statistics(rule, last, beta=1.0)  # beta 1: the pooled ones
+        self._commit(reports, rule, 1.0, n=next(iter(reports.values()))[0].shape[1], K=K)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for k, s in self.state.stats.items():
+                    s.copy_(kept[k])
 
     @torch.no_grad()
     def calibrate(self) -> None:
@@ -415,19 +475,19 @@ class _Trainer:
         raise NotImplementedError
 
     def _fused_step(self, step: Callable, params: dict[str, Tensor], rule: StatRule | None,
-                    t: int, names: list[str]) -> Tensor:
+                    t: int, names: list[str], commit: bool = True) -> Tensor:
         """Step ``t`` of all clients of every run in one forward over their stacked batches
         (``step``: DSGD's gradient at the global weights, FedTAN's at each client's own),
         normalized by ``rule`` with the global statistics, which the server then commits at
-        once; ``params`` (the global ones or the clients') are stepped in place. Returns the
-        (R,) loss."""
+        once (unless not ``commit``: Hybrid BN reports at the round's start); ``params`` (the
+        global ones or the clients') are stepped in place. Returns the (R,) loss."""
         x, y = self.batches.sample(t)
         grads, (loss, reports, batches) = step(params, self.state.stats, x, y,
                                                rng.fold(self.dropout_keys, t))
         if self.dynamics is not None:
             self.dynamics.observe_step(batches, self.state.stats)
         self._optimize(names, params, grads, t)
-        if self.layers:
+        if self.layers and commit:
             with self._observed_round():
                 self._commit(reports, rule, self.cfg.bn_momentum)
         return loss
@@ -496,9 +556,13 @@ class DSGD(_Trainer):
     def round(self, first_step: int) -> Tensor:
         self.start_round()
         rule = self.normalizer.rule_at(first_step)
+        start = (self.start_statistics(rule, first_step)
+                 if rule is not None and rule.reports_at_round_start and self.layers else None)
         step = over_runs(self.grad_fn(rule, self.n), self.runs)
         loss = self._fused_step(step, self.state.params, rule, first_step,
-                                self.trainable(first_step))
+                                self.trainable(first_step), commit=start is None)
+        if start is not None:
+            self._commit_start_statistics(start, rule)
         self.end_round()
         return loss
 
@@ -547,12 +611,11 @@ class FedAvg(_Trainer):
         stats = {k: self._per_client(s, n) for k, s in self.state.stats.items()}
         for k, own in self.local.items():  # personalized BN: each client's own parts
             (params if k in params else stats)[k] = own.clone()  # (never partial: the config)
-        # Hybrid BN: the statistics stay the round's global ones; every step's reports pooled
-        pool: list[Reports] | None = [] if rule is not None and rule.pools_round else None
-        # the rows the rules' Kn/(Kn-1) counts: one batch per client, or (Hybrid BN's pool)
-        # one per client and local step, the union of the round's nE (mE) batches
-        per_client = E if pool is not None else 1
-        step = over_runs(vmap(self.grad_fn(rule, 1, union_clients=n * per_client)), R)
+        # Hybrid BN: the reports of the global model at the round's start; the clients'
+        # statistics stay the round's global ones while they train
+        start = (self.start_statistics(rule, first_step)
+                 if rule is not None and rule.reports_at_round_start and self.layers else None)
+        step = over_runs(vmap(self.grad_fn(rule, 1, union_clients=n)), R)
         names = self.trainable(first_step)  # FixBN's frozen affine parameters left out
         self.start_round()
         every = self.state.momenta
@@ -560,8 +623,8 @@ class FedAvg(_Trainer):
             self.state.momenta = {k: _rows(m, who) for k, m in every.items()}
         total = torch.zeros(R, device=self.dropout_keys.device)
         for e in range(E):
-            total = total + self._local_step(step, params, stats, first_step + e, names, pool,
-                                             who)
+            total = total + self._local_step(step, params, stats, first_step + e, names,
+                                             start is not None, who)
         trained = self.state.momenta
         if who is not None:
             for k, m in every.items():
@@ -569,17 +632,17 @@ class FedAvg(_Trainer):
             self.state.momenta = every
         for k, own in self.local.items():  # kept by the clients, never averaged
             own.copy_(params[k] if k in params else stats[k])
-        self._aggregate(params, stats, rule, set(names) - set(self.local), pool, clients=n)
+        self._aggregate(params, stats, rule, set(names) - set(self.local), start, clients=n)
         self.end_round(trained if who is not None else None)
         return total
 
     def _local_step(self, step: Callable, params: dict[str, Tensor], stats: dict[str, Tensor],
-                    t: int, names: list[str], pool: list[Reports] | None = None,
+                    t: int, names: list[str], keep_stats: bool = False,
                     who: Tensor | None = None) -> Tensor:
         """Local step ``t`` of every client of every run, each on its own batch with its own
         weights (``step``: vmap over clients of the gradient); updates the clients' ``params``
-        and running ``stats`` (R, n, ...) in place (with a ``pool``, the statistics stay and
-        the reports are appended to it); returns the (R,) mean loss of the clients. ``who``
+        and running ``stats`` (R, n, ...) in place (``keep_stats``: the statistics stay the
+        round's, the reports are dropped); returns the (R,) mean loss of the clients. ``who``
         (R, m): the round's participants, whose batches the sampler draws and whose dropout
         streams they use; the state's client dimension then holds them alone."""
         R, b = self.runs, self.cfg.batch_size
@@ -592,9 +655,7 @@ class FedAvg(_Trainer):
             self.dynamics.observe_step({k: (m.squeeze(2), v.squeeze(2))
                                         for k, (m, v) in batches.items()}, self.state.stats)
         self._optimize(names, params, grads, t)
-        if pool is not None:
-            pool.append({key: (mean.squeeze(2), var.squeeze(2))
-                         for key, (mean, var) in reports.items()})
+        if keep_stats:
             reports = {}
         for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
             stats[f"{key}.running_mean"] = mean.squeeze(2)
@@ -624,21 +685,19 @@ class FedAvg(_Trainer):
     @torch.no_grad()
     def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
                    rule: StatRule | None, trained: set[str] | None = None,
-                   pool: list[Reports] | None = None, clients: int | None = None) -> None:
+                   start: tuple[Reports, dict[str, int]] | None = None,
+                   clients: int | None = None) -> None:
         """The server's round: parameters (those not ``trained`` this round keep their global
-        value exactly), then BN statistics: from the clients' running ``stats``, or from the
-        ``pool`` of every local step's reports (Hybrid BN: E lists of (R, n, C) -> the rule
-        over (R, nE, C) rows, n -> nE, smoothed once with bn_momentum). ``clients``: the rows
-        of ``params`` and ``stats`` when not n_clients (the round's m participants)."""
+        value exactly), then BN statistics: from the clients' running ``stats``, or from their
+        reports at the round's ``start`` (Hybrid BN: :meth:`start_statistics`). ``clients``:
+        the rows of ``params`` and ``stats`` when not n_clients (the round's m
+        participants)."""
         n = clients or self.n
         self._average_params(params, set(self.names) if trained is None else trained)
         if not self.layers or self.normalizer.static or "stats" in self.normalizer.local:
             return  # nothing to aggregate: no running statistics, or the clients keep theirs
-        if pool is not None:  # rows step-major: (R, E*n, C), row e*n + i = client i, step e
-            pooled = {key: (torch.cat([p[key][0] for p in pool], 1),
-                            torch.cat([p[key][1] for p in pool], 1)) for key in pool[0]}
-            with self._observed_round():
-                self._commit(pooled, rule, self.cfg.bn_momentum, n=n * len(pool))
+        if start is not None:
+            self._commit_start_statistics(start, rule)
             return
         reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
                    for la in self.layers}

@@ -414,23 +414,25 @@ class _Loop:
         trainer = self.trainer
         if trainer.normalizer.static:  # HeteroFL: the statistics from one pass, then the test
             trainer.static_statistics(self.data.train_x)
-        acc, test_loss, local_acc = evaluate_chunks(trainer, partial(self.data.chunks, "test"),
-                                                    self.label_dist)
-        val_acc = acc.new_full((trainer.runs,), math.nan)  # no validation set held out
-        if self.data.val_y is not None:
-            val_acc, _, _ = evaluate_chunks(trainer, partial(self.data.chunks, "val"),
-                                            self.label_dist)
+        # the BN layers of a global model (FedBN, SiloBN: the clients keep their statistics)
+        measured = [] if "stats" in trainer.normalizer.local else trainer.layers
+        # Hybrid BN's fresh statistics of the current global model, for this test alone
+        with trainer.evaluation_statistics(step):
+            acc, test_loss, local_acc = evaluate_chunks(
+                trainer, partial(self.data.chunks, "test"), self.label_dist)
+            val_acc = acc.new_full((trainer.runs,), math.nan)  # no validation set held out
+            if self.data.val_y is not None:
+                val_acc, _, _ = evaluate_chunks(trainer, partial(self.data.chunks, "val"),
+                                                self.label_dist)
+            mean_err = var_err = acc.new_zeros(trainer.runs, 0)  # no BN layer: nothing to measure
+            if measured:
+                central = union_statistics(trainer, self.probe.sample(step)[0],
+                                           rng.fold(self.probe.keys, step))
+                mean_err, var_err = layer_errors(trainer, central)
         trained = torch.isfinite(train_loss) | (step == 0)
         test_loss = torch.where(trained, test_loss, math.nan)
         acc = torch.where(torch.isfinite(test_loss), acc, math.nan)  # argmax over NaN: no acc
         val_acc = torch.where(torch.isfinite(test_loss), val_acc, math.nan)
-        # the BN layers of a global model (FedBN, SiloBN: the clients keep their statistics)
-        measured = [] if "stats" in trainer.normalizer.local else trainer.layers
-        mean_err = var_err = acc.new_zeros(trainer.runs, 0)  # no BN layer: nothing to measure
-        if measured:
-            central = union_statistics(trainer, self.probe.sample(step)[0],
-                                       rng.fold(self.probe.keys, step))
-            mean_err, var_err = layer_errors(trainer, central)
         names = [layer.key for layer in measured]
         dynamics = ({q: v.tolist() for q, v in trainer.dynamics.take().items()}
                     if trainer.dynamics is not None else None)

@@ -20,7 +20,8 @@
 | `heterofl_sbn` | FedBatchNorm2d             | BatchStats; no running statistics: one   |
 |           |                                 | pass over the training data before tests |
 | `hybridbn`| HybridBatchNorm2d               | HybridStats: (1-a) global + a batch; the |
-|           |                                 | server pools the round's batches         |
+|           |                                 | server pools the statistics of the       |
+|           |                                 | global model at the round's start        |
 | `fedwon`  | none (ScaledWSConv2d convs)     | none; adaptive gradient clipping (agc)   |
 | `none`    | none                            | none (no normalization at all)           |
 
@@ -206,7 +207,7 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
         return Normalizer(cfg.normalizer, make_bn, lambda step: batch,
                           **own_batch[cfg.normalizer])
     if cfg.normalizer == "hybridbn":
-        hybrid = HybridStats()
+        hybrid = HybridStats(cfg.hybridbn_report)
         return Normalizer(cfg.normalizer, lambda c: HybridBatchNorm2d(c, eps=cfg.bn_eps),
                           lambda step: hybrid)
     if cfg.normalizer == "fedtan":

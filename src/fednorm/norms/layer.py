@@ -105,7 +105,12 @@ class FedBatchNorm2d(nn.Module):
             ctx.batches[self.key] = batch
         K = xg[0].numel() // x.shape[1]
         self.elements_per_client = K
-        ctx.reports[self.key] = ctx.rule.report(batch, running, K, ctx.n_clients, ctx.beta)
+        # Hybrid BN's clients report the mixture they normalize with (reports_mixture)
+        reported = batch
+        if ctx.rule.reports_mixture:  # a report is data, never differentiated (through d)
+            mixed = self._mixture(batch, running)
+            reported = Stats(mixed.mean.detach(), mixed.var.detach())
+        ctx.reports[self.key] = ctx.rule.report(reported, running, K, ctx.n_clients, ctx.beta)
         mode = ctx.rule.normalize_with
         if mode == "hybrid":
             return self._hybrid(xg, running).reshape(x.shape)
@@ -123,6 +128,10 @@ class FedBatchNorm2d(nn.Module):
 
     def _hybrid(self, xg: Tensor, running: Stats) -> Tensor:
         raise RuntimeError(f"normalizer rule 'hybrid' needs a HybridBatchNorm2d, not "
+                           f"{type(self).__name__}")
+
+    def _mixture(self, batch: Stats, running: Stats) -> Stats:
+        raise RuntimeError(f"a rule that reports a mixture needs a HybridBatchNorm2d, not "
                            f"{type(self).__name__}")
 
     @torch.no_grad()
@@ -161,9 +170,13 @@ class HybridBatchNorm2d(FedBatchNorm2d):
         super().__init__(num_features, eps)
         self.mix = nn.Parameter(torch.zeros(num_features))
 
+    def _mixture(self, batch: Stats, running: Stats) -> Stats:
+        """(1 - a) running + a batch, per channel, for the mean and the (biased) variance."""
+        a = torch.sigmoid(self.mix)
+        return Stats((1 - a) * running.mean + a * batch.mean, (1 - a) * running.var + a * batch.var)
+
     def _hybrid(self, xg: Tensor, running: Stats) -> Tensor:
         dims = (1, *range(3, xg.dim()))
         var, mean = torch.var_mean(xg, dim=dims, correction=0)  # (g, C), with gradient
-        a = torch.sigmoid(self.mix)
-        return self._affine(xg, (1 - a) * running.mean + a * mean,
-                            (1 - a) * running.var + a * var)
+        mixed = self._mixture(Stats(mean, var), running)
+        return self._affine(xg, mixed.mean, mixed.var)

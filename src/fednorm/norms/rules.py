@@ -77,9 +77,13 @@ class StatRule:
     normalize_with = "batch"  # "batch" | "union" | "running" | "hybrid"
     sends = True  # whether clients send statistics (what Byzantine clients can attack)
     # False: a client's running statistics follow its reports step by step within a round;
-    # True: they stay the round's global ones, and the server pools the reports of every local
-    # step of the round (Hybrid BN; fednorm.fl.engine.FedAvg.round)
-    pools_round = False
+    # True: they stay the round's global ones while it trains, and what it reports comes from a
+    # separate forward of the downloaded global model at the round's start (Hybrid BN,
+    # Algorithm 1; fednorm.fl.engine._Trainer.start_statistics)
+    reports_at_round_start = False
+    # True: a client reports the statistics it normalized with (Hybrid BN's mixture of the
+    # global and the batch statistics), not its batch's own (fednorm.norms.layer)
+    reports_mixture = False
 
     def report(self, batch: Stats, running: Stats, K: int, n: int, beta: float) -> Stats:
         # Algorithm 1, lines 4-5: unbiased local variance K/(K-1).
@@ -168,45 +172,36 @@ class FrozenStats(StatRule):
 
 class HybridStats(FederatedStats):
     """Hybrid BN (Chen, Xu, Wu, Kittler, ICML 2025, "Hybrid Batch Normalisation: Resolving the
-    Dilemma of Batch Normalisation in Federated Learning"; arXiv 2505.21877).
+    Dilemma of Batch Normalisation in Federated Learning"; arXiv 2505.21877), Algorithm 1.
 
     (1) A client normalizes a training batch with a per-channel mixture of the global statistics
     G and its batch's (mean, biased variance): (1 - a) G + a batch, a = sigmoid(d) with d a
     learnable parameter (fednorm.norms.layer.HybridBatchNorm2d; the gradient flows through the
-    batch part, G is a constant). (2) Over a round it reports its batches' statistics, moved from
-    G with the smoothing beta as FBN's report is (``report``, unchanged), while G itself stays
-    fixed for the round (``pools_round``). (3) The server pools all clients' batches of the
-    round, count-weighted: with E local steps of n clients, the union of the nE batches of K
-    values each; the smoothed result is
+    batch part, G is a constant fixed for the whole round). (2) What it reports is computed
+    apart from training: at the round's start, one no-grad training-mode forward of the
+    *downloaded global model* over S = ``hybridbn_stats_images`` of its images
+    (``reports_at_round_start``; fednorm.fl.engine), each layer reporting the statistics it
+    normalized with, the mixture (``mixed``, the authors' code) or its input's own
+    (``hybridbn_report: batch``); so the report depends on the global weights and the data,
+    never on the learning rate. (3) The server pools the n clients' reports count-weighted
+    (equal counts, K = S*H*W values per channel each) and smooths with beta =
+    ``hybridbn_momentum``:
 
-        mean <- (1 - beta) G_mean + beta mean_j m_j,
-        var  <- (1 - beta) G_var + beta N/(N-1) (mean_j v_j + mean_j (m_j - mean_j m_j)^2),
+        mean <- (1 - beta) G_mean + beta mean_i m_i,
+        var  <- (1 - beta) G_var + beta N/(N-1) (mean_i v_i + mean_i (m_i - mean_i m_i)^2),
 
-    j over the nE batches, N = nEK: the pooled mean and unbiased pooled variance (law of total
-    variance), which is exactly FBN's aggregation (``FederatedStats.aggregate``) over nE rows
-    with n -> nE; the engine passes nE as the rules' n. Under partial participation the pool
-    is the round's m participants' mE batches alone (n -> mE, j over their batches: the
-    engine trains the participants alone), as the authors' code pools only the clients it drew
-    for the round (FedHBN_main.py: ``idxs_client``, then ``aggregate_only_buffer``; their
-    counts weight the mean, the sum of their counts minus one divides the variance). (4) The
-    global model normalizes with G.
-
-    What the paper's text leaves open, read in the authors' code (Hongyao-Chen/HybridBN,
-    FedBaseline/models/FedHBN/{MyBNtool,server,clients}.py and FedHBN_main.py), and where we
-    follow the paper rather than the code:
-    - the code's clients compute the reported statistics in a separate forward pass of one
-      batch (64 images) of the *global* model before local training, and report the *mixed*
-      statistics (the mixture above, not the batch's own); we pool the batches that training
-      itself sees (the paper's separation of statistics from learnable parameters is kept: G
-      is fixed through the round and moves only at the server);
-    - the code's server combines count-weighted means and an unbiased pooled variance (N - 1),
-      as here, then smooths with avg_momentum 0.002 (0.998 of the old G); we smooth with the
-      run's ``bn_momentum``; before each test the code recomputes G without smoothing;
-    - the code keeps each client's own mixing parameter d (the server's average is unused), and
-      clips local gradients at norm 10; here d is averaged like every parameter and there is no
-      clipping (the paper describes a shared model).
+    N = nK: the pooled mean and unbiased pooled variance (law of total variance), which is
+    exactly FBN's aggregation (``FederatedStats.aggregate``) of the reports moved from G by
+    beta (``report``, unchanged). Under partial participation the pool is the round's m
+    participants' (n -> m). (4) The global model normalizes with G; with ``hybridbn_eval:
+    fresh`` (the authors' code) each test first recomputes G from the current global model as
+    in (2)-(3) with beta = 1, for the test alone (fednorm.fl.engine._Trainer.
+    evaluation_statistics). Every detail, paper against code against ours: docs/new-methods.md.
     """
 
     name = "hybridbn"
     normalize_with = "hybrid"
-    pools_round = True
+    reports_at_round_start = True
+
+    def __init__(self, report: str = "mixed") -> None:
+        self.reports_mixture = report == "mixed"
