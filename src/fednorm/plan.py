@@ -321,10 +321,12 @@ class Plan:
                     c.run_id for n in names for c in self.figure_runs(self.figures[n])))
                 for folder, names in self.figure_folders().items()}
 
-    def gpu_hours(self, rate: Callable[[tuple[str, str]], float]) -> dict[str, float]:
-        """GPU-hours of each paper part (:meth:`paper_parts`) and of the whole plan ('all',
-        each run once) at ``rate((dataset, model))`` training images per second."""
-        parts = {**self.paper_parts(), "all": tuple(self.runs)}
+    def gpu_hours(self, rate: Callable[[tuple[str, str]], float],
+                  parts: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, float]:
+        """GPU-hours of each paper part (``parts``, default :meth:`paper_parts`) and of the
+        whole plan ('all', each run once) at ``rate((dataset, model))`` training images per
+        second."""
+        parts = {**(self.paper_parts() if parts is None else parts), "all": tuple(self.runs)}
         return {name: gpu_hours(self.images_by_part(ids), rate) for name, ids in parts.items()}
 
     def needs_cifar10(self) -> bool:

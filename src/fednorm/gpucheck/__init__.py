@@ -30,6 +30,7 @@ import platform
 import re
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,13 @@ def release(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def one_line(err: BaseException) -> str:
+    """An error in a table cell: its type, first line and where it was raised."""
+    frame = traceback.extract_tb(err.__traceback__)[-1]
+    text = (str(err).splitlines() or [""])[0][:200]
+    return f"{type(err).__name__}: {text} ({Path(frame.filename).name}:{frame.lineno})"
 
 
 def environment(device: torch.device) -> Result:
@@ -117,7 +125,7 @@ def shape_throughput(shape: tp.Shape, device: torch.device, settings: tp.Setting
         try:
             row = tp.engine_rate(shape, runs, data, settings)
         except Exception as err:  # out of memory at a large R: recorded, no larger R
-            rows.append({"runs": runs, "images_per_s": None, "error": str(err).splitlines()[0]})
+            rows.append({"runs": runs, "images_per_s": None, "error": one_line(err)})
             break
         finally:
             release(device)
@@ -164,7 +172,7 @@ def compiled(shapes: tuple[tp.Shape, ...], device: torch.device, settings: tp.Se
             try:
                 row["images_per_s"] = rate(shape, data)
             except Exception as err:
-                row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                row["error"] = one_line(err)
             finally:
                 torch._dynamo.reset()
                 release(device)
@@ -196,7 +204,7 @@ def bundle_size_auto(shapes: tuple[tp.Shape, ...], device: torch.device, setting
             row.update(fixed_mb=footprint.fixed / 2**20, per_run_mb=footprint.per_run / 2**20,
                        free_mb=free / 2**20, runs_together=together)
         except Exception as err:
-            row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            row["error"] = one_line(err)
         finally:
             release(device)
         rows.append(row)
@@ -239,28 +247,28 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
             return slowest
         return rate
 
-    rows, plans = [], {"config/config.yaml (paper scale)": ["config.yaml"],
-                       "config/hour.yaml (one GPU-hour)": ["config.yaml", "hour.yaml"]}
-    for name, files in plans.items():
-        config: dict = {}
-        for f in files:
-            config = merge(config, yaml.safe_load((config_dir / f).read_text()))
+    rows = []
+    paper = yaml.safe_load((config_dir / "config.yaml").read_text())
+    hour = merge(paper, yaml.safe_load((config_dir / "hour.yaml").read_text()))
+    for name, config in (("config/config.yaml (paper scale)", paper),
+                         ("config/hour.yaml (one GPU-hour)", hour)):
         plan = load_plan(config)
-        hours = plan.gpu_hours(rate_for(plan))
-        assumed = plan.gpu_hours(lambda part: ASSUMED_RATE)
-        rows += [{"config": name, "part": part, "runs": len(plan.runs) if part == "all" else
-                  len(plan.paper_parts()[part]), "gpu_hours_measured": h,
-                  "gpu_hours_at_50k": assumed[part]} for part, h in hours.items()]
+        parts = {**plan.paper_parts(), "all": tuple(plan.runs)}
+        hours = plan.gpu_hours(rate_for(plan), parts)
+        assumed = plan.gpu_hours(lambda part: ASSUMED_RATE, parts)
+        rows += [{"config": name, "part": part, "runs": len(parts[part]),
+                  "gpu_hours_measured": h, "gpu_hours_at_50k": assumed[part]}
+                 for part, h in hours.items()]
     sizes = [{"shape": shape, "best_runs": row["runs"],
               "auto_runs": measured.auto.get(shape),
               "bundle_size": min(row["runs"], measured.auto.get(shape, row["runs"]))}
              for shape, row in measured.best.items()]
     rates = [{"dataset": d, "model": m, "images_per_s": r["images_per_s"], "from": r["runs"]}
              for (d, m), r in by_part.items()]
-    paper = next(r for r in rows if r["part"] == "all")
-    hour = [r for r in rows if r["part"] == "all"][-1]
-    return {"summary": f"paper scale {paper['gpu_hours_measured']:,.1f} GPU-hours, the hour "
-                       f"profile {hour['gpu_hours_measured']:.2f} at the rates measured on "
+    paper_all, hour_all = (r for r in rows if r["part"] == "all")
+    return {"summary": f"paper scale {paper_all['gpu_hours_measured']:,.1f} GPU-hours, the "
+                       f"hour profile {hour_all['gpu_hours_measured']:.2f} at the rates "
+                       f"measured on "
                        f"{device}; config.yaml's bundle_size: "
                        f"{min(s['bundle_size'] for s in sizes)}",
             "rows": rows, "bundle_sizes": sizes,
