@@ -91,3 +91,14 @@ def test_a_bundle_of_the_hour_trains_at_tiny_width_on_cifar_shaped_data(hour, la
     assert statuses == ["ok", "ok"]
     for c in cfgs:
         assert (tmp_path / c.run_id / "metrics.csv").read_text().count("\n") == 3  # 0, end
+
+
+def test_fednorm_plan_prints_the_hour_s_gpu_hours_per_part(capsys, monkeypatch):
+    from fednorm.cli import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "config/config.yaml", "config/hour.yaml"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU-hours"))
+    assert line.startswith("GPU-hours at 50,000 images/s (assumed until measured")
+    assert all(f"{part} " in line for part in ("fbn", "fixbn", "fedtan", "compare"))
+    assert float(line.rsplit("all ", 1)[1].split()[0]) <= 1.0
