@@ -1,14 +1,15 @@
 # fednorm-repro. `make test` installs, lints (the code, then the workflow) and runs the tests;
-# `make quick` runs the whole pipeline on CPU, offline; `make figures` runs the paper scale
-# (CIFAR-10, a GPU).
+# `make quick` runs the whole pipeline on CPU, offline; `make hour` every paper's claims on
+# CIFAR-10 in one GPU-hour; `make figures` runs the paper scale (CIFAR-10, a GPU);
+# `make gpu-check` proves a lent GPU in one command (docs/speed.md, GPU check).
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 CORES ?= 2
 SNAKEMAKE := $(PYTHON) -m snakemake
-# The configurations whose workflow `make lint-workflow` lints: paper scale and the quick profile
-LINT_CONFIGS ?= config/config.yaml config/quick.yaml
+# The configurations whose workflow `make lint-workflow` lints: paper scale, quick and hour
+LINT_CONFIGS ?= config/config.yaml config/quick.yaml config/hour.yaml
 
-.PHONY: install lint lint-workflow test quick figures dry-run bench clean-quick
+.PHONY: install lint lint-workflow test quick hour figures dry-run bench clean-quick gpu-check
 
 # Installs once per Python environment (a stamp under .make/, redone when pyproject.toml
 # changes); `make install FORCE=1`, or removing .make/, installs again.
@@ -43,6 +44,9 @@ test: install lint lint-workflow
 quick: install
 	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/quick
 
+hour: install
+	$(SNAKEMAKE) --profile workflow/profiles/hour
+
 figures: install
 	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/default
 
@@ -54,3 +58,16 @@ bench: install
 
 clean-quick:
 	rm -rf results/quick figures/quick
+
+# The GPU proven in one command, at most 8 minutes on one H100: CUDA tests, images/s at the
+# papers' shapes beside a plain PyTorch loop, GPU-hours per paper part, into $(OUT)/report.md
+# and report.json (docs/speed.md, GPU check). Needs PyTorch, PyYAML and pytest only (no
+# install, no Snakemake, no network). `make gpu-check DEVICE=cpu SMOKE=1 OUT=dir`: the same
+# steps at tiny sizes on a CPU. The check starts no step after 450 s; timeout kills it at
+# GPU_CHECK_TIMEOUT s, its report written up to the step it was in.
+DEVICE ?= cuda
+OUT ?= results/gpu-check
+GPU_CHECK_TIMEOUT ?= 540
+gpu-check:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} timeout $(GPU_CHECK_TIMEOUT) $(PYTHON) -m \
+	    fednorm.gpucheck --device $(DEVICE) --out $(OUT) $(if $(SMOKE),--smoke)

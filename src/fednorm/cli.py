@@ -73,6 +73,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for (dataset, model), images in plan.images_by_part().items():
         print(f"{dataset} / {model}: {images / 1e9:.3g} G training images (each run's counted "
               f"once)")
+    rate = args.images_per_second or plan.execution.images_per_second
+    if rate:
+        hours = plan.gpu_hours(lambda part: rate)
+        print(f"GPU-hours at {rate:,.0f} images/s (assumed until measured: make gpu-check): "
+              + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
+              + f"; all {hours['all']:.3g} (each run once)")
     if plan.claims:
         claims = load_claims(plan.claims, plan)
         for kind, listed in (("numeric", claims.numbers), ("in words", claims.words.claims)):
@@ -110,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     run.set_defaults(func=cmd_run)
     plan = sub.add_parser("plan", parents=[common], help="validate pipeline configs and count runs")
     plan.add_argument("configs", nargs="+", help="config/config.yaml [overrides.yaml ...]")
+    plan.add_argument("--images-per-second", type=float, default=None,
+                      help="print each paper part's GPU-hours at this training rate "
+                      "(default: the config's execution.images_per_second, if set)")
     plan.set_defaults(func=cmd_plan)
     dl = sub.add_parser("download-cifar10", parents=[common],
                         help="download CIFAR-10 into a cache directory")

@@ -302,14 +302,32 @@ class Plan:
                 for job, members in self.jobs.items()}
         return {job: members for job, members in jobs.items() if members}
 
-    def images_by_part(self) -> dict[tuple[str, str], int]:
-        """Training images (RunConfig.training_images) summed over the distinct runs of each
-        (dataset, model): what a GPU-hours estimate divides by that part's images/s."""
+    def images_by_part(self, run_ids: Iterable[str] | None = None
+                       ) -> dict[tuple[str, str], int]:
+        """Training images (RunConfig.training_images) summed over the distinct runs (of
+        ``run_ids``; None: all) of each (dataset, model): what a GPU-hours estimate divides by
+        that part's images/s (:func:`gpu_hours`)."""
         out: dict[tuple[str, str], int] = {}
-        for cfg in self.runs.values():
+        ids = self.runs if run_ids is None else dict.fromkeys(run_ids)
+        for cfg in (self.runs[r] for r in ids):
             key = (cfg.dataset, cfg.model)
             out[key] = out.get(key, 0) + cfg.training_images
         return dict(sorted(out.items()))
+
+    def paper_parts(self) -> dict[str, tuple[str, ...]]:
+        """Each paper's part of the plan, a figure folder (fbn, fixbn, fedtan, compare) -> the
+        distinct runs its figures draw (a run two parts draw is in both)."""
+        return {folder: tuple(dict.fromkeys(
+                    c.run_id for n in names for c in self.figure_runs(self.figures[n])))
+                for folder, names in self.figure_folders().items()}
+
+    def gpu_hours(self, rate: Callable[[tuple[str, str]], float],
+                  parts: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, float]:
+        """GPU-hours of each paper part (``parts``, default :meth:`paper_parts`) and of the
+        whole plan ('all', each run once) at ``rate((dataset, model))`` training images per
+        second."""
+        parts = {**(self.paper_parts() if parts is None else parts), "all": tuple(self.runs)}
+        return {name: gpu_hours(self.images_by_part(ids), rate) for name, ids in parts.items()}
 
     def needs_cifar10(self) -> bool:
         return any(cfg.dataset == "cifar10" for cfg in self.runs.values())
@@ -761,6 +779,13 @@ def training_images(cfgs: Iterable[RunConfig]) -> int:
     """The images the runs train on (RunConfig.training_images), summed: what a training
     job's time scales with."""
     return sum(c.training_images for c in cfgs)
+
+
+def gpu_hours(images: Mapping[tuple[str, str], int],
+              rate: Callable[[tuple[str, str]], float]) -> float:
+    """Hours of one GPU that trains ``images`` ((dataset, model) -> training images) at
+    ``rate(key)`` images per second, one part after the other."""
+    return sum(n / rate(key) for key, n in images.items()) / 3600
 
 
 def bundle_label(cfg: RunConfig) -> str:

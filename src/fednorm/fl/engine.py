@@ -621,7 +621,7 @@ class FedAvg(_Trainer):
         every = self.state.momenta
         if who is not None:  # the participants' momenta step; the idle clients' stay
             self.state.momenta = {k: _rows(m, who) for k, m in every.items()}
-        total = torch.zeros(R, device=self.dropout_keys.device)
+        total = torch.zeros(R, device=self.dropout_keys.device, dtype=self.lrs.dtype)
         for e in range(E):
             total = total + self._local_step(step, params, stats, first_step + e, names,
                                              start is not None, who)
@@ -788,7 +788,7 @@ class FedTAN(FedAvg):
         every = self.cfg.fedtan_union == "every_step"
         names = self.trainable(first_step)
         self.start_round()
-        total = torch.zeros(R, device=self.dropout_keys.device)
+        total = torch.zeros(R, device=self.dropout_keys.device, dtype=self.lrs.dtype)
         for e in range(E if every else 1):
             total = total + self._fused_step(union_step, params, rule, first_step + e, names)
         if every or E == 1:

@@ -1,0 +1,252 @@
+"""Images per second of the engine at the papers' shapes, beside a plain PyTorch loop of one
+run and the floor that the model's FLOPs and the card's measured peak set.
+
+- engine: a bundle of R runs (seeds 0..R-1) built as a training job builds it
+  (fednorm.fl.train), timed over whole rounds (``trainer.round``: one DSGD step, or E local
+  steps and the server's aggregation); images = R x participants x batch x E a round;
+- plain: one run as PyTorch code is usually written (an ``nn.Module`` with ``nn.BatchNorm2d``,
+  ``torch.optim.SGD``), one step on the union of the clients' batches, drawn by the engine's
+  own sampler of that run (the same batches, augmentation included);
+- floor: the measured peak FLOP/s of a large matmul in the training dtype, divided by the
+  FLOPs of one image's forward and backward (``torch.utils.flop_counter``): no code on this
+  card trains faster.
+
+Timing: a warm-up call (allocator, cuDNN's autotuning), then the median of ``repeats`` timings
+of as many calls as fill ``target_s``, synchronized on CUDA before and after.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fednorm.config import RunConfig, run_config
+from fednorm.data import Arrays
+from fednorm.data.partition import partition
+from fednorm.data.synthetic import colour_classes
+from fednorm.fl import memory
+from fednorm.fl.engine import _Trainer, make_trainer
+from fednorm.fl.train import training_batches
+from fednorm.models import FBNCNN, ResNet18, ResNet20, build_model
+from fednorm.models.dropout import KeyedDropout
+from fednorm.norms import normalizer_for
+
+# FixBN's recipe (config/config.yaml, &fixbn), the keys that shape the computation
+_FIXBN = dict(model="resnet20", width=16, n_clients=5, batch_size=20, momentum=0.9,
+              momentum_convention="pytorch", weight_decay=1e-4, augment="crop_flip",
+              crop_padding=2, partition="iid", heterogeneity=None, normalizer="bn")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A paper's shape of computation: RunConfig keys; ``part`` the plan's (dataset, model)
+    whose GPU-hours its rate prices."""
+
+    name: str
+    paper: str
+    keys: dict[str, Any]
+    part: tuple[str, str]
+    sizes: tuple[int, ...] = (1, 4, 16, 64)
+    compile: bool = False  # also timed under torch.compile (plain loop and engine)
+
+
+SHAPES = (
+    Shape("fbn_cnn", "FBN: CNN, DSGD, 10 clients x 50, 32x32",
+          dict(model="fbn_cnn", width=64, hidden=128, n_clients=10, batch_size=50,
+               image_size=32, normalizer="fbn", partition="gamma", heterogeneity=0.5),
+          ("cifar10", "fbn_cnn"), compile=True),
+    Shape("resnet20_E2", "FixBN: ResNet-20, FedAvg E = 2, 5 clients x 20, 32x32",
+          dict(_FIXBN, image_size=32, local_steps=2), ("cifar10", "resnet20"), compile=True),
+    Shape("resnet20_E100", "FixBN: ResNet-20, FedAvg E = 100, 5 clients x 20, 32x32",
+          dict(_FIXBN, image_size=32, local_steps=100), ("cifar10", "resnet20")),
+    Shape("resnet18", "FixBN Tiny-ImageNet: ResNet-18, 10 clients x 20 (5 a round), 64x64, E = 2",
+          dict(_FIXBN, model="resnet18", width=64, image_size=64, n_clients=10,
+               participation=0.5, local_steps=2, augment="resized_crop_flip"),
+          ("tinyimagenet", "resnet18")),
+)
+# The same models at sizes a 2-core CPU trains in seconds (make gpu-check SMOKE=1)
+SMOKE_SHAPES = (
+    Shape("fbn_cnn", SHAPES[0].paper + " (smoke: width 8, 8x8, 10 x 4)",
+          {**SHAPES[0].keys, "width": 8, "hidden": 16, "image_size": 8, "batch_size": 4},
+          SHAPES[0].part, sizes=(1, 2, 4), compile=True),
+    Shape("resnet20_E2", SHAPES[1].paper + " (smoke: width 4, 8x8, 5 x 4)",
+          {**SHAPES[1].keys, "width": 4, "image_size": 8, "batch_size": 4}, SHAPES[1].part,
+          sizes=(1, 2, 4)),
+    Shape("resnet20_E4", "ResNet-20, FedAvg E = 4 (smoke: for E = 100; width 4, 8x8, 5 x 4)",
+          {**SHAPES[1].keys, "width": 4, "image_size": 8, "batch_size": 4, "local_steps": 4},
+          SHAPES[1].part, sizes=(1, 2)),
+    Shape("resnet18", SHAPES[3].paper + " (smoke: width 4, 16x16, 10 x 2)",
+          {**SHAPES[3].keys, "width": 4, "image_size": 16, "batch_size": 2}, SHAPES[3].part,
+          sizes=(1, 2)),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how big the measurements are."""
+
+    n_train: int = 10_000  # random synthetic images of the shape, on the device
+    n_test: int = 1_000  # the probes of bundle_size: auto evaluate on them
+    target_s: float = 0.5  # a timing lasts about this long
+    repeats: int = 3
+    round_limit_s: float = 5.0  # a bundle whose round takes longer: no larger R of the shape
+    matmul: int = 8192  # the peak's square matmul
+    compile_backend: str = "inductor"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+SMOKE = Settings(n_train=400, n_test=40, target_s=0.05, repeats=2, round_limit_s=2.0,
+                 matmul=256, compile_backend="eager")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(call: Callable[[int], object], device: torch.device, first: int, calls: int) -> float:
+    """Seconds of ``calls`` calls ``call(first)``, ``call(first + 1)``, ..., synchronized."""
+    sync(device)
+    start = time.perf_counter()
+    for k in range(calls):
+        call(first + k)
+    sync(device)
+    return time.perf_counter() - start
+
+
+def calls_per_second(call: Callable[[int], object], device: torch.device,
+                     settings: Settings) -> tuple[float, float]:
+    """(calls per second: the median of ``settings.repeats`` timings, seconds of one call)
+    after a warm-up call; ``call(k)`` for k = 0, 1, ... in order."""
+    one = timed(call, device, 0, 1)  # warm-up
+    one = timed(call, device, 1, 1)
+    calls = max(1, round(settings.target_s / max(one, 1e-9)))
+    times, first = [], 2
+    for _ in range(settings.repeats):
+        times.append(timed(call, device, first, calls) / calls)
+        first += calls
+    return 1 / statistics.median(times), one
+
+
+def data_for(shape: Shape, settings: Settings, device: torch.device) -> Arrays:
+    size = shape.keys["image_size"]
+    return colour_classes(settings.n_train, settings.n_test, size, seed=0).to(device)
+
+
+def configs(shape: Shape, runs: int, settings: Settings) -> list[RunConfig]:
+    """R runs of the shape (seeds 0..R-1), long enough that no schedule or freeze point falls
+    within the timed rounds (each round passes its first step)."""
+    keys = {"dataset": "synthetic", "n_train": settings.n_train, "n_test": settings.n_test,
+            "steps": 10**7, "eval_every": 10**7, "lr": [0.01], "lr_milestones": [],
+            **shape.keys}
+    return [run_config({**keys, "seed": seed}) for seed in range(runs)]
+
+
+def bundle(cfgs: list[RunConfig], data: Arrays) -> _Trainer:
+    """The trainer of a bundle, built as fednorm.fl.train builds a job's."""
+    models = []
+    for c in cfgs:
+        torch.manual_seed(c.seed)
+        models.append(build_model(c, data.n_classes).to(data.device, data.dtype))
+    parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
+             for c in cfgs]
+    return make_trainer(cfgs, models, normalizer_for(cfgs[0]), training_batches(cfgs, data, parts))
+
+
+def round_images(cfg: RunConfig, runs: int) -> int:
+    return runs * cfg.participants * cfg.batch_size * cfg.local_steps
+
+
+def engine_rate(shape: Shape, runs: int, data: Arrays, settings: Settings,
+                compiled: bool = False) -> dict[str, Any]:
+    """Images/s of a bundle of ``runs``, and its peak memory per run (the bundle's state built
+    and a round trained, beyond what the device held before)."""
+    cfgs, device = configs(shape, runs, settings), data.device
+    built: list[_Trainer] = []
+
+    def build_and_step() -> None:
+        built.append(bundle(cfgs, data))
+        built[0].round(0)
+
+    peak = memory.peak_bytes(build_and_step, device)
+    trainer = built[0]
+    E = cfgs[0].local_steps
+    step = torch.compile(trainer.round, backend=settings.compile_backend) if compiled \
+        else trainer.round
+    per_s, one = calls_per_second(lambda k: step(E * (k + 1)), device, settings)
+    return {"runs": runs, "images_per_s": per_s * round_images(cfgs[0], runs),
+            "round_s": one, "peak_mb_per_run": None if peak is None else peak / runs / 2**20}
+
+
+def plain_model(cfg: RunConfig, n_classes: int) -> nn.Module:
+    """The run's model as plain PyTorch code writes it: nn.BatchNorm2d, the same layers."""
+    norm = nn.BatchNorm2d
+    if cfg.model == "fbn_cnn":
+        model = FBNCNN(norm, cfg.width, cfg.hidden, cfg.dropout, cfg.image_size, n_classes)
+        for name, module in list(model.named_modules()):  # PyTorch's own dropout
+            if isinstance(module, KeyedDropout):
+                model.set_submodule(name, nn.Dropout(module.p))
+        return model
+    if cfg.model == "resnet20":
+        return ResNet20(norm, cfg.width, n_classes)
+    if cfg.model == "resnet18":
+        return ResNet18(norm, cfg.width, n_classes)
+    raise ValueError(f"no plain loop for model {cfg.model!r}")
+
+
+def plain_step(shape: Shape, data: Arrays, settings: Settings, compile_mode: str | None = None
+               ) -> tuple[Callable[[int], object], nn.Module, int]:
+    """One run's training step as a plain loop: (step(k), model, images per step)."""
+    cfg = configs(shape, 1, settings)[0]
+    sampler = bundle([cfg], data).batches  # the engine's draws of this run
+    torch.manual_seed(0)
+    model = plain_model(cfg, data.n_classes).to(data.device, data.dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=cfg.momentum,
+                          weight_decay=cfg.weight_decay)
+    forward = model if compile_mode is None else torch.compile(
+        model, backend=settings.compile_backend,
+        **({"mode": compile_mode} if settings.compile_backend == "inductor" else {}))
+
+    def step(k: int) -> None:
+        x, y = sampler.sample(k)
+        opt.zero_grad(set_to_none=True)
+        F.nll_loss(forward(x[0]), y[0]).backward()
+        opt.step()
+
+    return step, model, cfg.participants * cfg.batch_size
+
+
+def plain_rate(shape: Shape, data: Arrays, settings: Settings,
+               compile_mode: str | None = None) -> float:
+    step, _, images = plain_step(shape, data, settings, compile_mode)
+    return calls_per_second(step, data.device, settings)[0] * images
+
+
+def flops_per_image(shape: Shape, data: Arrays, settings: Settings) -> float:
+    """FLOPs of one image's forward and backward through the plain model (the engine's
+    arithmetic is the same; its normalization of per-client statistics adds little)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    step, _, images = plain_step(shape, data, settings)
+    with FlopCounterMode(display=False) as counter:
+        step(0)
+    return counter.get_total_flops() / images
+
+
+def peak_flops(device: torch.device, settings: Settings,
+               dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of a square matmul of ``settings.matmul`` in ``dtype`` (PyTorch's default math
+    settings: on CUDA, TF32 for matmuls only where torch.backends.cuda.matmul.allow_tf32
+    says)."""
+    n = settings.matmul
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    per_s, _ = calls_per_second(lambda k: a @ b, device, settings)
+    return per_s * 2 * n**3
