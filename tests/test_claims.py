@@ -315,6 +315,18 @@ def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
     assert (table.n_units == [splits if c.for_each else 1 for c in claims]).all()
     equal = words_ledger(Words(claims=claims), runs).set_index("id")
     assert (equal.verdict == "inconclusive").all()
+    # with a validation accuracy, the claims at Dir(0.1) and the largest E are judged on the
+    # tuning experiment's runs at each method's chosen rate (the tuning sweeps that setting);
+    # the small-batch ones keep the common rate, and say why
+    tuned = words_ledger(Words(claims=claims), better.assign(val_accuracy=0.5)).set_index("id")
+    assert (tuned.verdict == "holds").all(), tuned.detail.to_dict()
+    skew = ["hybridbn-best-bn-variant-label-skew", "fedwon-tackles-label-skew",
+            "fedfn-beats-fedavg-label-skew", "fedfn-with-bn-beats-bn-label-skew"]
+    assert tuned.loc[skew, "rates"].str.contains("(chosen)", regex=False).all()
+    assert not tuned.loc[skew, "rates"].str.contains("common").any()
+    assert tuned.loc[skew, "detail"].str.contains("at lr × 1 (common): ", regex=False).all()
+    assert tuned.loc["fedwon-small-batch", "rates"].endswith("(common: no tuning run at "
+                                                             "normalizer=fedwon)")
 
 
 def test_the_quick_profile_compares_no_claim_with_the_paper():

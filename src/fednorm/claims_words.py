@@ -112,6 +112,7 @@ METHOD_KEYS = ("normalizer", "feature_norm")
 # The keys on which a run and its tuning cell may differ: the seed, the rate chosen and the
 # held-out images the choice needs (paper scale: the comparison trains on every image)
 TUNING_FREE = ("seed", OVER, "val_fraction")
+CHOSEN_BY = "val_accuracy"  # the tuning's choice reads the held-out images alone
 _REQUIRED = ("id", "paper", "source", "words", "experiment", "relation")
 _OPTIONAL = {"where": {}, "for_each": None, "slack": 0.0, "metric": "test_accuracy",
              "at": "final", "note": ""}
@@ -437,7 +438,7 @@ def _tuned(side: _Side, tuning: pd.DataFrame, claim: Relation) -> _Side | None:
     rows = tuning[cell]
     if rows.empty:
         return None
-    choice = choices(rows.assign(tuning_cell=0), ["tuning_cell"]).iloc[0]
+    choice = choices(rows.assign(tuning_cell=0), ["tuning_cell"], by=CHOSEN_BY).iloc[0]
     edge = {"high": "↑", "low": "↓"}.get(choice["edge"], "")
     rate = f"lr × {choice[OVER]:g}{edge} (chosen)"
     return _side_of(side.label, rows[matches(rows[OVER], choice[OVER])], claim, rate)
@@ -576,8 +577,8 @@ def judge_units(claim: Relation, summary: pd.DataFrame, floor: float,
     compares methods is judged at each side's own learning rate where the experiment
     ``tuning`` chose one for every side of a unit."""
     runs = summary[in_experiments(summary, claim.experiments)]
-    tuned = (summary[in_experiments(summary, [tuning])] if tuning and compares_methods(claim)
-             else None)
+    chosen = tuning and compares_methods(claim) and CHOSEN_BY in summary.columns
+    tuned = summary[in_experiments(summary, [tuning])] if chosen else None
     # ``where`` leaves the variant keys open: each group keeps its runs at their defaults
     # unless it names one (FedFN's side names feature_norm: true, its baseline's does not)
     rows = runs[selects(runs, resolve(claim.where, runs), variants=False)]
@@ -745,23 +746,31 @@ def words_markdown(table: pd.DataFrame, floor: float) -> str:
         "> 0 (within δ: |m̄| + σ ≤ δ); **contradicted**: m̄ < −σ and every seed's < 0 (within "
         "δ: |m̄| − σ > δ); **inconclusive**: within the seed noise, seeds that disagree, or a "
         "selection that is not the seeds of one setting; **not run**: no runs. A diverged run "
-        "counts against the side the claim says is better. A claim with several units "
+        "counts against the side the claim says is better. **Settled**: a group (the seed mean "
+        "of a setting's runs) has settled when its accuracy gains at most max(1 point, its seed "
+        "spread) over the last quarter of its budget; a verdict stands only where the side "
+        "behind has settled (holds: the worse side; contradicted: the side the claim says is "
+        "better; within: both), else it is inconclusive (the detail names the group and its "
+        "gain). **lr**: a claim that compares methods is judged at each method's learning rate "
+        "chosen on held-out data (the tuning experiment) where it has a run at that setting, "
+        "the common rate's verdict in the detail; elsewhere at the common recipe's (lr × 1). "
+        "A claim with several units "
         "(`for each`, a trend's neighbour pairs) holds when all hold and is contradicted when "
         "any is; the margin shown is the deciding unit's.", "",
         "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".", "",
         *counts_text(table),
     ]
-    header = ["id", "source", "the paper's words", "relation (where)", "ours", "margin ± σ",
-              "verdict", "detail"]
+    header = ["id", "source", "the paper's words", "relation (where)", "lr", "ours",
+              "margin ± σ", "settled", "verdict", "detail"]
     for paper, part in table.groupby("paper", sort=False):
         lines += ["", f"## {PAPERS[paper]}", "", "| " + " | ".join(header) + " |",
-                  "|" + "---|" * 5 + "---:|---|---|"]
+                  "|" + "---|" * 6 + "---:|---|---|---|"]
         for r in part.itertuples(index=False):
             margin = "–" if math.isnan(r.margin) else f"{r.margin:+.1f} ± {r.spread:.1f}"
             relation = r.relation + (f" ({r.where})" if r.where else "")
             relation += f"; {'best' if r.at == 'max' else 'final'} {value_label(r.metric)}"
-            cells = [r.id, r.source, f"“{r.words}”", relation, r.ours or "–", margin,
-                     f"**{r.verdict}**", r.detail]
+            cells = [r.id, r.source, f"“{r.words}”", relation, r.rates or "–", r.ours or "–",
+                     margin, r.settled or "–", f"**{r.verdict}**", r.detail]
             lines.append("| " + " | ".join(escape_cell(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
