@@ -99,6 +99,11 @@ def test_each_verdict_and_its_numbers(tmp_path):
     check("bn-final", [40, 44, 47], "reproduced")  # 43.67 - 42.93 = +0.74 <= 2
     check("fbn-best", [80, 76], "differs")  # 78 - 90 = -12 > max(2, 2.83)
     check("fbn-final", [70, 76], "reproduced")  # 73 - 73.5, the last point, not the best
+    # settling (the last quarter: after step 10): BN gains 10, 14, 17 points, more than its
+    # 3.5-point spread; FBN's best gains 0 and 1 point (the verdict itself is ours vs paper)
+    assert table.loc["bn-final", "settled"] == "no"
+    assert "not settled: +13.7 points over the last quarter" in table.loc["bn-final", "detail"]
+    assert table.loc["fbn-best", "settled"] == "yes"
     # 65 - 70 = -5: beyond 2 points, within the spreads combined: hypot(1, 7.07) = 7.14
     check("central-spread", [60, 70], "reproduced")
     assert table.loc["central-spread", "threshold"] == pytest.approx(
