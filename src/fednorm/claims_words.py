@@ -5,6 +5,8 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
 
     qualitative:
       single_seed_spread: 5          # points: the spread assumed when a margin has one seed
+      tuning: tuning                 # optional: the experiment that chooses each method's lr
+                                     # (the default; null: every claim at the common rate)
       claims:
         - id: fixbn-s4-gn-falls-with-E       # unique; names the claim in every message
           paper: fixbn                       # a key of fednorm.claims.PAPERS
@@ -56,6 +58,19 @@ in the detail. In a sign relation a diverged run on the side the claim says is b
 and a diverged run on the other side is a seed *for* it (it cannot be contradicted); when every
 run of one side diverged the seed counts for the side that did not. In ``within`` a diverged
 run on either side is a seed against equality.
+
+**Settled runs** (:func:`fednorm.results.settling`): a group has settled when its accuracy
+``at`` the end gains at most max(1 point, its seed spread) over the last quarter of its budget.
+A unit's verdict rests on the sides behind having settled (:func:`_behind`: ``holds``, the
+worse sides; ``contradicted``, the side the claim says is better; ``within`` that holds, both);
+where one has not, the unit is ``inconclusive`` and its detail names the group, its gain and
+the verdict it would have had. Trends too: each compares final accuracies along an axis.
+
+**Each method at its own rate**: a claim whose compared groups name a METHOD_KEYS key is judged,
+unit by unit, on the ``tuning`` experiment's runs at each side's ``lr_scale`` chosen on
+validation accuracy (:func:`fednorm.tuning.choices`), where every side of the unit has a tuning
+cell (its runs' config but for TUNING_FREE); else at the common rate, said in ``rates``. The
+common rate's outcome stays in the detail.
 
 A claim's verdict: ``not run`` when no unit has runs; ``inconclusive`` (refused) when a group's
 runs differ in more than their seed (the reason names the keys the claim should add: a user may
