@@ -260,6 +260,8 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
                                    "tiny-words-contradicted": "contradicted",
                                    "tiny-words-inconclusive": "inconclusive"}
     assert words.loc["tiny-words-contradicted", "n_diverged"] == 1
+    assert words.loc["tiny-words-holds", "n_diverged"] == 1  # the side behind diverged
+    assert set(words.settled.dropna()) <= {"yes", "no"} and words.rates.notna().all()
     assert words.loc["tiny-words-inconclusive", "margin"] == 0
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims_words.{ext}").stat().st_size > 0
