@@ -12,7 +12,8 @@ This script trains, seed 0 (and 1 with ``--seeds 0 1``):
 
 - the engine's runs of the experiment (fednorm.run.train_and_evaluate), one factor changed at
   a time: the learning rate, the momentum, the weight decay, the freeze step;
-- an independent reference in plain PyTorch: five nn.BatchNorm2d LeNets in a Python loop, a
+- an independent reference in plain PyTorch (benchmarks/plain_fedavg.py): five
+  nn.BatchNorm2d LeNets in a Python loop, a
   fresh torch.optim.SGD per client and round, the server averaging every parameter and BN
   buffer after E steps; from T* on its BN layers are put in eval mode while training (they
   normalize with the averaged running statistics and update nothing). It draws the engine's
@@ -29,66 +30,34 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import math
-import tempfile
 import time
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from plain_fedavg import DATA, as_dtype, cell, engine, plain_fedavg, quick_run
 from torch import nn
 
-from fednorm import rng
 from fednorm.data import load_dataset
-from fednorm.data.mnist5k import load_mnist5k
-from fednorm.data.partition import partition
-from fednorm.fl.batches import ClientBatches
 from fednorm.fl.train import train
-from fednorm.inputs import read_yaml
 from fednorm.models.lenet import LeNet
 from fednorm.norms import FedBatchNorm2d, fixbn_freeze_step
-from fednorm.plan import load_plan, merge
-from fednorm.run import train_and_evaluate
-
-DATA = "data"
 
 
-def quick_run(experiment: str, **match):
-    """The resolved RunConfig of the quick profile's run of ``experiment`` matching ``match``."""
-    plan = load_plan(merge(read_yaml("config/config.yaml", "config"),
-                           read_yaml("config/quick.yaml", "config")))
-    for rid in plan.experiments[experiment]:
-        run = plan.runs[rid]
-        if all(getattr(run, k) == v for k, v in match.items()):
-            return run
-    raise KeyError(f"no run of {experiment} with {match}")
+def _lenet(cfg):
+    return lambda: LeNet(lambda c: nn.BatchNorm2d(c, eps=cfg.bn_eps, momentum=cfg.bn_momentum),
+                         cfg.width, cfg.image_size)
 
 
-def engine(cfg) -> tuple[float, str]:
-    """(final test accuracy, status) of the engine's run."""
-    with tempfile.TemporaryDirectory() as out:
-        status = train_and_evaluate(cfg, out, data_dir=DATA, device="cpu")
-        acc = pd.read_csv(f"{out}/metrics.csv")["test_accuracy"].dropna()
-        return float(acc.iloc[-1]), status
-
-
-def _bn_eval(model: nn.Module, frozen: bool) -> None:
-    model.train()
-    if frozen:  # FixBN's calibration stage: the running statistics, nothing updated
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.eval()
-
-
-def _as(data, dtype: torch.dtype):
-    return dataclasses.replace(data, train_x=data.train_x.to(dtype), test_x=data.test_x.to(dtype))
+def _statistics(model: nn.Module, kind: type[nn.Module]) -> list[torch.Tensor]:
+    return [t.detach().clone() for m in model.modules() if isinstance(m, kind)
+            for t in (m.running_mean, m.running_var)]
 
 
 def engine_statistics(cfg, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     """The BN running means and variances of the engine's final global model."""
-    result = train(cfg, _as(load_dataset(cfg, DATA), dtype), "cpu")
-    return [t.detach().clone() for m in result.model.modules()
-            if isinstance(m, FedBatchNorm2d) for t in (m.running_mean, m.running_var)]
+    return _statistics(train(cfg, as_dtype(load_dataset(cfg, DATA), dtype), "cpu").model,
+                       FedBatchNorm2d)
 
 
 def frozen_statistics_check(cfg) -> tuple[float, float]:
@@ -96,69 +65,26 @@ def frozen_statistics_check(cfg) -> tuple[float, float]:
     at the end of training and the engine's naive BN at T* (FixBN is naive BN before T*),
     max relative difference between the engine's naive BN statistics at T* and the reference's
     averaged buffers, both in float64 so that rounding cannot grow into a difference)."""
-    freeze = fixbn_freeze_step(cfg)
-    at_freeze = dataclasses.replace(cfg, normalizer="bn", steps=freeze)
+    at_freeze = dataclasses.replace(cfg, normalizer="bn", steps=fixbn_freeze_step(cfg))
     fixbn, bn = engine_statistics(cfg), engine_statistics(at_freeze)
     bn64 = engine_statistics(at_freeze, torch.float64)
-    ref = reference(at_freeze, torch.float64)["statistics"]
+    ref = _statistics(plain_fedavg(at_freeze, _lenet(cfg), torch.float64).model, nn.BatchNorm2d)
     return (max((a - b).abs().max().item() for a, b in zip(fixbn, bn, strict=True)),
             max(((a - b).abs() / b.abs().clamp_min(1e-3)).max().item()
                 for a, b in zip(ref, bn64, strict=True)))
 
 
-def reference(cfg, dtype: torch.dtype = torch.float32) -> dict:
-    """The per-client plain PyTorch FedAvg of FixBN on ``cfg``'s split, batches and init."""
-    data = _as(load_mnist5k(DATA, cfg.n_train, cfg.n_test, cfg.image_size), dtype)
-    parts = partition(data.train_y, cfg.partition, cfg.n_clients, cfg.heterogeneity, cfg.seed)
-    batches = ClientBatches(data.train_x, data.train_y, [parts], cfg.batch_size, [cfg.seed],
-                            rng.SAMPLE)
-    torch.manual_seed(cfg.seed)
-    glob = LeNet(lambda c: nn.BatchNorm2d(c, eps=cfg.bn_eps, momentum=cfg.bn_momentum),
-                 cfg.width, cfg.image_size).to(dtype)
-    freeze = fixbn_freeze_step(cfg) if cfg.normalizer == "fixbn" else cfg.steps
-    b, E, losses, first_bad = cfg.batch_size, cfg.local_steps, {}, None
-    grad_ratio = None
-    for start in range(0, cfg.steps, E):
-        if start == freeze:
-            grad_ratio = _grad_ratio(glob, batches.sample(start), cfg)
-        clients = [copy.deepcopy(glob) for _ in range(cfg.n_clients)]
-        for i, net in enumerate(clients):
-            opt = torch.optim.SGD(net.parameters(), lr=cfg.lr[0], momentum=cfg.momentum,
-                                  weight_decay=cfg.weight_decay)
-            _bn_eval(net, start >= freeze)
-            for step in range(start, start + E):
-                k = sum(step >= m for m in cfg.lr_milestones)
-                opt.param_groups[0]["lr"] = cfg.lr[k]
-                x, y = batches.sample(step)
-                loss = F.nll_loss(net(x[0, i * b:(i + 1) * b]), y[0, i * b:(i + 1) * b])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                losses[step] = losses.get(step, 0.0) + loss.item() / cfg.n_clients
-        states = [net.state_dict() for net in clients]
-        glob.load_state_dict({k: torch.stack([s[k].to(dtype) for s in states]).mean(0)
-                              .to(states[0][k].dtype) for k in states[0]})
-        if first_bad is None and not all(math.isfinite(losses[s]) for s in range(start, start + E)):
-            first_bad = min(s for s in range(start, start + E) if not math.isfinite(losses[s]))
-    glob.eval()
-    with torch.no_grad():
-        acc = (glob(data.test_x).argmax(1) == data.test_y).float().mean().item()
-    window = {s: losses[s] for s in range(max(freeze - 3, 0), min(freeze + 5, cfg.steps))}
-    stats = [t.clone() for m in glob.modules() if isinstance(m, nn.BatchNorm2d)
-             for t in (m.running_mean, m.running_var)]
-    return {"accuracy": acc, "first_nonfinite_step": first_bad, "losses": window,
-            "grad_ratio": grad_ratio, "statistics": stats}
-
-
-def _grad_ratio(glob: nn.Module, sample, cfg) -> float:
+def grad_ratio(glob: nn.Module, sample, cfg) -> float:
     """At the weights of T*, the norm of the convolutions' gradient on the clients' batches
     when BN normalizes with the frozen running statistics, over the same with batch
     statistics (naive BN): how much larger FixBN's first frozen steps are."""
     x, y = sample
     b, norms = cfg.batch_size, {}
     for frozen in (False, True):
-        net = copy.deepcopy(glob)
-        _bn_eval(net, frozen)
+        net = copy.deepcopy(glob).train()
+        for m in net.modules():
+            if frozen and isinstance(m, nn.BatchNorm2d):
+                m.eval()
         total = 0.0
         for i in range(cfg.n_clients):
             net.zero_grad()
@@ -167,6 +93,19 @@ def _grad_ratio(glob: nn.Module, sample, cfg) -> float:
                          if isinstance(m, nn.Conv2d)).sqrt().item() / cfg.n_clients
         norms[frozen] = total
     return norms[True] / norms[False]
+
+
+def reference_fixbn(cfg) -> tuple:
+    """The plain loop's FixBN: (Reference, training loss around T*, gradient ratio at T*)."""
+    freeze, ratio = fixbn_freeze_step(cfg), {}
+
+    def at_freeze(start, glob, sample):
+        if start == freeze:
+            ratio["value"] = grad_ratio(glob, sample, cfg)
+
+    ref = plain_fedavg(cfg, _lenet(cfg), frozen_bn_from=freeze, on_round=at_freeze)
+    window = {s: round(ref.losses[s], 3) for s in range(freeze - 3, freeze + 5)}
+    return ref, window, ratio["value"]
 
 
 PROBES = [  # (label, overrides of the quick run): one factor at a time
@@ -179,11 +118,6 @@ PROBES = [  # (label, overrides of the quick run): one factor at a time
     ("lr decay at 50 % (T*), 80 %", {"lr_milestones": (100, 160)}),
     ("T* at 60 % (the lr decay)", {"fixbn_freeze": 0.6}),
 ]
-
-
-def _cell(result: tuple[float, str]) -> str:
-    acc, status = result
-    return f"{100 * acc:.1f}" + (" (diverged)" if status != "ok" else "")
 
 
 def main() -> None:
@@ -199,21 +133,19 @@ def main() -> None:
             print(f"{split} seed {seed}: FixBN's statistics after T* minus naive BN's at T*: "
                   f"max |difference| {same:.1e}; the reference's averaged BN buffers at T* "
                   f"against the engine's, float64: max relative difference {ref_gap:.1e}")
-            ref = reference(base)
+            ref, window, ratio = reference_fixbn(base)
             print(f"{split} seed {seed}: reference FixBN, recipe: test accuracy "
-                  f"{100 * ref['accuracy']:.1f} %, first non-finite training loss at step "
-                  f"{ref['first_nonfinite_step']}; training loss around T* = "
-                  f"{fixbn_freeze_step(base)}:",
-                  {s: round(v, 3) for s, v in ref["losses"].items()},
-                  f"; conv gradient norm, frozen over batch statistics, at T*: "
-                  f"{ref['grad_ratio']:.2f}")
+                  f"{100 * ref.accuracy:.1f} %, first non-finite training loss at step "
+                  f"{ref.first_nonfinite_step}; training loss around T* = "
+                  f"{fixbn_freeze_step(base)}: {window}; conv gradient norm, frozen over "
+                  f"batch statistics, at T*: {ratio:.2f}")
             heterofl = engine(quick_run("fedtan_methods", normalizer="heterofl_sbn",
                                         partition=split, seed=seed))
             for label, over in PROBES:
                 fix = engine(dataclasses.replace(base, **over))
                 bn = engine(dataclasses.replace(base, normalizer="bn", **over))
-                rows.append((split, seed, label, _cell(fix), _cell(bn),
-                             _cell(heterofl) if not over else ""))
+                rows.append((split, seed, label, cell(fix), cell(bn),
+                             cell(heterofl) if not over else ""))
     table = pd.DataFrame(rows, columns=["split", "seed", "probe (engine)", "FixBN", "naive BN",
                                         "HeteroFL"])
     print(table.to_string(index=False))
