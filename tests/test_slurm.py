@@ -42,7 +42,9 @@ TIMEOUT = 300  # s: the plugin waits forever when it cannot read job states; nev
 PLUGIN_ARGS = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks",
                "1")
 # What a training job asks for; the node has 2 CPUs, so not the paper's 4 per GPU.
-EXECUTION = {"gpus_per_job": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10}
+# One bundle a job (.test/config.yaml groups 8): a job per bundle is what the test reads back.
+EXECUTION = {"gpus_per_job": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10,
+             "bundles_per_job": 1}
 
 
 def _unavailable(reason):
