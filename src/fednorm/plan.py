@@ -90,10 +90,8 @@ from fednorm.config import (
     number_in,
     run_config,
 )
+from fednorm.metrics import FIGURE_METRICS
 
-FIGURE_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var",
-                  "stat_change", "stat_deviation", "stat_variance", "comm_rounds",
-                  "local_test_accuracy", "val_accuracy", "lr_scale")
 FIGURE_EXTENSIONS = ("pdf", "png", "csv")
 TABLE_EXTENSIONS = ("csv", "md")  # a table is data and text, no picture
 _TOP = ("paths", "execution", "run", "experiments", "figures", "toy", "claims")
