@@ -84,6 +84,7 @@ from fednorm.config import (
     Nullable,
     Paths,
     RunConfig,
+    ToyConfig,
     bundle_key,
     check_keys,
     int_at_least,
@@ -203,7 +204,7 @@ _EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
 
 @dataclass(frozen=True)
 class ToyPlan:
-    settings: Any  # fednorm.toy.ToyConfig (imported lazily: the toy needs torch)
+    settings: ToyConfig
     gammas: tuple[float, ...]
     seeds: tuple[int, ...]
     folder: str  # under paths.figures
@@ -724,8 +725,6 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
 def _toy(spec: Any) -> ToyPlan | None:
     if spec is None:
         return None
-    from fednorm.toy import ToyConfig
-
     spec = _keys(spec, "toy", ("settings", "gammas", "seeds", "figures"))
     try:
         settings = ToyConfig(**_keys(spec.get("settings"), "toy.settings",
