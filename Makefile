@@ -41,8 +41,11 @@ lint-workflow:
 	    fi; \
 	done
 
+# pytest-xdist: a worker per core (tests/conftest.py: one thread each); the tests of the .test
+# DAG share one worker (--dist loadgroup, xdist_group "tiny_dag"), so the DAG runs once
+TEST_WORKERS ?= $(CORES)
 test: install lint lint-workflow
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 quick: install
 	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/quick

@@ -29,7 +29,8 @@ import torch
 from fednorm.config import run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl import memory
-from fednorm.fl.train import EVAL_IMAGES, train_bundle
+from fednorm.fl.evaluate import EVAL_IMAGES
+from fednorm.fl.train import train_bundle
 
 MB = 2**20
 # name -> the run's keys (the paper grid's shapes: fednorm.config defaults otherwise)

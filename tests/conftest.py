@@ -6,8 +6,14 @@ from pathlib import Path
 from subprocess import CompletedProcess
 
 import pytest
+import torch
 from dag import snakemake, work_copy
 from hypothesis import settings
+
+# Under pytest-xdist (`make test`: one worker per core) each worker computes on one thread:
+# two workers of one thread each keep both cores busy, where two threads each would fight.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 # Property tests (tests/test_config_properties.py): 'ci', derandomized with a fixed number of
 # examples, is what `make test` runs; 'thorough' searches much longer, on demand:
@@ -28,7 +34,10 @@ class TinyDag:
 @pytest.fixture(scope="session")
 def tiny_dag(tmp_path_factory) -> TinyDag:
     """The whole DAG on the smallest grid (.test/config.yaml), run once per session for every
-    test that reads its outputs. Tests must not change the copy: one that runs more copies it."""
+    test that reads its outputs. Tests must not change the copy: one that runs more copies it.
+    Under pytest-xdist a session fixture runs once per worker: its tests carry
+    ``@pytest.mark.xdist_group("tiny_dag")`` and `make test` runs ``--dist loadgroup``, so that
+    one worker runs them all and the DAG once."""
     work = work_copy(tmp_path_factory.mktemp("tiny_dag"))
     return TinyDag(work, snakemake("--cores", "2", "--configfile", ".test/config.yaml",
                                    cwd=work))

@@ -99,6 +99,11 @@ def test_each_verdict_and_its_numbers(tmp_path):
     check("bn-final", [40, 44, 47], "reproduced")  # 43.67 - 42.93 = +0.74 <= 2
     check("fbn-best", [80, 76], "differs")  # 78 - 90 = -12 > max(2, 2.83)
     check("fbn-final", [70, 76], "reproduced")  # 73 - 73.5, the last point, not the best
+    # settling (the last quarter: after step 10): BN gains 10, 14, 17 points, more than its
+    # 3.5-point spread; FBN's best gains 0 and 1 point (the verdict itself is ours vs paper)
+    assert table.loc["bn-final", "settled"] == "no"
+    assert "not settled: +13.7 points over the last quarter" in table.loc["bn-final", "detail"]
+    assert table.loc["fbn-best", "settled"] == "yes"
     # 65 - 70 = -5: beyond 2 points, within the spreads combined: hypot(1, 7.07) = 7.14
     check("central-spread", [60, 70], "reproduced")
     assert table.loc["central-spread", "threshold"] == pytest.approx(
@@ -315,6 +320,18 @@ def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
     assert (table.n_units == [splits if c.for_each else 1 for c in claims]).all()
     equal = words_ledger(Words(claims=claims), runs).set_index("id")
     assert (equal.verdict == "inconclusive").all()
+    # with a validation accuracy, the claims at Dir(0.1) and the largest E are judged on the
+    # tuning experiment's runs at each method's chosen rate (the tuning sweeps that setting);
+    # the small-batch ones keep the common rate, and say why
+    tuned = words_ledger(Words(claims=claims), better.assign(val_accuracy=0.5)).set_index("id")
+    assert (tuned.verdict == "holds").all(), tuned.detail.to_dict()
+    skew = ["hybridbn-best-bn-variant-label-skew", "fedwon-tackles-label-skew",
+            "fedfn-beats-fedavg-label-skew", "fedfn-with-bn-beats-bn-label-skew"]
+    assert tuned.loc[skew, "rates"].str.contains("(chosen)", regex=False).all()
+    assert not tuned.loc[skew, "rates"].str.contains("common").any()
+    assert tuned.loc[skew, "detail"].str.contains("at lr × 1 (common): ", regex=False).all()
+    assert tuned.loc["fedwon-small-batch", "rates"].endswith("(common: no tuning run at "
+                                                             "normalizer=fedwon)")
 
 
 def test_the_quick_profile_compares_no_claim_with_the_paper():

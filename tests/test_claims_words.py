@@ -30,12 +30,13 @@ TINY = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, 
 
 
 def _summary(runs, experiment="e"):
-    """A summary: ``runs`` is a list of (run keys, final test accuracy in %, status); each run
-    has two evaluation points, the first at 10 %."""
+    """A summary: ``runs`` is a list of (run keys, final test accuracy in %, status[, the
+    accuracy at the first point]); each run has two evaluation points, at half and all of its
+    budget, the first equal to the final unless given (a run that has settled)."""
     rows = []
-    for keys, accuracy, status in runs:
+    for keys, accuracy, status, *before in runs:
         cfg = run_config({**TINY, **keys})
-        for step, value in ((10, 10.0), (20, accuracy)):
+        for step, value in ((10, before[0] if before else accuracy), (20, accuracy)):
             rows.append({**config_columns(cfg), "run_id": cfg.run_id, "figure_group": experiment,
                          "step": step, "test_accuracy": value / 100, "status": status})
     return pd.DataFrame(rows)
@@ -203,6 +204,77 @@ def test_runs_that_differ_in_more_than_the_seed_are_refused():
     assert row.verdict == INCONCLUSIVE and math.isnan(row.margin)
     assert "ambiguous: the matching runs differ in ['bn_momentum']" in row.detail
     assert _judge(runs, where={"bn_momentum": 0.1}).verdict == HOLDS
+
+
+def test_a_claim_whose_losing_side_is_still_climbing_is_inconclusive():
+    """FBN (the side the claim says is better) is 10 points behind BN; when FBN still gains
+    10 points over the last quarter of its budget it may catch up: inconclusive."""
+    climbing = [({**FBN, "seed": s}, v, "ok", v - 10) for s, v in enumerate([40, 41])]
+    settled = [({**BN, "seed": s}, 50, "ok") for s in (0, 1)]
+    row = _judge(climbing + settled)
+    assert (row.verdict, row.settled) == (INCONCLUSIVE, "no")
+    assert ("not settled: normalizer=fbn +10.0 points over the last quarter of the budget; "
+            "else contradicted") in row.detail
+    row = _judge(_pairs(FBN, BN, [40, 41], [50, 50]))  # the same claim on settled runs
+    assert (row.verdict, row.settled) == (CONTRADICTED, "yes")
+    # BN, ahead, still climbing only widens its lead: still contradicted
+    row = _judge([({**FBN, "seed": s}, v, "ok") for s, v in enumerate([40, 41])]
+                 + [({**BN, "seed": s}, 50, "ok", 40) for s in (0, 1)])
+    assert (row.verdict, row.settled) == (CONTRADICTED, "no")
+    assert "normalizer=bn +10.0 points" in row.detail and "the side behind settled" in row.detail
+
+
+def test_a_winner_still_climbing_holds_only_when_the_loser_has_settled():
+    winner = [({**FBN, "seed": s}, v, "ok", v - 5) for s, v in enumerate([60, 61])]
+    assert _judge(winner + [({**BN, "seed": s}, 50, "ok") for s in (0, 1)]).verdict == HOLDS
+    loser = [({**BN, "seed": s}, 50, "ok", 45) for s in (0, 1)]
+    row = _judge(winner + loser)
+    assert row.verdict == INCONCLUSIVE and "else holds" in row.detail
+    # a gain within max(1 point, the seed spread) is settled: BN's finals spread 7.1 points
+    spread = [({**BN, "seed": s}, v, "ok", v - 5) for s, v in enumerate([45, 55])]
+    assert _judge([({**FBN, "seed": s}, 70, "ok") for s in (0, 1)] + spread).verdict == HOLDS
+    # near-equality rests on both sides
+    near = {"relation": "within", "delta": 3}
+    assert _judge(_pairs(FBN, BN, [50, 51], [50, 50]), **near).verdict == HOLDS
+    row = _judge([({**FBN, "seed": s}, v, "ok", v - 2) for s, v in enumerate([50, 51])]
+                 + [({**BN, "seed": s}, 50, "ok") for s in (0, 1)], **near)
+    assert row.verdict == INCONCLUSIVE and "normalizer=fbn +2.0 points" in row.detail
+
+
+def _tuned_summary(common, tuned):
+    """The claim's runs (experiment e, every method at lr × 1) and a tuning experiment's
+    (10 % held out; ``tuned``: normalizer -> lr_scale -> final accuracies per seed, the
+    validation accuracy equal to the test's)."""
+    runs = [({"normalizer": n, "seed": s}, v, "ok") for n, vs in common.items()
+            for s, v in enumerate(vs)]
+    sweep = [({"normalizer": n, "lr_scale": scale, "val_fraction": 0.1, "seed": s}, v, "ok")
+             for n, scales in tuned.items() for scale, vs in scales.items()
+             for s, v in enumerate(vs)]
+    tuning = _summary(sweep, experiment="tuning")
+    return pd.concat([_summary(runs), tuning.assign(val_accuracy=tuning["test_accuracy"])],
+                     ignore_index=True)
+
+
+def test_a_method_claim_is_judged_at_each_methods_chosen_rate():
+    """At the common rate FBN loses by 9.5 points; at the rates chosen on held-out data (FBN
+    × 4, BN × 1) it wins by 10.5: holds, with the common rate's verdict in the detail."""
+    summary = _tuned_summary({"fbn": [40, 41], "bn": [50, 50]},
+                             {"fbn": {1: [40, 41], 4: [60, 61]}, "bn": {1: [50, 50], 4: [30, 30]}})
+    words = parse_words({"claims": [_claim()]})
+    row = words_ledger(words, summary).iloc[0]
+    assert (row.verdict, row.margin) == (HOLDS, pytest.approx(10.5))
+    assert row.rates == "normalizer=fbn: lr × 4↑ (chosen); normalizer=bn: lr × 1↓ (chosen)"
+    assert "at lr × 1 (common): -9.5 ± 0.7, contradicted" in row.detail
+    assert row.ours == "normalizer=fbn: 60.5; normalizer=bn: 50.0"
+    # no tuning run for BN: the common rate, said so
+    summary = _tuned_summary({"fbn": [40, 41], "bn": [50, 50]}, {"fbn": {1: [40, 41], 4: [60, 61]}})
+    row = words_ledger(words, summary).iloc[0]
+    assert row.verdict == CONTRADICTED
+    assert row.rates == ("normalizer=fbn: lr × 1; normalizer=bn: lr × 1 (common: no tuning run "
+                         "at normalizer=bn)")
+    # tuning: null in the claims file, or a claim that does not compare methods: lr × 1
+    assert words_ledger(parse_words({"claims": [_claim()], "tuning": None}),
+                        summary).verdict[0] == CONTRADICTED
 
 
 def test_the_ledger_is_written_with_counts_per_verdict_and_paper(tmp_path):

@@ -46,6 +46,7 @@ def outputs(notebook, kind):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("tiny_dag")
 def test_the_tour_shows_the_folders_numbers(tiny_dag, monkeypatch):
     test = tiny_dag.work / ".test"
     monkeypatch.setenv("FEDNORM_RESULTS", str(test / "results"))
@@ -68,6 +69,7 @@ def _run_files(folder):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("tiny_dag")
 def test_a_new_question_trains_only_its_new_runs(tiny_dag, tmp_path, monkeypatch):
     work = tmp_path / "repo"
     shutil.copytree(tiny_dag.work, work, symlinks=True)  # the DAG's outputs stay as they were

@@ -136,6 +136,16 @@ def test_an_override_drops_an_experiment_or_a_figure_by_setting_it_to_null():
         load_plan(merge(base, {"experiments": {"b": None}}))
 
 
+def test_an_override_removes_a_grid_axis_by_setting_it_to_null():
+    """The quick tuning grid sets E per entry of ``settings`` in place of the paper's axis."""
+    base = {"run": {"steps": 10, "eval_every": 5}, "experiments": {
+        "a": {"grid": {"normalizer": ["bn", "gn"], "local_steps": [1, 2], "seed": [0]}}}}
+    entries = [{"normalizer": "bn", "local_steps": 1}, {"normalizer": "gn", "local_steps": 2}]
+    per_entry = {"experiments": {"a": {"grid": {"normalizer": None, "local_steps": None,
+                                                "settings": entries}}}}
+    plan = load_plan(merge(base, per_entry))
+    assert {(c.normalizer, c.local_steps) for c in plan.runs.values()} == {("bn", 1), ("gn", 2)}
+
 def test_training_images_are_counted_per_dataset_and_model():
     plan = load_plan({"run": {"steps": 10, "eval_every": 5, "n_clients": 4, "batch_size": 3},
                       "experiments": {"a": {"grid": {"normalizer": ["bn", "gn"], "seed": [0]}},

@@ -15,6 +15,7 @@ from fednorm.results import (
     run_values,
     seed_stats,
     select,
+    settling,
     varying_keys,
 )
 
@@ -152,3 +153,31 @@ def test_varying_keys_are_the_config_keys_the_runs_differ_in_beyond_seeds(result
     assert set(varying_keys(summary)) == {"normalizer", "heterogeneity"}
     bn = select(summary, normalizer="bn")
     assert varying_keys(bn) == [] and varying_keys(bn, but=()) == ["seed"]
+
+
+def _curves(runs):
+    """A summary of runs (run_id -> (group, status, accuracies at steps 0, 10, 20, 30, 40))."""
+    return pd.DataFrame([{"run_id": r, "group": g, "status": status, "step": 10 * i,
+                          "test_accuracy": a} for r, (g, status, accs) in runs.items()
+                         for i, a in enumerate(accs)])
+
+
+def test_a_group_has_settled_when_its_last_quarter_gains_at_most_max_1_point_its_spread():
+    summary = _curves({
+        "climbing-0": ("climbing", "ok", (0.1, 0.5, 0.6, 0.70, 0.74)),  # +4 points after 30
+        "climbing-1": ("climbing", "ok", (0.1, 0.5, 0.6, 0.70, 0.72)),  # +2: group +3
+        "flat": ("flat", "ok", (0.1, 0.5, 0.6, 0.80, 0.805)),  # +0.5 < 1 point, one seed
+        "noisy-0": ("noisy", "ok", (0.1, 0.5, 0.6, 0.57, 0.60)),  # +3, but the seeds'
+        "noisy-1": ("noisy", "ok", (0.1, 0.5, 0.6, 0.67, 0.70)),  # finals spread 7.1 points
+        "dead": ("dead", "diverged", (0.1, 0.5, math.nan, math.nan, math.nan)),
+    })
+    out = settling(summary, ["group"]).set_index("group")
+    assert out.loc["climbing", "gain"] == pytest.approx(0.03)
+    assert out.loc["noisy", "spread"] == pytest.approx(math.sqrt(2) * 0.05)
+    assert dict(out["settled"]) == {"climbing": False, "dead": True, "flat": True,
+                                    "noisy": True}
+    # the best point: the climbing runs' best also rose by 3 points on average
+    best = settling(summary, ["group"], at="max").set_index("group")
+    assert best.loc["climbing", "gain"] == pytest.approx(0.03)
+    # a run evaluated only at its end shows no climb
+    assert settling(summary[summary.step == 40], ["group"])["settled"].all()

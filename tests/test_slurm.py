@@ -42,7 +42,9 @@ TIMEOUT = 300  # s: the plugin waits forever when it cannot read job states; nev
 PLUGIN_ARGS = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks",
                "1")
 # What a training job asks for; the node has 2 CPUs, so not the paper's 4 per GPU.
-EXECUTION = {"gpus_per_job": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10}
+# One bundle a job (.test/config.yaml groups 8): a job per bundle is what the test reads back.
+EXECUTION = {"gpus_per_job": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10,
+             "bundles_per_job": 1}
 
 
 def _unavailable(reason):
@@ -165,9 +167,9 @@ def test_training_jobs_ask_for_a_gpu_and_a_cancelled_job_is_resubmitted(slurm, t
         assert (work / plan.paths.figures / f"fbn/fig3a.{ext}").stat().st_size > 0
 
 
-def _past_time_limit_config(work, steps):
-    """One run, one training job asking for 2 minutes while its training takes longer, saving
-    its state every 6 s (and on SLURM's signals); no figures."""
+def _long_run_config(work, steps):
+    """One run whose training outlasts the moment the test warns it, saving its state every
+    6 s (and on SLURM's signals); no figures."""
     config = merge(*(yaml.safe_load((work / f).read_text())
                      for f in ("config/config.yaml", ".test/config.yaml")))
     config["experiments"] = {"long": {"set": {"steps": steps, "eval_every": 250},
@@ -175,35 +177,55 @@ def _past_time_limit_config(work, steps):
     config["figures"], config["claims"] = {}, None
     del config["toy"]
     (work / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    execution = {**EXECUTION, "runtime": 2, "checkpoint_minutes": 0.1}
+    execution = {**EXECUTION, "checkpoint_minutes": 0.1}
     (work / "cluster.yaml").write_text(yaml.safe_dump({"execution": execution}))
     return load_plan(merge(config, {"execution": execution}))
 
 
+def _warn_the_training_job_once_it_trains(work, resume_point, deadline):
+    """SLURM's warning before a time limit, as `--signal=USR1@300` (the profile's slurm_extra)
+    delivers it: SIGUSR1 to the job's steps (`scancel --signal`, not `--batch`), sent once the
+    running training job has saved its first resume point (so it trains, with its handler in
+    place). Returns the warned SLURM job id."""
+    while time.monotonic() < deadline:
+        running = [j for j in _jobs(work) if j["Comment"].startswith("rule_train_")
+                   and j["JobState"] == "RUNNING"]
+        if running and resume_point.exists():
+            subprocess.run(["scancel", "--signal=USR1", running[0]["JobId"]], check=True,
+                           timeout=30)
+            return running[0]["JobId"]
+        time.sleep(0.2)
+    return None
+
+
 @pytest.mark.slow
-def test_a_job_past_its_time_limit_is_resubmitted_and_resumes(slurm, tmp_path):
-    """Issue 22: a training job whose runtime (2 minutes) is shorter than its training is
-    warned by SLURM (SIGUSR1, 30 s before its limit here: the profile's slurm_extra with a
-    shorter warning), saves its state and stops; it is submitted again (retries, more than the
-    profile's for so short a limit), continues from its resume point (its log says at which
-    step), finishes, and its run equals the same run trained in one go; the resume point is
-    gone."""
+def test_a_warned_job_is_resubmitted_and_resumes(slurm, tmp_path):
+    """Issue 22: a training job that SLURM warns of its time limit (SIGUSR1, as the profile's
+    `--signal=USR1@300` sends it) saves its state and stops; it is submitted again (the
+    profile's retries), continues from its resume point (its log says at which step),
+    finishes, and its run equals the same run trained in one go; the resume point is gone.
+    The warning is delivered by `scancel --signal=USR1` while the job trains instead of
+    waiting out a real limit (minutes): what SLURM sends is the same signal to the same
+    processes, and the profile's request for it is checked below."""
+    profile = yaml.safe_load(PROFILE.read_text())
+    assert re.fullmatch(r"'--signal=USR1@\d+'", profile["default-resources"]["slurm_extra"])
     work = work_copy(tmp_path)
-    # 960,000 images: over 100 s of training even at 9,000 images/s (one thread here; 2,000 to
-    # 8,000 measured, by the load of the shared cores), so the first submission never finishes
-    steps = 12000
-    plan = _past_time_limit_config(work, steps)
+    # 2,000 steps of 80 images: 18 s of training even at 9,000 images/s, so the job still
+    # trains when its first resume point (after 6 s) is seen and the warning is sent
+    steps = 2000
+    plan = _long_run_config(work, steps)
     ((bundle_id, run_ids),) = plan.bundles.items()
     log = tmp_path / "snakemake.log"
     rule = "train_" + re.sub(r"\W", "_", bundle_id)  # common.smk
     cmd = [sys.executable, "-m", "snakemake", "--profile", "workflow/profiles/slurm",
-           "--configfile", "cluster.yaml", *PLUGIN_ARGS,
-           "--set-resources", f"{rule}:slurm_extra='--signal=USR1@30'",
-           "--retries", "8"]  # the profile's 3 are for real limits, not 2 minutes
+           "--configfile", "cluster.yaml", *PLUGIN_ARGS]
+    deadline = time.monotonic() + TIMEOUT
     with open(log, "w") as out:
         job = subprocess.Popen(cmd, cwd=work, stdout=out, stderr=out, start_new_session=True)
         try:
-            status = job.wait(timeout=900)
+            warned = _warn_the_training_job_once_it_trains(
+                work, work / plan.paths.resume_point(bundle_id), deadline)
+            status = job.wait(timeout=max(1.0, deadline - time.monotonic()))
         finally:
             if job.poll() is None:
                 os.killpg(job.pid, signal.SIGKILL)
@@ -212,10 +234,12 @@ def test_a_job_past_its_time_limit_is_resubmitted_and_resumes(slurm, tmp_path):
                 if left["JobState"] in ("PENDING", "RUNNING"):
                     subprocess.run(["scancel", left["JobId"]], timeout=30)
     text = log.read_text()
-    train = [j for j in _jobs(work) if j["Comment"].startswith("rule_train_")]
-    states = [j["JobState"] for j in sorted(train, key=lambda j: int(j["JobId"]))]
-    assert status == 0, (states, text[-3000:])
-    assert len(states) > 1 and states[-1] == "COMPLETED", states
+    train = sorted((j for j in _jobs(work) if j["Comment"].startswith("rule_train_")),
+                   key=lambda j: int(j["JobId"]))
+    states = [j["JobState"] for j in train]
+    assert warned is not None and status == 0, (states, text[-3000:])
+    assert train[0]["JobId"] == warned and states[0] != "COMPLETED", states
+    assert len(states) == 2 and states[-1] == "COMPLETED", states
     job_log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
     resumed = [int(n) for n in re.findall(rf"resumed at step (\d+) of {steps}", job_log)]
     assert resumed and all(0 < n < steps for n in resumed), job_log[-3000:]

@@ -136,16 +136,23 @@ def test_a_bad_claim_fails_before_any_job(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("tiny_dag")
 def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path):
     work, out = tiny_dag.work, tiny_dag.out
     assert out.returncode == 0, out.stderr[-3000:]
     config = merge(*(yaml.safe_load((work / f).read_text())
                      for f in ("config/config.yaml", ".test/config.yaml")))
     plan = load_plan(config)
-    assert _bundle_jobs(_job_counts(out.stderr)) == len(plan.bundles) < len(plan.runs)
-    for bundle_id, run_ids in plan.bundles.items():  # each job names its bundle
-        log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
-        assert f"bundle {bundle_id}: training {len(run_ids)} runs" in log
+    # a job of several bundles (execution.bundles_per_job) trains each of them; each job's log
+    # names each of its bundles, and each bundle is in one job
+    assert _bundle_jobs(_job_counts(out.stderr)) == len(plan.jobs) < len(plan.bundles) < len(
+        plan.runs)
+    logs = {p.stem: p.read_text() for p in (work / plan.paths.results / "logs/train").iterdir()}
+    assert len(logs) == len(plan.jobs)
+    for bundle_id, run_ids in plan.bundles.items():
+        trained = [job for job, log in logs.items()
+                   if f"bundle {bundle_id}: training {len(run_ids)} runs" in log]
+        assert len(trained) == 1, (bundle_id, trained)
         for run_id in run_ids:
             meta = json.loads((work / plan.paths.run_dir(run_id) / "run.json").read_text())
             assert meta["bundle"]["id"] == bundle_id
@@ -260,6 +267,8 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
                                    "tiny-words-contradicted": "contradicted",
                                    "tiny-words-inconclusive": "inconclusive"}
     assert words.loc["tiny-words-contradicted", "n_diverged"] == 1
+    assert words.loc["tiny-words-holds", "n_diverged"] == 1  # the side behind diverged
+    assert set(words.settled.dropna()) <= {"yes", "no"} and words.rates.notna().all()
     assert words.loc["tiny-words-inconclusive", "margin"] == 0
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims_words.{ext}").stat().st_size > 0

@@ -65,7 +65,7 @@ from fednorm.plan import FIGURE_METRICS, Plan
 from fednorm.plots.cells import percent, value_label
 from fednorm.plots.save import PNG_DPI, save_together
 from fednorm.plots.table import cell_text, escape_cell
-from fednorm.results import AT, matches, seed_stats
+from fednorm.results import AT, matches, seed_stats, settling
 from fednorm.summarize import config_columns
 
 if TYPE_CHECKING:
@@ -351,7 +351,7 @@ def ledger_row(claim: Claim, summary: pd.DataFrame) -> dict[str, Any]:
         "paper_value": claim.value,
         "paper_spread": math.nan if claim.spread is None else claim.spread, "ours_mean": math.nan,
         "ours_std": math.nan, "n_seeds": 0, "n_diverged": 0, "difference": math.nan,
-        "threshold": math.nan, "note": claim.note}
+        "threshold": math.nan, "settled": "", "note": claim.note}
     rows = summary[selects(summary, claim.setting)]
     if rows.empty:
         like = summary[selects(summary, claim.method)]
@@ -367,14 +367,21 @@ def ledger_row(claim: Claim, summary: pd.DataFrame) -> dict[str, Any]:
     outcome, threshold = verdict(claim, mean, std, n_diverged)
     detail = (f"{n_diverged} of {rows['run_id'].nunique()} seeds diverged (left out of the "
               "mean)" if n_diverged else "" if n_seeds else f"its runs have no {claim.metric}")
+    settled = ""
+    if percent(claim.metric):  # the settling rule is on accuracies (fednorm.results.settling)
+        settle = settling(rows, y=claim.metric, at=claim.at).iloc[0]
+        settled = "yes" if settle["settled"] else "no"
+        if not settle["settled"]:
+            detail = "; ".join(t for t in (detail, f"not settled: +{100 * settle['gain']:.1f} "
+                                           "points over the last quarter of the budget") if t)
     return {**row, "ours_mean": mean, "ours_std": std, "n_seeds": n_seeds,
             "n_diverged": n_diverged, "difference": mean - claim.value,
-            "threshold": threshold, "verdict": outcome, "detail": detail}
+            "threshold": threshold, "settled": settled, "verdict": outcome, "detail": detail}
 
 
 LEDGER_COLUMNS = ("id", "paper", "source", "recipe", "setting", "metric", "at", "paper_value",
                   "paper_spread", "ours_mean", "ours_std", "n_seeds", "n_diverged",
-                  "difference", "threshold", "verdict", "detail", "note")
+                  "difference", "threshold", "settled", "verdict", "detail", "note")
 
 
 def ledger(claims: Sequence[Claim], summary: pd.DataFrame) -> pd.DataFrame:

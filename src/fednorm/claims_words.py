@@ -5,6 +5,8 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
 
     qualitative:
       single_seed_spread: 5          # points: the spread assumed when a margin has one seed
+      tuning: tuning                 # optional: the experiment that chooses each method's lr
+                                     # (the default; null: every claim at the common rate)
       claims:
         - id: fixbn-s4-gn-falls-with-E       # unique; names the claim in every message
           paper: fixbn                       # a key of fednorm.claims.PAPERS
@@ -57,6 +59,19 @@ and a diverged run on the other side is a seed *for* it (it cannot be contradict
 run of one side diverged the seed counts for the side that did not. In ``within`` a diverged
 run on either side is a seed against equality.
 
+**Settled runs** (:func:`fednorm.results.settling`): a group has settled when its accuracy
+``at`` the end gains at most max(1 point, its seed spread) over the last quarter of its budget.
+A unit's verdict rests on the sides behind having settled (:func:`_behind`: ``holds``, the
+worse sides; ``contradicted``, the side the claim says is better; ``within`` that holds, both);
+where one has not, the unit is ``inconclusive`` and its detail names the group, its gain and
+the verdict it would have had. Trends too: each compares final accuracies along an axis.
+
+**Each method at its own rate**: a claim whose compared groups name a METHOD_KEYS key is judged,
+unit by unit, on the ``tuning`` experiment's runs at each side's ``lr_scale`` chosen on
+validation accuracy (:func:`fednorm.tuning.choices`), where every side of the unit has a tuning
+cell (its runs' config but for TUNING_FREE); else at the common rate, said in ``rates``. The
+common rate's outcome stays in the detail.
+
 A claim's verdict: ``not run`` when no unit has runs; ``inconclusive`` (refused) when a group's
 runs differ in more than their seed (the reason names the keys the claim should add: a user may
 widen a grid, so this is no plan-time error); else ``contradicted`` when any unit is, ``holds``
@@ -78,7 +93,7 @@ import itertools
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +109,9 @@ from fednorm.plan import COLUMNS, FIGURE_METRICS, Plan
 from fednorm.plots.cells import DIVERGED_MARK, percent, value_label
 from fednorm.plots.save import PNG_DPI, save_together
 from fednorm.plots.table import escape_cell
-from fednorm.results import AT, in_experiments, matches, run_values, values_of
+from fednorm.results import AT, in_experiments, matches, run_values, settling, values_of
 from fednorm.summarize import config_columns
+from fednorm.tuning import OVER, choices
 
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "holds", "contradicted", "inconclusive", "not run"
 VERDICTS = (HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN)
@@ -103,7 +119,15 @@ RELATIONS = ("greater", "best", "trend", "within")
 DIRECTIONS = ("increasing", "decreasing")
 SYMBOLIC = ("min", "max")
 SINGLE_SEED_SPREAD = 5.0  # points, when the file does not say
+TUNING = "tuning"  # the experiment whose learning rates, chosen on held-out data, method claims use
 SECTION = "qualitative"
+SECTION_KEYS = ("claims", "single_seed_spread", "tuning")
+# A claim compares methods when its compared groups name one of these keys
+METHOD_KEYS = ("normalizer", "feature_norm")
+# The keys on which a run and its tuning cell may differ: the seed, the rate chosen and the
+# held-out images the choice needs (paper scale: the comparison trains on every image)
+TUNING_FREE = ("seed", OVER, "val_fraction")
+CHOSEN_BY = "val_accuracy"  # the tuning's choice reads the held-out images alone
 _REQUIRED = ("id", "paper", "source", "words", "experiment", "relation")
 _OPTIONAL = {"where": {}, "for_each": None, "slack": 0.0, "metric": "test_accuracy",
              "at": "final", "note": ""}
@@ -151,6 +175,7 @@ class Words:
 
     claims: tuple[Relation, ...] = ()
     single_seed_spread: float = SINGLE_SEED_SPREAD
+    tuning: str | None = TUNING  # None: every claim at the common recipe's learning rate
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,9 +288,12 @@ def parse_words(spec: Any) -> Words:
         raise fail("claims file", SECTION, spec, "a mapping with 'claims' (and "
                    "'single_seed_spread')")
     for key in spec:
-        if key not in ("claims", "single_seed_spread"):
+        if key not in SECTION_KEYS:
             raise ConfigError(f"{SECTION}: unknown key '{key}'; allowed keys: "
-                              "['claims', 'single_seed_spread']")
+                              f"{list(SECTION_KEYS)}")
+    tuning = spec.get("tuning", TUNING)
+    if tuning is not None:
+        _text(SECTION, "tuning", tuning)
     entries = spec.get("claims")
     if not isinstance(entries, list) or not entries:
         raise fail(SECTION, "claims", entries, "a non-empty list of claims")
@@ -275,7 +303,7 @@ def parse_words(spec: Any) -> Words:
     if twice:
         raise fail(SECTION, "id", twice[0], "an id no other qualitative claim has")
     spread = spec.get("single_seed_spread", SINGLE_SEED_SPREAD)
-    return Words(claims, _number(SECTION, "single_seed_spread", spread, low=0))
+    return Words(claims, _number(SECTION, "single_seed_spread", spread, low=0), tuning)
 
 
 def planned_runs(plan: Plan) -> pd.DataFrame:
@@ -357,6 +385,10 @@ class Unit:
     n_against: int = 0  # seeds with a diverged run on the better side (within: either side)
     n_diverged: int = 0  # diverged runs in all
     reason: str = ""
+    settled: bool | None = None  # every group settled (None: no accuracy measured)
+    unsettled: str = ""  # the groups still climbing and what that does to the verdict
+    rates: str = ""  # the learning rate each side used
+    common: str = ""  # at tuned rates: the outcome at the common recipe's rate
 
     def weakness(self, within: bool) -> float:
         """How near the unit is to failing: larger is weaker."""
@@ -369,6 +401,14 @@ class Unit:
 class _Side:
     label: str
     runs: pd.DataFrame = field(repr=False)  # seed, diverged, value (in points)
+    rows: pd.DataFrame = field(repr=False)  # its summary rows
+    gain: float = math.nan  # points the seed mean gained over the last quarter of its budget
+    settled: bool | None = None  # None: not an accuracy (the rule is on accuracies)
+    rate: str = "lr × 1"  # its learning rate: the recipe's times lr_scale
+
+    @property
+    def mean(self) -> float:
+        return float(self.runs["value"].mean())
 
 
 def _side(group: Group, rows: pd.DataFrame, claim: Relation) -> _Side | str:
@@ -380,9 +420,43 @@ def _side(group: Group, rows: pd.DataFrame, claim: Relation) -> _Side | str:
     ambiguous = ambiguity(picked)
     if ambiguous:
         return f"{label}: {ambiguous}"
+    return _side_of(label, picked, claim)
+
+
+def _side_of(label: str, picked: pd.DataFrame, claim: Relation, rate: str = "lr × 1") -> _Side:
+    """The side of a group whose runs are ``picked`` (the seeds of one setting), with its
+    settling (:func:`fednorm.results.settling`) where the metric is an accuracy."""
     values = run_values(picked, ["seed"], y=claim.metric, at=claim.at)
-    values["value"] *= 100.0 if percent(claim.metric) else 1.0
-    return _Side(label, values.set_index("seed")[["diverged", "value"]])
+    if not percent(claim.metric):
+        return _Side(label, values.set_index("seed")[["diverged", "value"]], picked, rate=rate)
+    values["value"] *= 100.0
+    settle = settling(picked, y=claim.metric, at=claim.at).iloc[0]
+    return _Side(label, values.set_index("seed")[["diverged", "value"]], picked,
+                 100.0 * float(settle["gain"]), bool(settle["settled"]), rate)
+
+
+def compares_methods(claim: Relation) -> bool:
+    """Whether the claim's compared groups differ in their method (METHOD_KEYS)."""
+    groups = (claim.a, claim.b, *claim.others)
+    return any(key in METHOD_KEYS for group in groups for key, _ in group)
+
+
+def _tuned(side: _Side, tuning: pd.DataFrame, claim: Relation) -> _Side | None:
+    """``side`` at its method's own learning rate: the tuning runs that equal its runs on
+    every config key but TUNING_FREE, at the lr_scale the tuning chose for them on held-out
+    data (:func:`fednorm.tuning.choices`); None where the tuning has no such cell."""
+    first = side.rows.iloc[0]
+    cell = pd.Series(True, index=tuning.index)
+    for key in (k for k in FIELDS if k not in TUNING_FREE):
+        value = first[key]
+        cell &= tuning[key].isna() if pd.isna(value) else matches(tuning[key], value)
+    rows = tuning[cell]
+    if rows.empty:
+        return None
+    choice = choices(rows.assign(tuning_cell=0), ["tuning_cell"], by=CHOSEN_BY).iloc[0]
+    edge = {"high": "↑", "low": "↓"}.get(choice["edge"], "")
+    rate = f"lr × {choice[OVER]:g}{edge} (chosen)"
+    return _side_of(side.label, rows[matches(rows[OVER], choice[OVER])], claim, rate)
 
 
 def _values_text(sides: Sequence[_Side]) -> str:
@@ -472,9 +546,54 @@ def _cells(axes: Sequence[str], rows: pd.DataFrame) -> list[tuple[str, pd.DataFr
     return cells
 
 
-def judge_units(claim: Relation, summary: pd.DataFrame, floor: float) -> list[Unit]:
-    """Every unit of ``claim`` on ``summary`` (see the module's docstring)."""
+def _behind(verdict: str, sides: Sequence[_Side], within: bool) -> list[_Side]:
+    """The sides a verdict rests on having settled: those behind. A side ahead that is still
+    climbing only widens its lead; one behind may yet catch up. ``holds``: the worse sides
+    (``within``: both); ``contradicted``: the side the claim says is better (``within``: the
+    lower one); ``inconclusive``: none."""
+    if verdict == HOLDS:
+        return list(sides) if within else list(sides[1:])
+    if verdict == CONTRADICTED:
+        alive = [s for s in sides if not math.isnan(s.mean)]
+        return [min(alive, key=lambda s: s.mean)] if within and alive else [sides[0]]
+    return []
+
+
+def _judged(label: str, sides: Sequence[_Side], claim: Relation, floor: float) -> Unit:
+    """A unit's outcome on its sides: the verdict of the paired margins, made
+    ``inconclusive`` where a side it rests on (:func:`_behind`) has not settled."""
+    within = claim.kind == "within"
+    margins, n_for, n_against = _margins(sides[0], sides[1:], within)
+    verdict, mean, spread = unit_verdict(margins, n_for, n_against, slack=claim.slack,
+                                         delta=claim.delta, floor=floor)
+    climbing = [s for s in sides if s.settled is False]
+    blocking = [s for s in _behind(verdict, sides, within) if s.settled is False]
+    unsettled = ""
+    if climbing:
+        gains = ", ".join(f"{s.label} +{s.gain:.1f}" for s in climbing)
+        unsettled = (f"not settled: {gains} points over the last quarter of the budget; "
+                     + (f"else {verdict}" if blocking else "the side behind settled"))
+    measured = [s.settled for s in sides if s.settled is not None]
+    return Unit(label, INCONCLUSIVE if blocking else verdict, _values_text(sides), mean,
+                spread, len(margins), n_for, n_against,
+                sum(int(s.runs["diverged"].sum()) for s in sides),
+                settled=all(measured) if measured else None, unsettled=unsettled,
+                rates="; ".join(f"{s.label}: {s.rate}" for s in sides))
+
+
+def _outcome(unit: Unit) -> str:
+    margin = "" if math.isnan(unit.mean) else f"{unit.mean:+.1f} ± {unit.spread:.1f}, "
+    return f"{margin}{unit.verdict}" + (f" ({unit.unsettled})" if unit.unsettled else "")
+
+
+def judge_units(claim: Relation, summary: pd.DataFrame, floor: float,
+                tuning: str | None = None) -> list[Unit]:
+    """Every unit of ``claim`` on ``summary`` (see the module's docstring); a claim that
+    compares methods is judged at each side's own learning rate where the experiment
+    ``tuning`` chose one for every side of a unit."""
     runs = summary[in_experiments(summary, claim.experiments)]
+    chosen = tuning and compares_methods(claim) and CHOSEN_BY in summary.columns
+    tuned = summary[in_experiments(summary, [tuning])] if chosen else None
     # ``where`` leaves the variant keys open: each group keeps its runs at their defaults
     # unless it names one (FedFN's side names feature_norm: true, its baseline's does not)
     rows = runs[selects(runs, resolve(claim.where, runs), variants=False)]
@@ -489,12 +608,16 @@ def judge_units(claim: Relation, summary: pd.DataFrame, floor: float) -> list[Un
                 verdict = NOT_RUN if all(p.startswith("no run") for p in problems) else None
                 units.append(Unit(label, verdict or INCONCLUSIVE, reason="; ".join(problems)))
                 continue
-            margins, n_for, n_against = _margins(sides[0], sides[1:], claim.kind == "within")
-            verdict, mean, spread = unit_verdict(margins, n_for, n_against, slack=claim.slack,
-                                                 delta=claim.delta, floor=floor)
-            units.append(Unit(label, verdict, _values_text(sides), mean, spread, len(margins),
-                              n_for, n_against,
-                              sum(int(s.runs["diverged"].sum()) for s in sides)))
+            unit = _judged(label, sides, claim, floor)
+            if tuned is not None:
+                own = [_tuned(s, tuned, claim) for s in sides]
+                if all(s is not None for s in own):
+                    unit = replace(_judged(label, own, claim, floor),
+                                   common=f"at lr × 1 (common): {_outcome(unit)}")
+                else:
+                    unit = replace(unit, rates=unit.rates + " (common: no tuning run at "
+                                   f"{sides[own.index(None)].label})")
+            units.append(unit)
     return units
 
 
@@ -533,7 +656,9 @@ def _detail(units: Sequence[Unit], floor: float) -> str:
             counts.append(f"{u.n_diverged} run{'s' if u.n_diverged > 1 else ''} diverged "
                           f"({u.n_against} seed(s) against, {u.n_for} for)")
         margin = "" if math.isnan(u.mean) else f"{u.mean:+.1f} ± {u.spread:.1f}, "
-        parts.append(f"{head}{margin}{', '.join(counts)}: {u.verdict}")
+        notes = [n for n in (u.unsettled, u.common) if n]
+        parts.append(f"{head}{margin}{', '.join(counts)}: {u.verdict}"
+                     + (f" ({'; '.join(notes)})" if notes else ""))
     return "; ".join(parts)
 
 
@@ -557,13 +682,29 @@ def _relation_text(claim: Relation) -> str:
 
 
 WORDS_COLUMNS = ("id", "paper", "source", "words", "experiment", "where", "relation", "metric",
-                 "at", "ours", "margin", "spread", "delta", "n_units", "n_seeds",
-                 "n_diverged", "verdict", "detail", "note")
+                 "at", "rates", "ours", "margin", "spread", "delta", "n_units", "n_seeds",
+                 "n_diverged", "settled", "verdict", "detail", "note")
 
 
-def words_row(claim: Relation, summary: pd.DataFrame, floor: float) -> dict[str, Any]:
+def _settled_text(units: Sequence[Unit]) -> str:
+    """'yes' when every compared group settled, 'no' when one did not, '' when none was
+    measured (no runs, or not an accuracy)."""
+    measured = [u.settled for u in units if u.settled is not None]
+    return "" if not measured else "yes" if all(measured) else "no"
+
+
+def _rates_text(units: Sequence[Unit]) -> str:
+    """The learning rate of each side, once when every unit has the same, else per unit."""
+    rated = [u for u in units if u.rates]
+    if len({u.rates for u in rated}) <= 1:
+        return rated[0].rates if rated else ""
+    return " | ".join(f"{u.label}: {u.rates}" for u in rated)
+
+
+def words_row(claim: Relation, summary: pd.DataFrame, floor: float,
+              tuning: str | None = None) -> dict[str, Any]:
     """The ledger's row of one qualitative claim (see WORDS_COLUMNS)."""
-    units = judge_units(claim, summary, floor)
+    units = judge_units(claim, summary, floor, tuning)
     verdict = claim_verdict(units)
     deciding = _deciding(units, verdict, claim.kind == "within")
     values = "; ".join(f"{u.label}: {u.values}" if u.label else u.values
@@ -573,19 +714,22 @@ def words_row(claim: Relation, summary: pd.DataFrame, floor: float) -> dict[str,
         "experiment": ", ".join(claim.experiments),
         "where": ", ".join(f"{k}={config_text(v)}" for k, v in claim.where),
         "relation": _relation_text(claim), "metric": claim.metric, "at": claim.at,
+        "rates": _rates_text(units),
         "ours": values,
         "margin": deciding.mean if deciding else math.nan,
         "spread": deciding.spread if deciding else math.nan,
         "delta": math.nan if claim.delta is None else claim.delta,
         "n_units": len(units), "n_seeds": min((u.n_seeds for u in units), default=0),
-        "n_diverged": sum(u.n_diverged for u in units), "verdict": verdict,
+        "n_diverged": sum(u.n_diverged for u in units), "settled": _settled_text(units),
+        "verdict": verdict,
         "detail": _detail(units, floor), "note": claim.note,
     }
 
 
 def words_ledger(words: Words, summary: pd.DataFrame) -> pd.DataFrame:
     """One row per qualitative claim, in file order."""
-    rows = [words_row(c, summary, words.single_seed_spread) for c in words.claims]
+    rows = [words_row(c, summary, words.single_seed_spread, words.tuning)
+            for c in words.claims]
     return pd.DataFrame(rows, columns=list(WORDS_COLUMNS))
 
 
@@ -617,23 +761,31 @@ def words_markdown(table: pd.DataFrame, floor: float) -> str:
         "> 0 (within δ: |m̄| + σ ≤ δ); **contradicted**: m̄ < −σ and every seed's < 0 (within "
         "δ: |m̄| − σ > δ); **inconclusive**: within the seed noise, seeds that disagree, or a "
         "selection that is not the seeds of one setting; **not run**: no runs. A diverged run "
-        "counts against the side the claim says is better. A claim with several units "
+        "counts against the side the claim says is better. **Settled**: a group (the seed mean "
+        "of a setting's runs) has settled when its accuracy gains at most max(1 point, its seed "
+        "spread) over the last quarter of its budget; a verdict stands only where the side "
+        "behind has settled (holds: the worse side; contradicted: the side the claim says is "
+        "better; within: both), else it is inconclusive (the detail names the group and its "
+        "gain). **lr**: a claim that compares methods is judged at each method's learning rate "
+        "chosen on held-out data (the tuning experiment) where it has a run at that setting, "
+        "the common rate's verdict in the detail; elsewhere at the common recipe's (lr × 1). "
+        "A claim with several units "
         "(`for each`, a trend's neighbour pairs) holds when all hold and is contradicted when "
         "any is; the margin shown is the deciding unit's.", "",
         "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".", "",
         *counts_text(table),
     ]
-    header = ["id", "source", "the paper's words", "relation (where)", "ours", "margin ± σ",
-              "verdict", "detail"]
+    header = ["id", "source", "the paper's words", "relation (where)", "lr", "ours",
+              "margin ± σ", "settled", "verdict", "detail"]
     for paper, part in table.groupby("paper", sort=False):
         lines += ["", f"## {PAPERS[paper]}", "", "| " + " | ".join(header) + " |",
-                  "|" + "---|" * 5 + "---:|---|---|"]
+                  "|" + "---|" * 6 + "---:|---|---|---|"]
         for r in part.itertuples(index=False):
             margin = "–" if math.isnan(r.margin) else f"{r.margin:+.1f} ± {r.spread:.1f}"
             relation = r.relation + (f" ({r.where})" if r.where else "")
             relation += f"; {'best' if r.at == 'max' else 'final'} {value_label(r.metric)}"
-            cells = [r.id, r.source, f"“{r.words}”", relation, r.ours or "–", margin,
-                     f"**{r.verdict}**", r.detail]
+            cells = [r.id, r.source, f"“{r.words}”", relation, r.rates or "–", r.ours or "–",
+                     margin, r.settled or "–", f"**{r.verdict}**", r.detail]
             lines.append("| " + " | ".join(escape_cell(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -340,8 +340,8 @@ def words_caption(plan: Plan, words: Words, ext: str) -> str:
                   "or the ±δ band of a near-equality, coloured by verdict (holds, "
                   "contradicted, inconclusive, not run)" if ext == "png" else
                   "the count of each verdict per paper, then one table per paper: the paper's "
-                  "words, the relation, our values per group, margin ± spread, verdict and "
-                  "detail")
+                  "words, the relation, each side's learning rate, our values per group, "
+                  "margin ± spread, whether the groups settled, verdict and detail")
     names = sorted({e for c in words.claims for e in c.experiments})
     runs = planned_runs(plan)
     ids = set(runs[in_experiments(runs, names)]["run_id"])

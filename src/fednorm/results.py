@@ -15,7 +15,10 @@ them and answers the questions every figure asks, in one place:
 - :func:`seed_stats`: mean, std (ddof = 1), min and max over seeds of the runs' values, per
   group of keys. **A diverged run** (status ``diverged``) has no value: it is left out of the
   statistics and counted in ``n_diverged``, so a seed that diverged is never averaged in and
-  never silently dropped. ``n_seeds`` counts the runs that contribute a number.
+  never silently dropped. ``n_seeds`` counts the runs that contribute a number;
+- :func:`settling`: whether a group of runs has settled at the end of its budget (its seed
+  mean gains at most max(1 point, its seed spread) over the last quarter of the budget), the
+  rule the claims ledgers judge final and best accuracies by.
 
 Values are as the summary stores them (an accuracy is a fraction); the figures show % where
 they say so.
@@ -240,3 +243,35 @@ def final_points(summary: pd.DataFrame, *, at: str = "final", last: int = 1,
     for metric in metrics:
         out[metric] = run_values(summary, y=metric, at=at, last=last).set_index("run_id")["value"]
     return out.reset_index()
+
+
+LAST_PART = 0.25  # the end of a budget that settling looks at: its last quarter
+SETTLED_FLOOR = 0.01  # 1 point of accuracy (as the summary stores it: a fraction)
+
+
+def settling(df: pd.DataFrame, keys: Sequence[str] = (), *, y: str = "test_accuracy",
+             at: str = "final", floor: float = SETTLED_FLOOR, part: float = LAST_PART
+             ) -> pd.DataFrame:
+    """Per group of ``keys`` (no keys: one group of every run): has its seed mean settled?
+
+    A run's *gain* is its value ``at`` the end (:func:`run_values`: the final point, or the
+    best) less that value over its evaluation points up to (1 − ``part``) of its last
+    evaluated step (the last quarter of its budget). A group's ``gain`` is the mean of its
+    runs' gains (the gain of their seed mean), its ``spread`` the std (ddof 1) of their values
+    (NaN with one seed), and it has ``settled`` when gain ≤ max(``floor``, spread). A
+    diverged run is left out (it has no value); a group with no gain to measure (every run
+    diverged, or evaluated only at its end) counts as settled: nothing shows it climbing.
+    Returns ``keys``, ``gain``, ``spread``, ``n_seeds`` and ``settled``.
+    """
+    keys = list(keys)
+    runs = run_values(df, keys, y=y, at=at)
+    measured = df[df[y].notna()]
+    end = measured.groupby("run_id")["step"].transform("max")
+    early = run_values(measured[measured["step"] <= (1 - part) * end], y=y, at=at)
+    before = early.set_index("run_id")["value"].reindex(runs["run_id"]).to_numpy()
+    runs["gain"] = runs["value"] - before
+    grouped = runs.groupby([runs[k] for k in keys] or np.zeros(len(runs)), sort=True)
+    out = grouped.agg(gain=("gain", "mean"), spread=("value", "std"),
+                      n_seeds=("value", "count")).reset_index(drop=not keys)
+    out["settled"] = ~(out["gain"] > np.maximum(floor, out["spread"].fillna(0.0)))
+    return out

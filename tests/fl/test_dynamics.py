@@ -13,7 +13,7 @@ import torch
 
 from fednorm.config import run_config, with_values
 from fednorm.data import Arrays
-from fednorm.fl.dynamics import QUANTITIES, Dynamics
+from fednorm.fl.dynamics import QUANTITIES
 from fednorm.fl.engine import make_trainer
 from fednorm.fl.train import train, train_bundle, training_batches
 from fednorm.models import build_model
@@ -78,7 +78,7 @@ def test_dynamics_equal_hooks_on_the_global_model(fedavg):
     normalizer = normalizer_for(cfg)
     trainer = make_trainer([cfg], [model], normalizer, batches, force_fedavg=fedavg)
     keys = [la.key for la in trainer.layers]
-    trainer.dynamics = Dynamics(keys, cfg.dynamics_window, 1, torch.device("cpu"))
+    trainer.record_dynamics(cfg.dynamics_window)  # its sums in the state, run axis first
     changes, deviations, history = [], [], []
     for step in range(STEPS):  # one run: the trainer's state is a view of the model's tensors
         before = global_stats(model)
@@ -89,7 +89,7 @@ def test_dynamics_equal_hooks_on_the_global_model(fedavg):
         changes.append({k: (after[k] - before[k]).abs().sum() for k in keys})
         deviations.append({k: (seen[k] - before[k]).abs().sum(1).mean() for k in keys})
         history.append(seen)
-    got = trainer.dynamics.take()
+    got = trainer.dynamics.take(trainer.state.dynamics)
     for i, k in enumerate(keys):
         change = torch.stack([c[k] for c in changes]).mean()
         deviation = torch.stack([d[k] for d in deviations]).mean()
@@ -99,7 +99,7 @@ def test_dynamics_equal_hooks_on_the_global_model(fedavg):
         torch.testing.assert_close(got["stat_deviation"][0, i], deviation.float())
         torch.testing.assert_close(got["stat_variance"][0, i], variance.float())
         assert change > 0 and deviation > 0 and variance > 0
-    again = trainer.dynamics.take()  # the sums restart, the window does not
+    again = trainer.dynamics.take(trainer.state.dynamics)  # the sums restart, the window does not
     assert torch.isnan(again["stat_change"]).all() and torch.isnan(again["stat_deviation"]).all()
     torch.testing.assert_close(again["stat_variance"], got["stat_variance"])
 

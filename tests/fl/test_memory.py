@@ -111,24 +111,49 @@ def test_a_run_that_does_not_fit_alone_and_other_errors_are_raised(monkeypatch):
     assert capacity.sizes == [2]
 
 
+def killed_after_a_split(killed, path, monkeypatch):
+    """Four runs of which two fit together, split at step 0; the half ``killed`` (its
+    configs) is killed before its round from step 2, its state saved just before. The bundle
+    keeps one resume point, whatever the split."""
+    ids = [c.run_id for c in killed]
+    monkeypatch.setattr(training, "make_trainer", Capacity(runs=2, kill=(ids, 2)))
+    with pytest.raises(Killed):
+        train_bundle(four(), DATA64, resume=ResumeStore(path, every_s=1e-9))
+    assert list(path.parent.iterdir()) == [path]
+    monkeypatch.setattr(training, "make_trainer", MAKE_TRAINER)
+
+
 def test_a_split_off_half_killed_later_resumes_from_its_own_point(
         alone, tmp_path, monkeypatch, caplog):
     """The second half is killed at step 2 after the split; the job run again asks for its two
-    runs alone (the first half's files exist) and continues from the half's own resume point,
-    not from the older one of the whole bundle."""
-    cfgs = four()
-    half = [c.run_id for c in cfgs[2:]]
-    monkeypatch.setattr(training, "make_trainer", Capacity(runs=2, kill=(half, 2)))
+    runs alone (the first half's files exist) and continues from the half's newest state, at
+    step 2, not from the older one of the split."""
     path = tmp_path / "bundle.pt"
-    with pytest.raises(Killed):
-        train_bundle(cfgs, DATA64, resume=ResumeStore(path, every_s=1e-9))
-    assert path.exists() and len(list(tmp_path.glob("bundle.part-*.pt"))) == 1
-    monkeypatch.setattr(training, "make_trainer", MAKE_TRAINER)
+    killed_after_a_split(four()[2:], path, monkeypatch)
     with caplog.at_level(logging.INFO, logger="fednorm.train"):
-        got = train_bundle(cfgs[2:], DATA64, resume=ResumeStore(path))
+        got = train_bundle(four()[2:], DATA64, resume=ResumeStore(path))
     for bundled, want in zip(got, alone[2:], strict=True):
         assert_same_run(bundled, want)
     assert any(r.getMessage().startswith("resumed at step 2 of 4") for r in caplog.records)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_killed_while_the_first_half_trains_each_half_resumes_where_it_was(
+        alone, tmp_path, monkeypatch, caplog):
+    """One resume point holds every slice of a split bundle: the first half is killed at step
+    2 while the second waits at step 0 (the split's point); the job run again for all four
+    runs continues the first half from step 2 and the second from step 0, each equal to its
+    runs alone."""
+    path = tmp_path / "bundle.pt"
+    killed_after_a_split(four()[:2], path, monkeypatch)
+    with caplog.at_level(logging.INFO, logger="fednorm.train"):
+        got = train_bundle(four(), DATA64, resume=ResumeStore(path))
+    for bundled, want in zip(got, alone, strict=True):
+        assert_same_run(bundled, want)
+    messages = [r.getMessage() for r in caplog.records]
+    for step in (2, 0):
+        assert sum(m.startswith(f"resumed at step {step} of 4 (2 runs training)")
+                   for m in messages) == 1
     assert list(tmp_path.iterdir()) == []
 
 

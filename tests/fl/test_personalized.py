@@ -17,7 +17,8 @@ from fednorm.config import ConfigError, run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.engine import FedAvg, make_trainer
-from fednorm.fl.train import evaluate, label_distributions, train
+from fednorm.fl.evaluate import evaluate, label_distributions
+from fednorm.fl.train import train
 from fednorm.models import build_model
 from fednorm.norms import BatchStats, NormContext, bn_layers, norm_context, normalizer_for
 
@@ -97,7 +98,7 @@ def test_personalized_bn_equals_one_model_per_client(normalizer):
         else:  # the server never touches what the clients keep
             torch.testing.assert_close(model.state_dict()[k], start[k], rtol=0, atol=0)
     for k in keep:  # each client's own parts, after its own training only
-        own = trainer.local[k][0]
+        own = trainer.state.local[k][0]
         for i, client in enumerate(clients):
             torch.testing.assert_close(own[i], client.state_dict()[k], rtol=1e-10, atol=1e-12)
         assert not torch.allclose(own[0], own[1])  # clients of other classes drift apart
@@ -114,7 +115,7 @@ def test_personalized_accuracies_are_those_of_each_clients_model():
     trainer = make_trainer([cfg], [model], normalizer_for(cfg),
                            ClientBatches(DATA.train_x, DATA.train_y, [parts], B, [cfg.seed]))
     with torch.no_grad():  # clients with different BN parts
-        for t in trainer.local.values():
+        for t in trainer.state.local.values():
             t.add_(torch.randn(t.shape, generator=torch.Generator().manual_seed(2),
                                dtype=t.dtype).abs() * 0.5)
     dist = label_distributions(DATA, [parts])
@@ -123,7 +124,7 @@ def test_personalized_accuracies_are_those_of_each_clients_model():
     for i in range(N):
         client = copy.deepcopy(model).eval()
         client.load_state_dict({**model.state_dict(),
-                                **{k: t[0, i] for k, t in trainer.local.items()}})
+                                **{k: t[0, i] for k, t in trainer.state.local.items()}})
         with torch.no_grad():
             out = client(DATA.test_x)
         right = (out.argmax(1) == DATA.test_y).double()

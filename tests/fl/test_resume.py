@@ -235,3 +235,31 @@ def test_runs_not_asked_for_any_more_leave_the_others_their_resume_point(tmp_pat
     assert any(m.startswith("resumed at step 4 of 8 (2 runs training)") for m in messages)
     assert not any("refused" in m for m in messages) and not path.exists()
 
+
+
+def test_a_resume_point_of_the_previous_format_is_refused_in_one_line(tmp_path, caplog):
+    """A resume point written before the bundle's state was one object (FORMAT 1: the trainer's
+    parts, ``active`` and per-run ``results`` beside it, rebuilt here by hand from a save of
+    the same bundle at step 4) is refused with one line naming both formats, and the bundle
+    trains from step 0 to the same result."""
+    cfgs = members(normalizer="bn", local_steps=2)
+    want = train_bundle(cfgs, DATA)
+    path = tmp_path / "bundle.pt"
+    with pytest.raises(Killed):
+        train_bundle(cfgs, DATA, resume=KillAt(path, at=4, code="v1"))
+    saved = torch.load(path, weights_only=True)
+    state = saved["slices"][0]
+    torch.save({"header": {**saved["header"], "format": 1}, "step": 4, "steps": 8,
+                "active": [0, 1, 2],
+                "results": [{**h, "status": "ok", "model": None} for h in state["history"]],
+                "trainer": {k: state[k] for k in ("params", "stats", "momenta", "local",
+                                                   "dynamics")},
+                "loss_sum": state["loss_sum"], "since": state["since"]}, path)
+    with caplog.at_level(logging.INFO):
+        got = train_bundle(cfgs, DATA, resume=ResumeStore(path, code="v1"))
+    assert_identical(got, want)
+    messages = [r.getMessage() for r in caplog.records if r.name == "fednorm.resume"]
+    assert messages == [f"resume point {path} refused: written by another format (1, this is "
+                        f"2); training from step 0"]
+    assert not any(r.getMessage().startswith("resumed") for r in caplog.records)
+    assert not path.exists()

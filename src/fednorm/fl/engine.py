@@ -6,8 +6,9 @@ differ in seed, partition, heterogeneity, learning rate, client momentum mode, o
 the server's rule for the statistics (every distinct server of the bundle aggregates every run's
 reports, and each run keeps its own server's result: the reports are small). Their state is
 stacked with a leading run dimension: parameters (R, *shape), BN running
-statistics (R, C), momenta (R, *shape) for DSGD or (R, n, *shape) for FedAvg. A single run is a
-bundle of one.
+statistics (R, C), momenta (R, *shape) for DSGD or (R, n, *shape) for FedAvg, all in the trainer's
+``state`` (:class:`fednorm.fl.state.BundleState`, with the clients' own parts, the dynamics' sums,
+the loss summed so far and the rows). A single run is a bundle of one.
 
 Design: every step is a pure function of one run's state, written once:
 ``functional_call`` of a template model with the run's parameters and statistics, the
@@ -76,7 +77,8 @@ attacks, robust aggregators and NNM (they take all n rows), ``central`` and FedT
 batch of all clients), personalized BN, the dynamics, and FBN's first-batch calibration.
 
 Training dynamics (``record_dynamics``; the FixBN paper's Fig. 3): when the trainer has a
-:class:`fednorm.fl.dynamics.Dynamics` recorder (``self.dynamics``, set by the training loop), the
+:class:`fednorm.fl.dynamics.Dynamics` recorder (:meth:`_Trainer.record_dynamics`, called by the
+training loop; its sums live in the state), the
 normalization layers also report each client's raw mini-batch statistics, which every local
 step hands to the recorder with the global statistics of the round's start, and every
 aggregation hands it the global statistics before and after. Without one, the layers record
@@ -94,8 +96,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -109,6 +109,7 @@ from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import Dynamics
 from fednorm.fl.optim import adaptive_clip, momentum_step
 from fednorm.fl.participation import Participants, participation_keys
+from fednorm.fl.state import BundleState, empty_history
 from fednorm.norms import (
     BatchStats,
     FedBatchNorm2d,
@@ -173,21 +174,6 @@ def commit_stats(
         layer.running_var.copy_(new[layer.key][1])
 
 
-@dataclass
-class State:
-    """A bundle's stacked state; with one run, views of its model's own tensors."""
-
-    params: dict[str, Tensor]  # (R, *shape)
-    stats: dict[str, Tensor]  # BN running statistics, (R, C)
-    momenta: dict[str, Tensor]  # (R, *shape) (DSGD) or (R, n, *shape) (FedAvg)
-
-    def select(self, runs: Tensor) -> State:
-        pick = {k: {name: t[runs] for name, t in part.items()}
-                for k, part in (("params", self.params), ("stats", self.stats),
-                                ("momenta", self.momenta))}
-        return State(**pick)
-
-
 def _stack(tensors: list[Tensor]) -> Tensor:
     # One run: a view of the model's own tensor, so the model sees every in-place update.
     return tensors[0].detach().unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
@@ -216,12 +202,15 @@ class _Trainer:
         params = [dict(m.named_parameters()) for m in models]
         buffers = [dict(m.named_buffers()) for m in models]
         stacked = {k: _stack([p[k] for p in params]) for k in self.names}
-        self.state = State(
-            params=stacked,
+        first = stacked[self.names[0]]
+        # the bundle's whole training state (fednorm.fl.state); with one run, the parameters
+        # and statistics are views of its model's own tensors
+        self.state = BundleState(
+            runs=[c.identity() for c in cfgs], params=stacked,
             stats={k: _stack([b[k] for b in buffers]) for k in self.stat_names},
             momenta={k: self._zero_momentum(p) for k, p in stacked.items()},
-        )
-        first = stacked[self.names[0]]
+            loss_sum=first.new_zeros(len(cfgs)),
+            history=[empty_history() for _ in cfgs])
         # Per-run learning rates, lr x lr_scale (the milestones are shared), (R, len(lr)), in the
         # parameters' dtype so that a float64 run is not stepped with float32-rounded rates.
         self.lrs = torch.tensor([[v * c.lr_scale for v in c.lr] for c in cfgs],
@@ -266,8 +255,9 @@ class _Trainer:
         return torch.zeros_like(stacked)
 
     def keep(self, runs: Tensor) -> None:
-        """Continue with the runs ``runs`` (indices into the bundle) alone; the others' state is
-        released. The kept runs' arithmetic and random draws are unchanged."""
+        """Continue with the runs ``runs`` (indices into the bundle) alone: their state
+        (:meth:`BundleState.select`) and what their configs give (samplers, learning rates,
+        keys, servers). The kept runs' arithmetic and random draws are unchanged."""
         idx = runs.tolist()
         self.cfgs = [self.cfgs[i] for i in idx]
         self.models = [self.models[i] for i in idx]
@@ -277,38 +267,12 @@ class _Trainer:
             self.stat_batches = self.stat_batches.select(runs)
         self.lrs, self.dropout_keys = self.lrs[runs], self.dropout_keys[runs]
         self.server_of, self.momentum_mode = self.server_of[runs], self.momentum_mode[runs]
-        if self.dynamics is not None:
-            self.dynamics.select(runs)
 
-    def state_dict(self) -> dict[str, Any]:
-        """What the rounds change, for a resume point (fednorm.fl.resume): parameters, BN
-        statistics, momenta, the clients' own parts (FedAvg's ``local``) and the dynamics'
-        running sums. Everything else is a function of the configs and the step."""
-        return {"params": self.state.params, "stats": self.state.stats,
-                "momenta": self.state.momenta, "local": getattr(self, "local", {}),
-                "dynamics": None if self.dynamics is None else self.dynamics.state_dict()}
-
-    @staticmethod
-    def select_state(saved: dict[str, Any], runs: Tensor) -> dict[str, Any]:
-        """:meth:`state_dict` of the runs ``runs`` (positions in its run dimension) alone: the
-        state of a part of the bundle (an out-of-memory split, fednorm.fl.train)."""
-        out = {part: {k: t[runs] for k, t in saved[part].items()}
-               for part in ("params", "stats", "momenta", "local")}
-        dynamics = saved["dynamics"]
-        return {**out, "dynamics": None if dynamics is None
-                else Dynamics.select_state(dynamics, runs)}
-
-    @torch.no_grad()
-    def load_state_dict(self, saved: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict` of a trainer of the same runs, written in place (a
-        one-run bundle's state is a view of its model's tensors)."""
-        for part, own in (("params", self.state.params), ("stats", self.state.stats),
-                          ("momenta", self.state.momenta),
-                          ("local", getattr(self, "local", {}))):
-            for k, t in own.items():
-                t.copy_(saved[part][k])
-        if self.dynamics is not None:
-            self.dynamics.load_state_dict(saved["dynamics"])
+    def record_dynamics(self, window: int) -> None:
+        """Record the training dynamics (fednorm.fl.dynamics) of every BN layer from now on,
+        their sums kept in the state."""
+        self.dynamics = Dynamics([la.key for la in self.layers], window)
+        self.state.dynamics = self.dynamics.zeros(self.runs, self.dropout_keys.device)
 
     def participants(self, first_step: int) -> Tensor | None:
         """(R, m) clients taking part in the round from ``first_step``, in increasing order;
@@ -485,7 +449,7 @@ class _Trainer:
         grads, (loss, reports, batches) = step(params, self.state.stats, x, y,
                                                rng.fold(self.dropout_keys, t))
         if self.dynamics is not None:
-            self.dynamics.observe_step(batches, self.state.stats)
+            self.dynamics.observe_step(self.state.dynamics, batches, self.state.stats)
         self._optimize(names, params, grads, t)
         if self.layers and commit:
             with self._observed_round():
@@ -506,7 +470,7 @@ class _Trainer:
             return
         before = {k: s.clone() for k, s in self.state.stats.items()}
         yield
-        self.dynamics.observe_round(before, self.state.stats)
+        self.dynamics.observe_round(self.state.dynamics, before, self.state.stats)
 
     def _runs_with(self, mode: str) -> Tensor | None:
         """(R,) mask of the runs whose ``client_momentum`` is ``mode``; None when none is (a
@@ -571,11 +535,11 @@ class FedAvg(_Trainer):
     """E local steps per round on stacked per-client state, then server averaging.
 
     Personalized BN (``normalizer.local``: FedBN, SiloBN): the parts each client keeps live in
-    ``self.local``, (R, n, ...) per parameter or statistic; a round starts every client from
-    the global state with its own parts in place, and ends with them stored back, never
-    averaged (the global copies of those parameters are left as they were). Static BN
-    (``normalizer.static``: HeteroFL) commits no statistics in training; :meth:`static_statistics`
-    computes them before each test.
+    the state's ``local`` (fednorm.fl.state.BundleState), (R, n, ...) per parameter or
+    statistic; a round starts every client from the global state with its own parts in place,
+    and ends with them stored back, never averaged (the global copies of those parameters are
+    left as they were). Static BN (``normalizer.static``: HeteroFL) commits no statistics in
+    training; :meth:`static_statistics` computes them before each test.
     """
 
     per_client_momenta = True
@@ -586,17 +550,13 @@ class FedAvg(_Trainer):
         affine = [f"{la.key}.{p}" for la in self.layers for p in ("weight", "bias")]
         local_params = affine if "affine" in normalizer.local else []
         local_stats = self.stat_names if "stats" in normalizer.local else []
-        self.local: dict[str, Tensor] = {
+        self.state.local = {
             **{k: self._per_client(self.state.params[k]) for k in local_params},
             **{k: self._per_client(self.state.stats[k]) for k in local_stats}}
 
     @property
     def personalized(self) -> bool:
-        return bool(self.local)
-
-    def keep(self, runs: Tensor) -> None:
-        super().keep(runs)
-        self.local = {k: t[runs] for k, t in self.local.items()}
+        return bool(self.state.local)
 
     def _zero_momentum(self, stacked: Tensor) -> Tensor:
         return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
@@ -609,7 +569,7 @@ class FedAvg(_Trainer):
 
         params = {k: self._per_client(p, n) for k, p in self.state.params.items()}
         stats = {k: self._per_client(s, n) for k, s in self.state.stats.items()}
-        for k, own in self.local.items():  # personalized BN: each client's own parts
+        for k, own in self.state.local.items():  # personalized BN: each client's own parts
             (params if k in params else stats)[k] = own.clone()  # (never partial: the config)
         # Hybrid BN: the reports of the global model at the round's start; the clients'
         # statistics stay the round's global ones while they train
@@ -630,9 +590,10 @@ class FedAvg(_Trainer):
             for k, m in every.items():
                 m.scatter_(1, _row_index(who, m), trained[k])
             self.state.momenta = every
-        for k, own in self.local.items():  # kept by the clients, never averaged
+        for k, own in self.state.local.items():  # kept by the clients, never averaged
             own.copy_(params[k] if k in params else stats[k])
-        self._aggregate(params, stats, rule, set(names) - set(self.local), start, clients=n)
+        self._aggregate(params, stats, rule, set(names) - set(self.state.local), start,
+                        clients=n)
         self.end_round(trained if who is not None else None)
         return total
 
@@ -652,7 +613,8 @@ class FedAvg(_Trainer):
         grads, (losses, reports, batches) = step(
             params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys)
         if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
-            self.dynamics.observe_step({k: (m.squeeze(2), v.squeeze(2))
+            self.dynamics.observe_step(self.state.dynamics,
+                                       {k: (m.squeeze(2), v.squeeze(2))
                                         for k, (m, v) in batches.items()}, self.state.stats)
         self._optimize(names, params, grads, t)
         if keep_stats:

@@ -3,16 +3,18 @@ by a time limit, a preemption or Ctrl-C continues where it stopped instead of fr
 
 Not Snakemake's ``checkpoint`` rules (which re-evaluate the DAG): a *resume point* is one file
 per bundle, owned by a :class:`ResumeStore` in the spirit of torchtitan's checkpoint manager:
-the training loop (fednorm.fl.train) hands it a snapshot between rounds and the store decides
-whether to write it (every ``every_s`` seconds, or at once when SIGTERM / SIGUSR1 arrived, after
-which it raises :class:`Interrupted`); at start the loop asks it for a saved state; a finished
-bundle purges it. The loop never touches files, the store never touches tensors' meaning.
+the bundle's driver (fednorm.fl.train.train_bundle) hands it a snapshot between rounds and the
+store decides whether to write it (every ``every_s`` seconds, or at once when SIGTERM / SIGUSR1
+arrived, after which it raises :class:`Interrupted`); at start the driver asks it for a saved
+state, and deletes it once when the bundle is done. The driver never touches files, the store
+never touches tensors' meaning.
 
-What a snapshot holds (fednorm.fl.train._Loop.snapshot): the next round's first step, the
-bundle's runs (their identities) and which are still training, every run's metric rows so far,
-a finished (diverged) run's final parameters, the trainer's state (parameters, BN statistics,
-momenta as the mode keeps them, the clients' own parts, the dynamics' sums) and the training
-loss summed since the last evaluation point. The random draws need nothing: they are
+What a snapshot holds (fednorm.fl.train, FORMAT 2): ``header`` (format, code, the bundle's
+runs), ``slices``: the ``state_dict()`` of each :class:`fednorm.fl.state.BundleState` still to
+train (the one training now, then the parts of an out-of-memory split waiting their turn; every
+run's parameters, statistics, momenta, clients' own parts, dynamics' sums, rows so far, loss
+summed since the last evaluation point and the next step), and ``finished``: each run already
+finished, with its rows, status and final parameters. The random draws need nothing: they are
 counter-based (fednorm.rng), a pure function of (seed, step). So a resumed run computes exactly
 what it would have computed uninterrupted (bit-identical on CPU; tests/fl/test_resume.py).
 
@@ -25,7 +27,6 @@ written atomically (fednorm.io): a kill during a save leaves the previous resume
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import signal
 import threading
@@ -40,7 +41,7 @@ import torch
 from fednorm.config import CHECKPOINT_MINUTES, RunConfig
 from fednorm.io import atomic_path
 
-FORMAT = 1  # bump when a snapshot's layout changes: older files are refused, never misread
+FORMAT = 2  # bump when a snapshot's layout changes: older files are refused, never misread
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # SLURM: SIGTERM at the limit, --signal=USR1@s before
 log = logging.getLogger("fednorm.resume")
 
@@ -65,7 +66,6 @@ class ResumeStore:
     path: Path
     every_s: float = 60.0 * CHECKPOINT_MINUTES
     code: str = ""  # the code version a saved state must match
-    parent: ResumeStore | None = None  # the whole bundle's store, for a part of it (part)
     signalled: int | None = field(default=None, init=False)
     last_save: float = field(default=0.0, init=False)  # time.monotonic() of the last save
 
@@ -82,8 +82,8 @@ class ResumeStore:
     def load(self, cfgs: Sequence[RunConfig]) -> dict[str, Any] | None:
         """The state saved by this code for a bundle that holds these runs, or None (nothing
         saved, or a saved state refused: the log says why). A run of the saved bundle may be
-        missing, finished before the kill or since the save (its files exist, so it is not
-        asked for again), or trained on in a part split off the bundle."""
+        missing: finished before the kill or since the save (its files exist, so it is not
+        asked for again)."""
         if not self.path.exists():
             return None
         try:
@@ -100,25 +100,11 @@ class ResumeStore:
         runs = got.get("runs", [])
         if any(r not in runs for r in want["runs"]):
             return self._refuse("written for other runs (another config)")
-        others = sum(runs[j] not in want["runs"] for j in saved["active"])
-        if others:  # finished since the save (their files exist), or split off: not asked for
+        others = sum(r not in want["runs"] for part in saved["slices"] for r in part["runs"])
+        if others:  # finished since the save (their files exist): not asked for
             log.info("resume point %s: %d of its runs still training are not asked for; the "
                      "others continue", self.path, others)
-        return saved  # the training loop takes the asked runs' part (fednorm.fl.train.restrict)
-
-    def part(self, cfgs: Sequence[RunConfig]) -> ResumeStore:
-        """The resume point of a part of this bundle (the runs ``cfgs``, split off when the
-        bundle did not fit the device's memory): its own file beside this one, named by its
-        runs, saved as often and stopped by the same signals as this one."""
-        digest = hashlib.sha1(",".join(c.run_id for c in cfgs).encode()).hexdigest()[:10]
-        path = self.path.with_name(f"{self.path.stem}.part-{digest}{self.path.suffix}")
-        return ResumeStore(path, self.every_s, self.code, parent=self)
-
-    @property
-    def stop_signal(self) -> int | None:
-        """The signal that asked this store, or the bundle it is a part of, to stop."""
-        own = self.signalled
-        return own if own is not None or self.parent is None else self.parent.stop_signal
+        return saved  # the driver selects the asked runs (fednorm.fl.state.BundleState.select)
 
     def _refuse(self, reason: str) -> None:
         log.warning("resume point %s refused: %s; training from step 0", self.path, reason)
@@ -127,7 +113,7 @@ class ResumeStore:
         """Called by the training loop before the round from ``step``: saves ``snapshot()``
         when the interval has passed or a signal arrived (then raises :class:`Interrupted`).
         Costs one clock read otherwise."""
-        signum = self.stop_signal
+        signum = self.signalled
         if signum is None and time.monotonic() - self.last_save < self.every_s:
             return
         self.save(snapshot())
@@ -141,7 +127,8 @@ class ResumeStore:
         log.info("resume point saved at step %d: %s", state["step"], self.path)
 
     def purge(self) -> None:
-        """The bundle finished: its resume point is no longer needed."""
+        """The bundle finished: its resume point is no longer needed (called once, by the
+        driver: fednorm.fl.train.train_bundle)."""
         self.path.unlink(missing_ok=True)
 
     @contextlib.contextmanager

@@ -8,6 +8,13 @@ built), partition, batches, augmentation and dropout masks (counter-based, fedno
 own metrics. A run whose training or test loss becomes non-finite is recorded ``diverged`` at
 that evaluation point, handed to ``on_finish`` at once, and dropped from the bundle; the others
 go on unchanged. Returns the metrics as rows; writing files is :mod:`fednorm.run`'s job.
+
+The bundle's driver (:class:`_Bundle`) keeps a queue of *slices*: runs with their state
+(:class:`fednorm.fl.state.BundleState`, or none: step 0), trained one after the other by
+:class:`_Loop`. A bundle is one slice; ``size`` cuts it in consecutive ones; a slice that runs
+out of memory is replaced by two selections of its last saved state. The driver alone talks to
+the resume point (fednorm.fl.resume): it loads it at the start, hands it a snapshot between
+rounds (the live slice, the slices waiting, the runs finished) and deletes it at the end.
 """
 
 from __future__ import annotations
@@ -19,35 +26,35 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, vmap
 
 from fednorm import rng
 from fednorm.config import RunConfig, bundle_key
 from fednorm.data import Arrays
-from fednorm.data.arrays import hold_out, slices
+from fednorm.data.arrays import hold_out
 from fednorm.data.augment import augment_for
 from fednorm.data.imagenet import StreamedImages
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.dynamics import QUANTITIES, Dynamics
-from fednorm.fl.engine import _Trainer, make_trainer, over_runs
+from fednorm.fl.dynamics import QUANTITIES
+from fednorm.fl.engine import _Trainer, make_trainer
+from fednorm.fl.evaluate import evaluate_chunks, label_distributions
 from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.fl.resume import ResumeStore
+from fednorm.fl.state import HISTORY, BundleState
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
 LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
 DYNAMICS_COLUMNS = ("step", "layer", *QUANTITIES)  # fednorm.fl.dynamics, when recorded
-EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
 log = logging.getLogger("fednorm.train")
 # A data set in memory (Arrays) or on disk (ImageNet-1K: StreamedImages)
 Data = Arrays | StreamedImages
-# The images of an evaluation, asked ``size`` at a time: an iterable of (x, y) chunks
-Chunks = Callable[[int], Iterable[tuple[Tensor, Tensor]]]
+# A slice of a bundle: its runs (indices into the bundle) and their state (None: step 0)
+Slice = tuple[list[int], BundleState | None]
 
 
 @dataclass
@@ -57,61 +64,6 @@ class TrainResult:
     dynamics_rows: list[dict] = field(default_factory=list)  # DYNAMICS_COLUMNS
     status: str = "ok"  # "ok" or "diverged"
     model: nn.Module | None = None
-
-
-def evaluate(trainer: _Trainer, x: Tensor, y: Tensor, label_dist: Tensor
-             ) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`evaluate_chunks` on the images ``x`` and labels ``y`` held in memory."""
-    return evaluate_chunks(trainer, partial(slices, x, y), label_dist)
-
-
-@torch.no_grad()
-def evaluate_chunks(trainer: _Trainer, chunks: Chunks, label_dist: Tensor
-                    ) -> tuple[Tensor, Tensor, Tensor]:
-    """Every run's test accuracy (fraction), mean NLL and accuracy on its clients' own label
-    distributions, (R,) each, in eval mode, on the test images ``chunks(size)`` hands out in
-    chunks of at most ``size`` (x, y): sliced from tensors in memory (Arrays.chunks), or
-    decoded from disk (fednorm.data.imagenet.StreamedImages.chunks). The sums (loss, right
-    answers per class, images per class) are accumulated over the chunks.
-
-    The model tested is the global one; with personalized BN (FedBN, SiloBN: the trainer's
-    ``local`` parts) there is none, and client i's model is the averaged weights with its own
-    BN parts: then the accuracy and NLL are the mean over the clients' models on the (global)
-    test set. The local accuracy is sum_c p_i(c) acc_i(c) averaged over the clients i, with
-    p_i = ``label_dist`` (R, n, classes) the label distribution of client i's training data
-    and acc_i(c) the accuracy of client i's model (or the global one) on the test images of
-    class c: its test set drawn from its own label distribution, in expectation.
-    """
-    model, runs = trainer.model, trainer.runs
-    local = getattr(trainer, "local", {})
-    model.eval()
-    if local:
-        def clients(p, s, own, xb):  # one run: (n, B, classes), a model per client
-            return vmap(lambda o: functional_call(model, {**p, **s, **o}, (xb,)))(own)
-
-        fn = over_runs(clients, runs, in_dims=(0, 0, 0, None))
-        state = (trainer.state.params, trainer.state.stats, local)
-        models = trainer.n
-    else:
-        fn = over_runs(lambda p, s, xb: functional_call(model, {**p, **s}, (xb,)).unsqueeze(0),
-                       runs, in_dims=(0, 0, None))
-        state, models = (trainer.state.params, trainer.state.stats), 1
-    classes, dtype = label_dist.shape[-1], label_dist.dtype
-    loss = label_dist.new_zeros(runs, models)
-    correct = label_dist.new_zeros(runs, models, classes)  # right answers per test class
-    counts = torch.zeros(classes, dtype=torch.int64, device=label_dist.device)  # test images
-    for xb, yb in chunks(max(1, EVAL_IMAGES // (runs * models))):
-        out = fn(*state, xb)  # (R, models, B, classes)
-        loss += F.nll_loss(out.permute(0, 3, 1, 2), yb.expand(runs, models, -1),
-                           reduction="none").sum(2)
-        right = (out.argmax(3) == yb).to(dtype)  # (R, models, B)
-        correct += right @ F.one_hot(yb, classes).to(dtype)
-        counts += torch.bincount(yb, minlength=classes)
-    model.train()
-    total = int(counts.sum())
-    per_class = correct / counts.clamp_min(1).to(dtype)
-    local_acc = (label_dist * per_class).sum(-1).mean(-1)  # (R, n) with (R, 1 or n) models
-    return (correct.sum(-1) / total).mean(1), (loss / total).mean(1), local_acc
 
 
 def train(cfg: RunConfig, data: Data, device: str | torch.device = "cpu",
@@ -141,46 +93,74 @@ def train_bundle(
     saved state of these runs exists (fednorm.fl.resume); a run that had finished before is
     handed to ``on_finish`` again at once.
 
-    ``size``: at most this many runs train together (the bundle in consecutive parts, one after
-    the other; None: all at once). When the device runs out of memory, the runs still training
-    are split in two halves that continue from the bundle's last resume point (or step 0) one
-    after the other, each split again if it does not fit either; a run that does not fit alone
-    raises. A part's resume point is its own file (:meth:`ResumeStore.part`)."""
+    ``size``: at most this many runs train together (the bundle in consecutive slices, one
+    after the other; None: all at once). When the device runs out of memory, the runs still
+    training are split in two halves that continue from their last saved state (or the state
+    their slice started from) one after the other, each split again if it does not fit either;
+    a run that does not fit alone raises."""
     _check_bundle(cfgs)
-    fit = _Fitting(cfgs, data, torch.device(device), on_finish, force_fedavg)
-    store, saved = resume, None
-    if resume is not None:
-        # these very runs split off the bundle in an earlier attempt (the others finished):
-        # their own resume point is newer than the bundle's
-        split_off = resume.part(cfgs)
-        saved = split_off.load(cfgs) if split_off.path.exists() else None
-        if saved is None:
-            saved = resume.load(cfgs)
-        else:
-            store = split_off
-    ids = list(range(len(cfgs)))
-    if size is None or size >= len(cfgs):
-        fit.train(ids, store, saved)
-    else:
-        for start in range(0, len(cfgs), size):
-            fit.part(ids[start:start + size], resume, saved)
-    for finished in (resume, store):  # the whole bundle's, and the split-off part's
-        if finished is not None:
-            finished.purge()
-    return fit.done()
+    bundle = _Bundle(list(cfgs), data, torch.device(device), on_finish, force_fedavg, resume)
+    bundle.start(size or len(cfgs))
+    while bundle.queue:
+        bundle.train_next()
+    if resume is not None:  # every run's files are written: the resume point has served
+        resume.purge()
+    return bundle.done()
 
 
 @dataclass
-class _Fitting:
-    """Parts of a bundle trained one after the other, split in halves while they do not fit
-    the device's memory (:func:`train_bundle`)."""
+class _Bundle:
+    """The driver of one bundle: its queue of slices, the runs finished, the resume point."""
 
-    cfgs: Sequence[RunConfig]
+    cfgs: list[RunConfig]
     data: Data
     device: torch.device
     on_finish: Callable[[int, TrainResult], None] | None
     force_fedavg: bool
+    store: ResumeStore | None
+    queue: list[Slice] = field(default_factory=list)  # the slices still to train, in order
     results: dict[int, TrainResult] = field(default_factory=dict)  # the runs finished
+    live: _Loop | None = None  # the slice training now
+
+    def start(self, size: int) -> None:
+        """The queue from the resume point (its finished runs handed to ``on_finish`` again),
+        or the whole bundle from step 0; slices of at most ``size`` runs."""
+        saved = self.store.load(self.cfgs) if self.store is not None else None
+        states = []
+        if saved is not None:
+            asked = [c.identity() for c in self.cfgs]
+            for entry in saved["finished"]:
+                if entry["run"] in asked:
+                    self.finished(asked.index(entry["run"]), self._restored(entry))
+            states = [BundleState.from_state_dict(part) for part in saved["slices"]]
+        left = [i for i in range(len(self.cfgs)) if i not in self.results]
+        self.queue = [(ids[k:k + size], None if state is None
+                       else state.select(list(range(k, min(k + size, len(ids))))))
+                      for ids, state in self._slices(left, states)
+                      for k in range(0, len(ids), size)]
+
+    def _slices(self, ids: list[int], states: Iterable[BundleState]) -> list[Slice]:
+        """The runs ``ids`` as the ``states`` hold them: one slice per state that holds some
+        of them (the first that does), the rest from step 0."""
+        asked = [self.cfgs[i].identity() for i in ids]
+        out, found = [], set()
+        for state in states:
+            pos = [j for j, r in enumerate(state.runs)
+                   if r in asked and ids[asked.index(r)] not in found]
+            if pos:
+                got = [ids[asked.index(state.runs[j])] for j in pos]
+                out.append((got, state.select(pos)))
+                found.update(got)
+        fresh = [i for i in ids if i not in found]
+        return out + ([(fresh, None)] if fresh else [])
+
+    def _restored(self, entry: dict[str, Any]) -> TrainResult:
+        """A finished run's result from a resume point, with its final parameters."""
+        model = _model(self.cfgs[[c.identity() for c in self.cfgs].index(entry["run"])],
+                       self.data, self.device)
+        model.load_state_dict(entry["model"])
+        return TrainResult(**{k: entry[k] for k in HISTORY}, status=entry["status"],
+                           model=model)
 
     def finished(self, i: int, result: TrainResult) -> None:
         self.results[i] = result
@@ -190,35 +170,90 @@ class _Fitting:
     def done(self) -> list[TrainResult]:
         return [self.results[i] for i in range(len(self.cfgs))]
 
-    def part(self, ids: list[int], store: ResumeStore | None, saved: dict | None) -> None:
-        """Train the runs ``ids``, a part of a bundle whose resume point is ``store`` and
-        saved state ``saved``: from the part's own resume point, else from the part of
-        ``saved`` that holds them."""
-        cfgs = [self.cfgs[i] for i in ids]
-        own = store.part(cfgs) if store is not None else None
-        own_saved = own.load(cfgs) if own is not None else None
-        self.train(ids, own, own_saved if own_saved is not None else restrict(saved, cfgs))
-
-    def train(self, ids: list[int], store: ResumeStore | None, saved: dict | None) -> None:
-        cfgs = [self.cfgs[i] for i in ids]
+    def train_next(self) -> None:
+        """Train the queue's first slice; when it does not fit the device's memory, its runs
+        still training go back to the queue's front in two halves, from their last saved
+        state (else the state the slice started from)."""
+        ids, state = self.queue.pop(0)
         try:
-            _train_together(cfgs, self.data, self.device,
-                            lambda j, result: self.finished(ids[j], result),
-                            self.force_fedavg, store, saved)
+            self._train(ids, state)
             return
         except Exception as err:  # only running out of memory is handled
             if not out_of_memory(err) or len(ids) == 1:
                 raise
             log.warning("%d runs together do not fit the memory of %s (%s); training them in "
                         "two halves", len(ids), self.device, str(err).splitlines()[0])
+        self.live = None
         release_memory(self.device)  # outside the except block: its frames are gone
-        # the runs that finished before are done; the others continue from the last save
-        latest = store.load(cfgs) if store is not None else None
+        saved = self.store.load(self.cfgs) if self.store is not None else None
+        states = [BundleState.from_state_dict(p) for p in saved["slices"]] if saved else []
         left = [i for i in ids if i not in self.results]
-        for half in (left[:len(left) // 2], left[len(left) // 2:]):
-            self.part(half, store, latest)
-        if store is not None:
-            store.purge()
+        parts = self._slices(left, [*states, *([state] if state is not None else [])])
+        if len(parts) == 1:
+            (run_ids, latest), half = parts[0], len(parts[0][0]) // 2
+            parts = [(run_ids[a:b], None if latest is None else latest.select(list(range(a, b))))
+                     for a, b in ((0, half), (half, len(run_ids)))]
+        self.queue[:0] = parts
+
+    def _train(self, ids: list[int], state: BundleState | None) -> None:
+        """Train the runs ``ids`` in lock-step, from step 0 or from ``state``."""
+        cfgs = [self.cfgs[i] for i in ids]
+        cfg = cfgs[0]
+        data = hold_out(self.data, cfg.val_fraction).to(self.device)  # a bundle_key field
+        models = [_model(c, data, self.device) for c in cfgs]
+        parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
+                 for c in cfgs]
+        trainer = make_trainer(cfgs, models, normalizer_for(cfg),
+                               training_batches(cfgs, data, parts), self.force_fedavg)
+        if cfg.record_dynamics and trainer.layers:  # a bundle_key field: all runs or none
+            trainer.record_dynamics(cfg.dynamics_window)
+        if state is not None:
+            trainer.state.load_state_dict(state.state_dict())
+        elif cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
+            trainer.calibrate()
+        self.live = _Loop(cfgs, ids, data, trainer, _probe(cfgs, data, parts),
+                          label_distributions(data, parts), self)
+        self.live.run(resumed=state is not None)
+        self.live = None
+
+    def between_rounds(self, step: int) -> None:
+        """Before the live slice's round from ``step``: a save when due, a stop when asked."""
+        if self.store is not None:
+            self.store.between_rounds(step, self.snapshot)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The resume point (fednorm.fl.resume, FORMAT 2): the live slice's state, those of the
+        slices waiting (not those from step 0: a run in no slice starts there), and every run
+        finished with its rows, status and final parameters."""
+        assert self.store is not None and self.live is not None
+        live = self.live.trainer.state
+        waiting = [state for _, state in self.queue if state is not None]
+        finished = [{"run": self.cfgs[i].identity(), "status": r.status,
+                     "model": r.model.state_dict(), **{k: getattr(r, k) for k in HISTORY}}
+                    for i, r in sorted(self.results.items())]
+        return {"header": self.store.header(self.cfgs), "step": live.step,
+                "slices": [s.state_dict() for s in (live, *waiting)], "finished": finished}
+
+
+def _model(cfg: RunConfig, data: Data, device: torch.device) -> nn.Module:
+    torch.manual_seed(cfg.seed)  # model initialization, as the run alone would have it
+    return build_model(cfg, data.n_classes).to(device, data.dtype)
+
+
+def _probe(cfgs: Sequence[RunConfig], data: Data, parts: Sequence[Sequence[Tensor]]
+           ) -> ClientBatches:
+    """The normalization error's sampler. It draws separately from the clients' batches (its
+    own stream), so measuring never changes the training trajectory. Under attack the reference
+    is the union of the honest clients' batches (the first n - f): what a robust server can at
+    best recover. In memory the probe's images are not augmented; streamed from disk
+    (ImageNet-1K) they are cropped and flipped as training images are, with the draws of the
+    probe's own stream (its batches measure the statistics of training-like batches)."""
+    cfg, seeds = cfgs[0], [c.seed for c in cfgs]
+    honest = cfg.n_clients - (cfg.f if cfg.attack != "none" else 0)
+    probed = [p[:honest] for p in parts]
+    if isinstance(data, StreamedImages):
+        return data.batches(probed, cfg.batch_size, seeds, rng.PROBE)
+    return ClientBatches(data.train_x, data.train_y, probed, cfg.batch_size, seeds, rng.PROBE)
 
 
 def out_of_memory(err: BaseException) -> bool:
@@ -236,78 +271,6 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def restrict(saved: dict | None, cfgs: Sequence[RunConfig]) -> dict | None:
-    """The resume point ``saved`` of a bundle cut down to the runs ``cfgs`` among those still
-    training in it: what a part of the bundle continues from (runs in the order of
-    ``saved``)."""
-    if saved is None:
-        return None
-    runs, want = saved["header"]["runs"], [c.identity() for c in cfgs]
-    positions = [r for r, j in enumerate(saved["active"]) if runs[j] in want]
-    keep = torch.tensor(positions, dtype=torch.long)
-    loss_sum = saved["loss_sum"]
-    return {**saved, "active": [saved["active"][r] for r in positions],
-            "trainer": _Trainer.select_state(saved["trainer"], keep),
-            "loss_sum": loss_sum[keep] if isinstance(loss_sum, Tensor) else loss_sum}
-
-
-def _train_together(
-    cfgs: Sequence[RunConfig], data: Data, device: torch.device,
-    on_finish: Callable[[int, TrainResult], None], force_fedavg: bool,
-    resume: ResumeStore | None, saved: dict | None,
-) -> list[TrainResult]:
-    """Train the runs ``cfgs`` in lock-step, from step 0 or from the resume point ``saved``
-    (of these runs or a bundle that held them)."""
-    cfg, saved = cfgs[0], restrict(saved, cfgs)
-    data = hold_out(data, cfg.val_fraction).to(device)  # val_fraction: a bundle_key field
-    models = []
-    for c in cfgs:
-        torch.manual_seed(c.seed)  # model initialization, as the run alone would have it
-        models.append(build_model(c, data.n_classes).to(device, data.dtype))
-    # the runs still training, in the order of the trainer's run dimension
-    active = list(range(len(cfgs))) if saved is None else _saved_order(saved, cfgs)
-    going = [cfgs[i] for i in active]
-    parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
-             for c in going]
-    seeds = [c.seed for c in going]
-    batches = training_batches(going, data, parts)
-    trainer = make_trainer(going, [models[i] for i in active], normalizer_for(cfg), batches,
-                           force_fedavg)
-    if cfg.record_dynamics and trainer.layers:  # a bundle_key field: all runs or none
-        trainer.dynamics = Dynamics([la.key for la in trainer.layers], cfg.dynamics_window,
-                                    len(going), device)
-    if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn" and saved is None:
-        trainer.calibrate()
-    # The normalization error is measured on separate draws of the clients' batches (their own
-    # stream), so measuring never changes the training trajectory. Under attack the reference is
-    # the union of the honest clients' batches (the first n - f): what a robust server can at
-    # best recover. In memory the probe's images are not augmented; streamed from disk
-    # (ImageNet-1K) they are cropped and flipped as training images are, with the draws of the
-    # probe's own stream (its batches measure the statistics of training-like batches).
-    honest = cfg.n_clients - (cfg.f if cfg.attack != "none" else 0)
-    probed = [p[:honest] for p in parts]
-    probe = (data.batches(probed, cfg.batch_size, seeds, rng.PROBE)
-             if isinstance(data, StreamedImages) else
-             ClientBatches(data.train_x, data.train_y, probed, cfg.batch_size, seeds, rng.PROBE))
-    loop = _Loop(cfgs, models, data, trainer, probe, on_finish, active, resume)
-    loop.label_dist = label_distributions(data, parts)
-    return loop.run(saved)
-
-
-def _saved_order(saved: dict, cfgs: Sequence[RunConfig]) -> list[int]:
-    """The indices into ``cfgs`` of a resume point's runs still training, in its order."""
-    runs = [c.identity() for c in cfgs]
-    return [runs.index(saved["header"]["runs"][j]) for j in saved["active"]]
-
-
-def label_distributions(data: Data, parts: Sequence[Sequence[Tensor]]) -> Tensor:
-    """(R, n, classes): the fraction of each class in each client's training data, per run."""
-    y = data.train_y
-    return torch.stack([torch.stack([
-        torch.bincount(y[idx.to(y.device)], minlength=data.n_classes).to(data.dtype)
-        / max(len(idx), 1) for idx in run_parts]) for run_parts in parts])
-
-
 def training_batches(cfgs: Sequence[RunConfig], data: Data,
                      parts: Sequence[Sequence[Tensor]]) -> ClientBatches:
     """The bundle's training sampler: each client's batches from its part of ``data``, augmented
@@ -323,87 +286,48 @@ def training_batches(cfgs: Sequence[RunConfig], data: Data,
 
 
 class _Loop:
-    """The evaluation schedule of a bundle: train between evaluation points, record every run
-    still going, finish and drop the runs that diverged."""
+    """One slice's evaluation schedule: train between evaluation points, record every run
+    still going into the state's rows, finish and drop the runs that diverged."""
 
-    def __init__(self, cfgs, models, data, trainer, probe, on_finish, active, store) -> None:
-        self.cfgs, self.cfg, self.data = cfgs, cfgs[0], data
-        self.trainer, self.probe = trainer, probe
-        self.results = [TrainResult(model=m) for m in models]
-        self.active = list(active)  # bundle index of each run still training
-        self.on_finish = on_finish or (lambda i, result: None)
-        self.store: ResumeStore | None = store
+    def __init__(self, cfgs: Sequence[RunConfig], ids: list[int], data: Data,
+                 trainer: _Trainer, probe: ClientBatches, label_dist: Tensor,
+                 bundle: _Bundle) -> None:
+        self.cfg, self.total, self.data = cfgs[0], len(cfgs), data
+        self.trainer, self.probe, self.label_dist = trainer, probe, label_dist
+        self.ids = list(ids)  # the bundle index of each run still training
+        self.bundle = bundle
         self.started = self.last_time = time.perf_counter()
-        self.first_step = 0  # where this process started (a resumed bundle: not 0)
+        self.first_step = trainer.state.step  # where this process started
 
-    def run(self, saved: dict | None = None) -> list[TrainResult]:
-        """Train from step 0, or from the resume point ``saved`` (fednorm.fl.resume)."""
+    def run(self, resumed: bool) -> None:
+        """Train from the state's step: from 0 (with the evaluation of step 0), or from a
+        resume point or a slice of one."""
         cfg, trainer = self.cfg, self.trainer
-        if saved is None:
-            self.record(0, torch.full((trainer.runs,), math.nan, device=self.data.device))
-            loss_sum, since = 0.0, 0
-        else:
-            loss_sum, since = self.restore(saved)
+        if resumed:
+            store = self.bundle.store
+            log.info("resumed at step %d of %d (%d runs training) from %s", self.first_step,
+                     cfg.steps, len(self.ids), store.path if store is not None else "memory")
+        elif not self.record(0, torch.full((trainer.runs,), math.nan,
+                                           device=self.data.device)):
+            return
         for first in range(self.first_step, cfg.steps, cfg.local_steps):
-            if self.store is not None:  # between rounds: a save when due, a stop when asked
-                self.store.between_rounds(first, partial(self.snapshot, first, loss_sum, since))
-            loss_sum = loss_sum + trainer.round(first)
-            since += cfg.local_steps
+            state = trainer.state
+            state.step = first
+            self.bundle.between_rounds(first)
+            state.loss_sum = state.loss_sum + trainer.round(first)
+            state.since += cfg.local_steps
             step = first + cfg.local_steps
             if step // cfg.eval_every == first // cfg.eval_every and step != cfg.steps:
                 continue
             # the only host syncs: at evaluation points
-            going = self.record(step, loss_sum / since)
-            self.progress(step, since)
+            going = self.record(step, state.loss_sum / state.since)
+            self.progress(step, state.since)
             if not going:
-                return self.done()
-            loss_sum, since = 0.0, 0
-        self.finish(list(range(trainer.runs)))
-        return self.done()
+                return
+            state = trainer.state  # without the runs that diverged
+            state.loss_sum, state.since = torch.zeros_like(state.loss_sum), 0
+        self.finish(list(range(trainer.runs)), "ok")
 
-    def done(self) -> list[TrainResult]:
-        """Every run's files are written: the resume point has served."""
-        if self.store is not None:
-            self.store.purge()
-        return self.results
-
-    def snapshot(self, step: int, loss_sum: Tensor | float, since: int) -> dict:
-        """Everything :meth:`restore` needs to continue before the round from ``step``: the
-        rows so far, a finished run's final parameters, the trainer's state, the training loss
-        summed since the last evaluation point."""
-        assert self.store is not None
-        results = [{"rows": r.rows, "layer_rows": r.layer_rows, "dynamics_rows": r.dynamics_rows,
-                    "status": r.status,
-                    "model": None if i in self.active else r.model.state_dict()}
-                   for i, r in enumerate(self.results)]
-        return {"header": self.store.header(self.cfgs), "step": step, "steps": self.cfg.steps,
-                "active": self.active, "results": results, "trainer": self.trainer.state_dict(),
-                "loss_sum": loss_sum, "since": since}
-
-    def restore(self, saved: dict) -> tuple[Tensor | float, int]:
-        """Continue from a resume point (the trainer was built for its runs still training):
-        rows, finished runs (handed to ``on_finish`` again), state; returns the training loss
-        summed since the last evaluation point and over how many steps."""
-        runs = [c.identity() for c in self.cfgs]
-        for j, (identity, res) in enumerate(zip(saved["header"]["runs"], saved["results"],
-                                                strict=True)):
-            if identity not in runs:  # finished before, not asked for again
-                continue
-            i = runs.index(identity)
-            result = self.results[i]
-            result.rows, result.layer_rows = res["rows"], res["layer_rows"]
-            result.dynamics_rows, result.status = res["dynamics_rows"], res["status"]
-            if j not in saved["active"]:
-                result.model.load_state_dict(res["model"])
-                self.on_finish(i, result)
-        self.trainer.load_state_dict(saved["trainer"])
-        self.first_step = saved["step"]
-        log.info("resumed at step %d of %d (%d runs training) from %s", saved["step"],
-                 saved["steps"], len(self.active), self.store.path if self.store else "")
-        loss_sum = saved["loss_sum"]
-        if isinstance(loss_sum, Tensor):
-            loss_sum = loss_sum.to(self.data.device)
-        return loss_sum, saved["since"]
 
     def record(self, step: int, train_loss: Tensor) -> bool:
         """Append an evaluation row to every active run; finish and drop those that diverged.
@@ -431,28 +355,28 @@ class _Loop:
         acc = torch.where(torch.isfinite(test_loss), acc, math.nan)  # argmax over NaN: no acc
         val_acc = torch.where(torch.isfinite(test_loss), val_acc, math.nan)
         names = [layer.key for layer in measured]
-        dynamics = ({q: v.tolist() for q, v in trainer.dynamics.take().items()}
+        dynamics = ({q: v.tolist()
+                     for q, v in trainer.dynamics.take(trainer.state.dynamics).items()}
                     if trainer.dynamics is not None else None)
         accuracies = acc.tolist()
         self.mean_accuracy = _mean([a for a in accuracies if math.isfinite(a)])
         local_acc = torch.where(torch.isfinite(test_loss), local_acc, math.nan)
-        columns = zip(self.active, accuracies, test_loss.tolist(), train_loss.tolist(),
-                      mean_err.tolist(), var_err.tolist(), local_acc.tolist(), val_acc.tolist(),
-                      strict=True)
-        for r, (i, a, tl, trl, me, ve, la, va) in enumerate(columns):
-            result = self.results[i]
-            result.layer_rows += [{"step": step, "layer": name, "mean_error": m, "var_error": v}
+        columns = zip(trainer.state.history, accuracies, test_loss.tolist(),
+                      train_loss.tolist(), mean_err.tolist(), var_err.tolist(),
+                      local_acc.tolist(), val_acc.tolist(), strict=True)
+        for r, (result, a, tl, trl, me, ve, la, va) in enumerate(columns):
+            result["layer_rows"] += [{"step": step, "layer": name, "mean_error": m, "var_error": v}
                                   for name, m, v in zip(names, me, ve, strict=True)]
             # the dynamics sum over layers: the L1 norm over every statistic of the network
             totals = dict.fromkeys(QUANTITIES, math.nan)
             if dynamics is not None:
                 per_layer = [dynamics[q][r] for q in QUANTITIES]
-                result.dynamics_rows += [{"step": step, "layer": name,
+                result["dynamics_rows"] += [{"step": step, "layer": name,
                                           **dict(zip(QUANTITIES, values, strict=True))}
                                          for name, *values in zip(trainer.dynamics.keys, *per_layer,
                                                                   strict=True)]
                 totals = {q: sum(v) for q, v in zip(QUANTITIES, per_layer, strict=True)}
-            result.rows.append(dict(
+            result["rows"].append(dict(
                 step=step, test_accuracy=a, test_loss=tl, train_loss=trl,
                 norm_error_mean=_mean(me), norm_error_var=_mean(ve), **totals,
                 comm_rounds=trainer.communication_rounds(step), local_test_accuracy=la,
@@ -460,35 +384,32 @@ class _Loop:
         ok = torch.isfinite(test_loss) & trained
         if bool(ok.all()):
             return True
-        diverged = (~ok).nonzero().flatten().tolist()
-        for r in diverged:
-            self.results[self.active[r]].status = "diverged"
-        self.finish(diverged)
+        self.finish((~ok).nonzero().flatten().tolist(), "diverged")
         kept = ok.nonzero().flatten()
-        self.active = [self.active[r] for r in kept.tolist()]
-        if not self.active:
+        self.ids = [self.ids[r] for r in kept.tolist()]
+        if not self.ids:
             return False
-        trainer.keep(kept)
+        trainer.keep(kept)  # the state's select, and the kept runs' samplers and keys
         self.probe = self.probe.select(kept)
         self.label_dist = self.label_dist[kept]
         return True
 
-    def finish(self, positions: list[int]) -> None:
-        """Hand the runs at these positions of the trainer to ``on_finish``, with their model."""
+    def finish(self, positions: list[int], status: str) -> None:
+        """Hand the runs at these positions of the trainer to the driver, with their model."""
         self.trainer.write_back()
+        state = self.trainer.state
         for r in positions:
-            i = self.active[r]
-            self.on_finish(i, self.results[i])
+            self.bundle.finished(self.ids[r], TrainResult(
+                **state.history[r], status=status, model=self.trainer.models[r]))
 
     def progress(self, step: int, since: int) -> None:
         """One log line per evaluation point, so that a user watching a long job sees it move."""
         cfg, now = self.cfg, time.perf_counter()
-        images = len(self.active) * cfg.n_clients * cfg.batch_size * since
+        images = len(self.ids) * cfg.n_clients * cfg.batch_size * since
         rate = images / max(now - self.last_time, 1e-9)
         left = (now - self.started) * (cfg.steps - step) / max(step - self.first_step, 1)
         log.info("step %d/%d  runs going %d/%d  mean accuracy %.3f  %.0f images/s  %.0f s left",
-                 step, cfg.steps, len(self.active), len(self.results), self.mean_accuracy, rate,
-                 left)
+                 step, cfg.steps, len(self.ids), self.total, self.mean_accuracy, rate, left)
         self.last_time = now
 
 

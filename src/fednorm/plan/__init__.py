@@ -19,6 +19,8 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  ``steps`` (``lr_milestones``) of the layers below; the grid axis ``settings``
                  takes mappings that set several keys together, e.g. ``[{partition: iid},
                  {partition: dirichlet, heterogeneity: 0.1}]`` (the product runs over them);
+                 an axis set to null is left out (a profile's way to remove the axis of the
+                 file it is merged over);
 ``figures``      name -> ``{experiment, kind, where, y, title, paper, ...}``: ``experiment`` one
                  name or a list (the union of their runs); ``where`` ``{key: value or
                  [values]}``; ``y`` a metric; ``paper`` the paper's figure or table it

@@ -26,6 +26,9 @@ def expand(name: str, spec: Any, defaults: Mapping[str, Any]) -> list[RunConfig]
     spec = checked_section(spec, where, ("set", "grid"))
     fixed = dict(checked_section(spec.get("set"), f"{where}.set", RUN_KEYS))
     grid = checked_section(spec.get("grid"), f"{where}.grid", (*RUN_KEYS, SETTINGS))
+    # an axis set to null is left out: a profile merged over another removes that axis of it
+    # (e.g. to set the key per entry of ``settings`` instead)
+    grid = {axis: values for axis, values in grid.items() if values is not None}
     for axis, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(
