@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e ".[dev,quick,notebooks]"
 	@mkdir -p .make && touch $@
 
+# ruff, then the import graph's layers (import-linter: [tool.importlinter] in pyproject.toml)
 lint:
 	$(PYTHON) -m ruff check src tests benchmarks workflow/scripts notebooks
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -c \
+	    'from importlinter.cli import lint_imports_command; lint_imports_command()'
 
 # Snakemake's linter, for each of LINT_CONFIGS: any finding fails. Snakemake 9 exits 1 on a
 # finding; its report ("Lints for rule ..." or "Lints for snakefile ...") is checked too, for

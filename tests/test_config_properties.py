@@ -38,14 +38,8 @@ from fednorm.config import (
     OneOf,
     run_config,
 )
-from fednorm.plan import (
-    _EXECUTION_RULES,
-    _TOP,
-    FIGURE_KEYS,
-    FIGURE_METRICS,
-    REQUIRED,
-    load_plan,
-)
+from fednorm.metrics import FIGURE_METRICS
+from fednorm.plan import EXECUTION_RULES, FIGURE_KEYS, REQUIRED, TOP_KEYS, load_plan
 from fednorm.results import AT
 
 # A valid run at the quick scale: the base that generated keys override.
@@ -233,7 +227,7 @@ FREE_KINDS = sorted(k for k, keys in FIGURE_KEYS.items() if REQUIRED not in keys
 def pipelines(draw) -> dict:
     """A pipeline config: execution keys from their rules, BASE as the run defaults, one or
     two experiments with a `set` and a small grid, figures of the kinds that need no key."""
-    execution = {k: draw(valid(r)) for k, r in _EXECUTION_RULES.items()
+    execution = {k: draw(valid(r)) for k, r in EXECUTION_RULES.items()
                  if valid(r) is not None and draw(st.booleans())}
     execution["gpus_per_job"] = 0  # with GPUs, cpus_per_gpu x gpus must cover the threads
     names = draw(st.lists(EXPERIMENT, min_size=1, max_size=2, unique=True))
@@ -267,10 +261,10 @@ def test_generated_pipelines_plan_or_name_a_key(config):
 def _pipeline_mutations(config: dict) -> st.SearchStrategy:
     """(the key an error must name, the mutated config)."""
     name = next(iter(config["experiments"]))
-    top = misspelt("experiments", _TOP).map(lambda k: (k, {**config, k: {}}))
-    keyed_execution = st.sampled_from([k for k, r in _EXECUTION_RULES.items()
+    top = misspelt("experiments", TOP_KEYS).map(lambda k: (k, {**config, k: {}}))
+    keyed_execution = st.sampled_from([k for k, r in EXECUTION_RULES.items()
                                      if valid(r) is not None])
-    execution = keyed_execution.flatmap(lambda k: invalid(_EXECUTION_RULES[k]).map(
+    execution = keyed_execution.flatmap(lambda k: invalid(EXECUTION_RULES[k]).map(
         lambda v: (k, {**config, "execution": {**config["execution"], k: v}})))
     run = st.sampled_from(sorted(_RULES)).flatmap(lambda k: invalid(_RULES[k]).map(
         lambda v: (k, {**config, "run": {**config["run"], k: v}})))

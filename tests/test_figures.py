@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 import fednorm.plots.figure
-from fednorm.config import Figure
 from fednorm.figures import draw, draw_all, figure_rows
+from fednorm.plan import Figure
 from fednorm.plots.save import save_figure
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from fednorm.config import run_config
-from fednorm.fl.train import METRIC_COLUMNS, TrainResult
+from fednorm.fl.train import TrainResult
 from fednorm.inputs import user_errors
 from fednorm.integrity import (
     DAMAGED,
@@ -19,6 +19,7 @@ from fednorm.integrity import (
     read_summary,
     run_problems,
 )
+from fednorm.metrics import METRIC_COLUMNS
 from fednorm.plan import RUN_FILES, load_plan
 from fednorm.run import _write_run
 from fednorm.summarize import summarize

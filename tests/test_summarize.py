@@ -4,9 +4,9 @@ import json
 
 import pandas as pd
 
-from fednorm.fl.train import METRIC_COLUMNS
+from fednorm.metrics import METRIC_COLUMNS, SUMMARY_METRICS
 from fednorm.plan import load_plan
-from fednorm.summarize import FIRST_COLUMNS, METRICS, summarize
+from fednorm.summarize import FIRST_COLUMNS, summarize
 
 
 def test_summary_carries_every_key_and_the_scenario_of_each_run(tmp_path):
@@ -29,4 +29,4 @@ def test_summary_carries_every_key_and_the_scenario_of_each_run(tmp_path):
     assert pairs == {("none", "mean", "no attack"), ("sf", "mean", "SF, no defense"),
                      ("none", "trimmed_mean", "trimmed mean"),
                      ("sf", "trimmed_mean", "SF, trimmed mean")}
-    assert list(on_disk.columns[-len(METRICS):]) == list(METRICS)
+    assert list(on_disk.columns[-len(SUMMARY_METRICS):]) == list(SUMMARY_METRICS)

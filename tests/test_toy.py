@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
+from fednorm.config import ToyConfig
 from fednorm.toy import (
     SCHEMES,
-    ToyConfig,
     ToyResult,
     class_means,
     error_table,

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from fednorm.config import Figure
 from fednorm.figures import draw
+from fednorm.plan import Figure
 from fednorm.tuning import choices, select_by_validation, tuning_table
 
 

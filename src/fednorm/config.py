@@ -15,7 +15,7 @@ import json
 import math
 import numbers
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -741,6 +741,19 @@ def check_keys(values: Mapping[str, Any], where: str = "run") -> None:
             raise fail(where, key, value, problem)
 
 
+def checked_section(section: Any, where: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    """A section of the pipeline's configuration at ``where``: a mapping (None: an empty one)
+    whose keys are all ``allowed``; ConfigError naming the first other key and the allowed."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {section!r}")
+    for key in section:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: {list(allowed)}")
+    return section
+
+
 def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     """Build and validate a RunConfig from plain values; unknown keys are errors. The budget
     keys (``epochs``, ``rounds``, ``lr_decay_at``: :func:`resolve_budget`) are accepted and
@@ -822,36 +835,36 @@ class Paths:
 
 
 @dataclass(frozen=True)
-class Figure:
-    """One output figure: which experiments' runs, which rows, what kind of picture.
+class ToyConfig:
+    """The FBN paper's 2-D normalization toy (fednorm.toy); defaults are the paper's (n = 10,
+    m = 30, T = 100, β = 0.1). A bad value is a ValueError naming the key, the value and what
+    is allowed."""
 
-    The fields after ``title`` serve some kinds only (``fednorm.plan`` checks which)."""
+    n_clients: int = 10  # n: clients, and classes (one class per client at γ = 0)
+    points_per_client: int = 30  # m: points drawn per class per round (N = n·m)
+    rounds: int = 100  # T
+    beta: float = 0.1  # running-statistics momentum: weight of the new batch
+    spread: float = 1.0  # s²: variance of each class around its mean
+    radius: float = 10.0  # r: distance of every class mean from the origin
+    fixbn_freeze: float = 0.5  # FixBN's T*: freeze after round(T*·T) rounds
+    eps: float = 1e-5
 
-    name: str
-    experiments: tuple[str, ...]  # the rows of the runs of any of these experiments
-    kind: str
-    # (key, value): rows whose key equals value; a tuple value: rows whose key is one of them
-    where: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
-    x: str | None = None
-    y: str | tuple[str, ...] = "test_accuracy"  # curves: or several metrics, one line each
-    hue: tuple[str, ...] = ("normalizer",)  # one column, or two: colour then dash
-    panel: str | None = None  # one axes per value of this key, side by side
-    panel_values: tuple[Any, ...] = ()
-    logy: bool = False
-    title: str = ""
-    logx: bool | None = None  # final_vs: a log (True) or linear (False) x; None: from the values
-    rows: str | None = None  # heatmap, table: the column whose values are the rows
-    cols: str | None = None  # heatmap, table: the column whose values are the columns
-    compare: str | None = None  # heatmap: the column whose two values A, B are compared
-    compare_values: tuple[Any, ...] = ()  # (A, B): panels A, B and B - A
-    # (column, values): the order of a column's values along an axis (rows, cols, bar groups)
-    orders: tuple[tuple[str, tuple[Any, ...]], ...] = ()
-    parts: tuple[Figure, ...] = ()  # parts: figures side by side in one file, one axes each
-    extra: tuple[str, ...] = ()  # table: metrics shown as one more column each (row means)
-    # the paper's figure or table it reproduces, e.g. 'FBN Fig 3a' (the report's caption); None:
-    # not in the papers
-    paper: str | None = None
-    note: str = ""  # what a reader must know to read it (the report's caption), if anything
-    # table, heatmap: per cell, only the runs of the lr_scale whose final value of this metric
-    # (a validation one), averaged over seeds, is best (fednorm.tuning); None: every run
-    select: str | None = None
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            problem = _TOY_RULES[f.name](value)
+            if problem:
+                raise ValueError(f"ToyConfig: key '{f.name}' has value {value!r}; "
+                                 f"allowed: {problem}")
+
+
+_TOY_RULES: dict[str, Callable[[Any], str | None]] = {
+    "n_clients": int_at_least(2),
+    "points_per_client": int_at_least(2),
+    "rounds": int_at_least(1),
+    "beta": number_in(0, 1, low_open=True),
+    "spread": number_in(0, math.inf, low_open=True),
+    "radius": number_in(0, math.inf, low_open=False),
+    "fixbn_freeze": number_in(0, 1, low_open=False),
+    "eps": number_in(0, 1, low_open=True),
+}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fednorm.config import Figure
+from fednorm.plan import Figure
 from fednorm.plots import Part, make_figure, make_heatmap, make_parts_figure, make_table
 from fednorm.plots.cells import value_label
 from fednorm.results import in_experiments

@@ -24,11 +24,11 @@ import pandas as pd
 from fednorm.claims import NAME as CLAIMS_NAME
 from fednorm.claims import PAPERS, WORDS_NAME, Claim, Claims, config_text, selects
 from fednorm.claims_words import Words, planned_runs
-from fednorm.config import FIELDS, Figure, RunConfig
-from fednorm.plan import TABLE_KINDS, TOY_FIGURES, Plan
+from fednorm.config import FIELDS, RunConfig, ToyConfig
+from fednorm.plan import TABLE_KINDS, TOY_FIGURES, Figure, Plan
 from fednorm.results import in_experiments
 from fednorm.summarize import config_columns
-from fednorm.toy import ERROR_SCHEMES, SCATTER_FIGURES, ToyConfig
+from fednorm.toy import ERROR_SCHEMES, SCATTER_FIGURES
 
 # The report's categories: a folder of figures -> its paper (another folder: its own name).
 CATEGORIES = {"fbn": "FBN", "fixbn": "FixBN", "fedtan": "FedTAN", "compare": "All methods"}

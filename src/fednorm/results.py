@@ -35,10 +35,9 @@ import numpy as np
 import pandas as pd
 
 from fednorm.config import FIELDS, Paths
-from fednorm.summarize import METRICS
+from fednorm.metrics import RUN_METRICS, RUN_STATUS, SUMMARY_METRICS
 
 AT = {"final": "last", "max": "max"}  # a run's value: its last evaluation point(s), or its best
-RUN_METRICS = tuple(m for m in METRICS if m not in ("step", "status", "wall_time_s"))
 SUMMARY = "summary.csv"
 NORM_ERROR = "norm_error.csv"  # per run: step, layer, mean_error, var_error (fednorm.fl.train)
 
@@ -61,7 +60,7 @@ def run_table(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per run: ``run_id`` and every column of the summary that is not a metric of an
     evaluation point (the config keys, ``figure_group``, ``scenario``, ``split``, ``regime``,
     ``status``, ``wall_time_s``)."""
-    columns = [c for c in summary.columns if c not in METRICS or c in ("status", "wall_time_s")]
+    columns = [c for c in summary.columns if c not in SUMMARY_METRICS or c in RUN_STATUS]
     return summary.drop_duplicates("run_id")[columns].reset_index(drop=True)
 
 

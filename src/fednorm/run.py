@@ -1,7 +1,7 @@
 """``train_and_evaluate(config, out_dir)``: one run in, its files out; ``train_bundle``: the
 runs of a bundle in, each run's files out the moment it finishes.
 
-Writes ``metrics.csv`` (one row per evaluation point, columns ``fednorm.fl.train.METRIC_COLUMNS``;
+Writes ``metrics.csv`` (one row per evaluation point, columns ``fednorm.metrics.METRIC_COLUMNS``;
 the ``norm_error_*`` columns average the layers of ``norm_error.csv``, one row per evaluation
 point and BN layer, see :mod:`fednorm.fl.norm_error`; the ``stat_*`` columns sum the layers of
 ``dynamics.csv``, the FixBN paper's training dynamics, recorded when the run asks for them: see
@@ -41,9 +41,10 @@ from fednorm.data import load_dataset
 from fednorm.fl import memory
 from fednorm.fl import train as training
 from fednorm.fl.resume import Interrupted, ResumeStore
-from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, METRIC_COLUMNS, TrainResult
+from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, TrainResult
 from fednorm.gpu_slots import claimed_gpu
 from fednorm.io import write_csv, write_json
+from fednorm.metrics import METRIC_COLUMNS
 
 RESUME_FILE = "resume.pt"  # fednorm run: the resume point inside the run's directory
 log = logging.getLogger("fednorm.run")

@@ -4,8 +4,8 @@ Columns: ``run_id``, ``figure_group`` (the experiments the run belongs to, joine
 run-config key (lists written as text), ``scenario`` (the Byzantine setting in words: 'no attack',
 'SF, no defense', 'SF, median + NNM', ...; see :attr:`fednorm.config.RunConfig.scenario`),
 ``split`` (the data split in words: 'IID', 'γ=0.1', 'Dir(0.6)', 'Shards(2)'), ``regime`` (the
-split and E: 'Dir(0.1), E=100'), the
-metrics (``step``, ``test_accuracy`` as a fraction, ``test_loss``, ``train_loss``,
+split and E: 'Dir(0.1), E=100'), the metrics (fednorm.metrics.SUMMARY_METRICS:
+``step``, ``test_accuracy`` as a fraction, ``test_loss``, ``train_loss``,
 ``norm_error_mean``, ``norm_error_var``: the normalization error averaged over BN layers, NaN
 without BN; ``stat_change``, ``stat_deviation``, ``stat_variance``: the FixBN paper's training
 dynamics summed over BN layers, fednorm.fl.dynamics, NaN unless the run recorded them;
@@ -28,13 +28,11 @@ import pandas as pd
 from fednorm.config import DERIVED, FIELDS, RunConfig
 from fednorm.integrity import check_runs
 from fednorm.io import write_csv
+from fednorm.metrics import SUMMARY_METRICS
 from fednorm.plan import Plan
 
 FIRST_COLUMNS = ("run_id", "figure_group", "model", "normalizer", "partition", "heterogeneity",
                  "local_steps", "attack", "f", "aggregator", "nnm", "scenario", "split", "seed")
-METRICS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
-           "norm_error_var", "stat_change", "stat_deviation", "stat_variance", "comm_rounds",
-           "local_test_accuracy", "val_accuracy", "status", "wall_time_s")
 
 
 def config_columns(cfg: RunConfig) -> dict[str, Any]:
@@ -65,6 +63,6 @@ def summarize(plan: Plan, out: str | Path | None = None) -> pd.DataFrame:
     frame = pd.concat([run_rows(plan, r) for r in plan.runs], ignore_index=True)
     rest = [c for c in (*FIELDS, *DERIVED) if c not in FIRST_COLUMNS]
     # reindex: a run written before a metric existed (val_accuracy) has NaN there
-    frame = frame.reindex(columns=[*FIRST_COLUMNS, *rest, *METRICS])
+    frame = frame.reindex(columns=[*FIRST_COLUMNS, *rest, *SUMMARY_METRICS])
     write_csv(out or plan.paths.summary(), frame)
     return frame

@@ -1,7 +1,7 @@
 """The FBN paper's 2-D toy (its §3, Figure 1, and §4, Figure 2): one normalization layer, no model.
 
-Setting (paper scale, :class:`ToyConfig` defaults): n = 10 classes and clients; class i (label
-k = i - 1, i = 1..n) is N(μ_i, s²·I₂) with
+Setting (paper scale, :class:`fednorm.config.ToyConfig` defaults): n = 10 classes and clients;
+class i (label k = i - 1, i = 1..n) is N(μ_i, s²·I₂) with
 
     μ_i = r · (cos((2πi − 1)/n), sin((2πi − 1)/n)),   r = 10, s² = 1, n = 10.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,49 +34,16 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from fednorm.config import int_at_least, number_in, run_config
+from fednorm.config import ToyConfig, run_config
 from fednorm.data.partition import gamma_similarity
 from fednorm.fl.engine import commit_stats
 from fednorm.norms import FedBatchNorm2d, Normalizer, NormContext, norm_context, normalizer_for
+from fednorm.plots.scatter import error_figure, toy_figure
 
 SCHEMES = ("central", "bn", "fbn", "fixbn")
 FEATURES = 2
 DTYPE = torch.float64
 _POINTS_STREAM, _PARTITION_STREAM = 0, 1
-
-
-@dataclass(frozen=True)
-class ToyConfig:
-    """The toy's parameters; defaults are the paper's (n = 10, m = 30, T = 100, β = 0.1)."""
-
-    n_clients: int = 10  # n: clients, and classes (one class per client at γ = 0)
-    points_per_client: int = 30  # m: points drawn per class per round (N = n·m)
-    rounds: int = 100  # T
-    beta: float = 0.1  # running-statistics momentum: weight of the new batch
-    spread: float = 1.0  # s²: variance of each class around its mean
-    radius: float = 10.0  # r: distance of every class mean from the origin
-    fixbn_freeze: float = 0.5  # FixBN's T*: freeze after round(T*·T) rounds
-    eps: float = 1e-5
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            problem = _CHECKS[f.name](getattr(self, f.name))
-            if problem:
-                value = getattr(self, f.name)
-                raise ValueError(f"ToyConfig: key '{f.name}' has value {value!r}; "
-                                 f"allowed: {problem}")
-
-
-_CHECKS = {
-    "n_clients": int_at_least(2),
-    "points_per_client": int_at_least(2),
-    "rounds": int_at_least(1),
-    "beta": number_in(0, 1, low_open=True),
-    "spread": number_in(0, math.inf, low_open=True),
-    "radius": number_in(0, math.inf, low_open=False),
-    "fixbn_freeze": number_in(0, 1, low_open=False),
-    "eps": number_in(0, 1, low_open=True),
-}
 
 
 @dataclass(frozen=True)
@@ -228,8 +195,6 @@ def make_toy_figures(cfg: ToyConfig, out_dir: Path, gammas: Sequence[float] = (0
                      seeds: Sequence[int] = (0, 1, 2)) -> list[Path]:
     """Figures 1a, 1b, 2a, 2b (points before/after at round T, γ = 0, seed ``seeds[0]``) and 2c
     (error vs γ for fbn, fixbn, bn; band over ``seeds``), each as .pdf, .png and .csv."""
-    from fednorm.plots.scatter import error_figure, toy_figure
-
     out_dir = Path(out_dir)
     paths: list[Path] = []
     for stem, (scheme, title) in SCATTER_FIGURES.items():

@@ -17,11 +17,12 @@ import pytest
 import torch
 from test_bundle import DATA64, assert_same_run, members, small
 
+from fednorm.config import ConfigError
 from fednorm.fl import memory
 from fednorm.fl import train as training
 from fednorm.fl.resume import ResumeStore
 from fednorm.fl.train import train, train_bundle
-from fednorm.plan import AUTO_BUNDLE_RUNS, ConfigError, _execution
+from fednorm.plan import AUTO_BUNDLE_RUNS, load_execution
 
 MAKE_TRAINER = training.make_trainer
 
@@ -204,9 +205,9 @@ def test_a_cpu_peak_is_read_from_the_process_high_water_mark():
 
 
 def test_bundle_size_auto_plans_large_bundles_and_trains_what_fits():
-    execution = _execution({"bundle_size": "auto"})
+    execution = load_execution({"bundle_size": "auto"})
     assert execution.planned_bundle_size == AUTO_BUNDLE_RUNS and execution.together == "auto"
-    assert _execution({"bundle_size": 4}).together is None
+    assert load_execution({"bundle_size": 4}).together is None
     with pytest.raises(ConfigError, match=r"execution: key 'bundle_size' has value 'big'; "
                                           r"allowed: an integer >= 1, or auto"):
-        _execution({"bundle_size": "big"})
+        load_execution({"bundle_size": "big"})

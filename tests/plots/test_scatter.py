@@ -11,8 +11,9 @@ from matplotlib.collections import Collection
 from matplotlib.figure import Figure
 from matplotlib.markers import MarkerStyle
 
+from fednorm.config import ToyConfig
 from fednorm.plots.scatter import error_figure, plot_points, toy_figure
-from fednorm.toy import ToyConfig, make_toy_figures, simulate
+from fednorm.toy import make_toy_figures, simulate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

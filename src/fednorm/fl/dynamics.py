@@ -37,9 +37,8 @@ import math
 import torch
 from torch import Tensor
 
+from fednorm.metrics import DYNAMICS as QUANTITIES
 from fednorm.norms import Stats
-
-QUANTITIES = ("stat_change", "stat_deviation", "stat_variance")
 
 
 def _vector(mean: Tensor, var: Tensor) -> Tensor:

@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_map
 
-# each run's rows so far, the columns of fednorm.fl.train's METRIC_COLUMNS, LAYER_COLUMNS and
-# DYNAMICS_COLUMNS; a finished run's TrainResult has the same three lists
+# each run's rows so far, the columns of fednorm.metrics.METRIC_COLUMNS and fednorm.fl.train's
+# LAYER_COLUMNS and DYNAMICS_COLUMNS; a finished run's TrainResult has the same three lists
 HISTORY = ("rows", "layer_rows", "dynamics_rows")
 MODEL_PARTS = ("params", "stats", "momenta", "local")  # written in place by load_state_dict
 

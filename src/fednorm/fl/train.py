@@ -48,9 +48,6 @@ from fednorm.fl.state import HISTORY, BundleState
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
-METRIC_COLUMNS = ("step", "test_accuracy", "test_loss", "train_loss", "norm_error_mean",
-                  "norm_error_var", *QUANTITIES, "comm_rounds", "local_test_accuracy",
-                  "val_accuracy")
 LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
 DYNAMICS_COLUMNS = ("step", "layer", *QUANTITIES)  # fednorm.fl.dynamics, when recorded
 log = logging.getLogger("fednorm.train")
@@ -62,7 +59,7 @@ Slice = tuple[list[int], BundleState | None]
 
 @dataclass
 class TrainResult:
-    rows: list[dict[str, float]] = field(default_factory=list)  # METRIC_COLUMNS
+    rows: list[dict[str, float]] = field(default_factory=list)  # fednorm.metrics.METRIC_COLUMNS
     layer_rows: list[dict] = field(default_factory=list)  # LAYER_COLUMNS: normalization error
     dynamics_rows: list[dict] = field(default_factory=list)  # DYNAMICS_COLUMNS
     status: str = "ok"  # "ok" or "diverged"

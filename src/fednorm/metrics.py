@@ -1,0 +1,18 @@
+"""The metric columns, named once: what a run records at each evaluation point (its
+``metrics.csv``, fednorm.fl.train), what the summary adds from its ``run.json``
+(fednorm.summarize), and what a figure or a claim may plot (fednorm.plan).
+
+Every other module imports these names; none writes the list again.
+"""
+
+# The FixBN paper's training dynamics of BN, summed over the layers (fednorm.fl.dynamics)
+DYNAMICS = ("stat_change", "stat_deviation", "stat_variance")
+# A run's values at an evaluation point (an accuracy as a fraction)
+RUN_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var",
+               *DYNAMICS, "comm_rounds", "local_test_accuracy", "val_accuracy")
+METRIC_COLUMNS = ("step", *RUN_METRICS)  # a run's metrics.csv, one row per evaluation point
+RUN_STATUS = ("status", "wall_time_s")  # from the run's run.json, the same on all its rows
+SUMMARY_METRICS = (*METRIC_COLUMNS, *RUN_STATUS)  # the summary's last columns, in this order
+# What a figure's or a claim's y may be: a run's metric, or lr_scale (the learning rate that
+# a tuning figure chose)
+FIGURE_METRICS = (*RUN_METRICS, "lr_scale")

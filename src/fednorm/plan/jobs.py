@@ -1,0 +1,186 @@
+"""Training jobs: how they run (:class:`Execution`), which runs train together (bundles) and
+which bundles one job trains, from the config alone."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fednorm.config import (
+    CHECKPOINT_MINUTES,
+    DATA_WORKERS,
+    ConfigError,
+    Nullable,
+    RunConfig,
+    bundle_key,
+    checked_section,
+    int_at_least,
+    number_in,
+)
+
+# A job's runtime from its images (Execution.job_runtime): the rate measured on one bundle, times
+# this margin (other jobs on the node, slower data), plus minutes for start-up and data loading.
+RUNTIME_MARGIN = 1.25
+RUNTIME_START_MINUTES = 5
+AUTO_BUNDLE_RUNS = 64  # execution.bundle_size auto: the most runs of a bundle
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How training jobs run (the ``execution`` section); none of it changes a run's result."""
+
+    device: str = "auto"  # auto (cuda when available), cpu, cuda, cuda:1, ...
+    threads: int = 1  # CPU threads per training job
+    gpus_per_job: int = 0  # the job's Snakemake resource `gpu` (limit with --resources gpu=N)
+    # at most this many runs train together in one job; 1: one run a job; auto: bundles of up
+    # to AUTO_BUNDLE_RUNS, of which each job trains together as many as its device's free
+    # memory holds (fednorm.fl.memory), the rest after them
+    bundle_size: int | str = 1
+    # bundles trained one after the other by one job (one process): on a CPU, where a job's
+    # start (Python, PyTorch) is a large part of a small bundle's time, several; 1: one a job
+    bundles_per_job: int = 1
+    # What a training job asks a cluster for (Snakemake resources; the SLURM executor plugin
+    # passes them as --cpus-per-gpu, --mem and --time). Sized for a bundle of 16 ResNet-20 runs
+    # on CIFAR-10: `threads` CPUs per GPU, host memory for Python, CUDA and the dataset (the
+    # data itself lives on the GPU), a day of wall time.
+    cpus_per_gpu: int = 4
+    mem_mb: int = 16000  # megabytes of host memory
+    runtime: int = 1440  # minutes
+    # minutes between two saves of a bundle's resume point (also saved on SIGTERM / SIGUSR1)
+    checkpoint_minutes: float = CHECKPOINT_MINUTES
+    # processes decoding ImageNet-1K's JPEGs for a training job (fednorm.data.imagenet; 0: in
+    # the job's own process); the other datasets are in memory and ignore it
+    data_workers: int = DATA_WORKERS
+    # A job's runtime from its training images (training_images) at this rate, measured with
+    # benchmarks/time_plan_bundle.py; null: every job asks for `runtime`
+    images_per_second: float | None = None
+    max_runtime: int | None = None  # minutes, the partition's limit: no job asks for more
+
+    @property
+    def planned_bundle_size(self) -> int:
+        """The most runs of one bundle (fednorm.plan.bundles)."""
+        return AUTO_BUNDLE_RUNS if self.bundle_size == "auto" else int(self.bundle_size)
+
+    @property
+    def together(self) -> str | None:
+        """How many runs of a bundle a job trains together: "auto" (as many as fit its
+        device's memory), or None (all of them)."""
+        return "auto" if self.bundle_size == "auto" else None
+
+    def job_runtime(self, images: int) -> int:
+        """The minutes a training job of ``images`` training images asks for: ``runtime``, or
+        with ``images_per_second`` RUNTIME_MARGIN times the images' time plus
+        RUNTIME_START_MINUTES; at most ``max_runtime``. A job cut short by its limit saves
+        its state and continues in its next submission (docs/resume.md)."""
+        minutes = self.runtime
+        if self.images_per_second is not None:
+            minutes = RUNTIME_START_MINUTES + math.ceil(
+                RUNTIME_MARGIN * images / self.images_per_second / 60)
+        return minutes if self.max_runtime is None else min(minutes, self.max_runtime)
+
+    def check(self) -> None:
+        """The keys together: a GPU job gets cpus_per_gpu x gpus_per_job CPUs and trains on
+        `threads` of them, so they must not be fewer (SLURM would let the threads share)."""
+        if self.gpus_per_job and self.cpus_per_gpu * self.gpus_per_job < self.threads:
+            raise ConfigError(
+                f"execution: key 'cpus_per_gpu' has value {self.cpus_per_gpu}; allowed: an "
+                f"integer >= threads / gpus_per_job ({self.threads} / {self.gpus_per_job})")
+
+
+def _bundle_size(value: Any) -> str | None:
+    if value == "auto" or int_at_least(1)(value) is None:
+        return None
+    return "an integer >= 1, or auto (as many runs as the device's memory holds)"
+
+
+def _device(value: Any) -> str | None:
+    return None if isinstance(value, str) and value else "a device name: auto, cpu, cuda, cuda:1"
+
+
+EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
+    "device": _device,
+    "threads": int_at_least(1),
+    "gpus_per_job": int_at_least(0),
+    "bundle_size": _bundle_size,
+    "bundles_per_job": int_at_least(1),
+    "cpus_per_gpu": int_at_least(1),
+    "mem_mb": int_at_least(1),
+    "runtime": int_at_least(1),
+    "checkpoint_minutes": number_in(0, math.inf, low_open=True),
+    "data_workers": int_at_least(0),
+    "images_per_second": Nullable(number_in(0, math.inf, low_open=True)),
+    "max_runtime": Nullable(int_at_least(1)),
+}
+
+
+def load_execution(spec: Any) -> Execution:
+    """The ``execution`` section, each key checked by its rule (EXECUTION_RULES), then the
+    keys together (:meth:`Execution.check`)."""
+    spec = checked_section(spec, "execution", tuple(EXECUTION_RULES))
+    for key, value in spec.items():
+        problem = EXECUTION_RULES[key](value)
+        if problem is not None:
+            raise ConfigError(f"execution: key '{key}' has value {value!r}; allowed: {problem}")
+    execution = Execution(**spec)
+    execution.check()
+    return execution
+
+
+def training_images(cfgs: Iterable[RunConfig]) -> int:
+    """The images the runs train on (RunConfig.training_images), summed: what a training
+    job's time scales with."""
+    return sum(c.training_images for c in cfgs)
+
+
+def gpu_hours(images: Mapping[tuple[str, str], int],
+              rate: Callable[[tuple[str, str]], float]) -> float:
+    """Hours of one GPU that trains ``images`` ((dataset, model) -> training images) at
+    ``rate(key)`` images per second, one part after the other."""
+    return sum(n / rate(key) for key, n in images.items()) / 3600
+
+
+def bundle_label(cfg: RunConfig) -> str:
+    """The readable part of a bundle id: what its runs share, e.g. 'fbn-E1', 'bn-E1-byz3'
+    (f = 3 Byzantine clients; the attacks and server rules of its runs may differ) or
+    'gn-E1-sf3+upd-median+nnm' (attacked updates: one server per bundle)."""
+    if cfg.attack_updates:
+        return f"{cfg.normalizer}-E{cfg.local_steps}{cfg.byzantine_tag}"
+    byzantine = f"-byz{cfg.f}" if cfg.attack != "none" else ""
+    return f"{cfg.normalizer}-E{cfg.local_steps}{byzantine}"
+
+
+def bundles(runs: Mapping[str, RunConfig], size: int) -> dict[str, tuple[str, ...]]:
+    """Runs that may train together, from their configs alone: bundle id -> member run_ids.
+
+    Runs are grouped by :func:`~fednorm.config.bundle_key`; within a group they are ordered by
+    ``(seed, run_id)`` and cut into consecutive chunks of at most ``size``. Adding a higher seed
+    therefore appends runs at the end of each group and leaves the earlier full chunks (their
+    members and ids) as they were. A bundle's id is ``{label}-x{members}-{hash}``, the hash
+    (10 hex digits of SHA-1) of its member run_ids.
+    """
+    groups: dict[tuple, list[RunConfig]] = {}
+    for cfg in runs.values():
+        groups.setdefault(bundle_key(cfg), []).append(cfg)
+    out: dict[str, tuple[str, ...]] = {}
+    for group in groups.values():
+        group.sort(key=lambda c: (c.seed, c.run_id))
+        for start in range(0, len(group), size):
+            members = tuple(c.run_id for c in group[start:start + size])
+            digest = hashlib.sha1(",".join(members).encode()).hexdigest()[:10]
+            out[f"{bundle_label(group[start])}-x{len(members)}-{digest}"] = members
+    return out
+
+
+def training_jobs(bundle_ids: list[str], per_job: int) -> dict[str, tuple[str, ...]]:
+    """Consecutive bundles (in :func:`bundles`' order: bundles of one key are neighbours) cut
+    into jobs of at most ``per_job``; a job's id is its first bundle's id, with '+k' when k
+    more bundles follow it in the job."""
+    jobs = {}
+    for start in range(0, len(bundle_ids), per_job):
+        members = tuple(bundle_ids[start:start + per_job])
+        more = f"+{len(members) - 1}" if len(members) > 1 else ""
+        jobs[members[0] + more] = members
+    return jobs

@@ -1,0 +1,256 @@
+"""The plan: the whole configuration validated and expanded into runs, figures, bundles and
+jobs (:func:`load_plan`), and what the workflow asks of it (:class:`Plan`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fednorm.config import (
+    ConfigError,
+    Paths,
+    RunConfig,
+    ToyConfig,
+    check_keys,
+    checked_section,
+)
+from fednorm.plan.experiments import RUN_KEYS, expand
+from fednorm.plan.figure_specs import (
+    FIGURE_EXTENSIONS,
+    Figure,
+    extensions,
+    figure_spec,
+    matches_where,
+)
+from fednorm.plan.jobs import (
+    Execution,
+    bundles,
+    gpu_hours,
+    load_execution,
+    training_images,
+    training_jobs,
+)
+
+TOP_KEYS = ("paths", "execution", "run", "experiments", "figures", "toy", "claims")
+TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
+# each written atomically; run.json last
+RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
+
+
+@dataclass(frozen=True)
+class ToyPlan:
+    settings: ToyConfig
+    gammas: tuple[float, ...]
+    seeds: tuple[int, ...]
+    folder: str  # under paths.figures
+
+    def stems(self, paths: Paths) -> list[str]:
+        return [f"{paths.figures}/{self.folder}/{name}" for name in TOY_FIGURES]
+
+
+@dataclass(frozen=True)
+class Plan:
+    paths: Paths
+    runs: dict[str, RunConfig]  # run_id -> config, each run once
+    experiments: dict[str, tuple[str, ...]]  # experiment -> its run_ids, in grid order
+    figures: dict[str, Figure]
+    execution: Execution
+    bundles: dict[str, tuple[str, ...]]  # bundle id -> its member run_ids (see `bundles`)
+    jobs: dict[str, tuple[str, ...]]  # training job id -> its bundle ids (see `training_jobs`)
+    toy: ToyPlan | None = None
+    claims: str | None = None  # the claims file (fednorm.claims reads it); None: no ledger
+    # experiments an override set to null (the quick profile's Tiny-ImageNet): a claim on them
+    # only is not checked and is judged 'not run' (fednorm.claims_words.check_plan)
+    dropped: frozenset[str] = frozenset()
+
+    def groups(self, run_id: str) -> str:
+        """The experiments a run belongs to, joined by '|' (the summary's figure_group)."""
+        return "|".join(name for name, ids in self.experiments.items() if run_id in ids)
+
+    def figure_files(self) -> list[str]:
+        return self.figure_files_of(list(self.figures))
+
+    def figure_files_of(self, names: list[str]) -> list[str]:
+        return [self.paths.figure(n, e) for n in names for e in extensions(self.figures[n].kind)]
+
+    def figure_folders(self) -> dict[str, list[str]]:
+        """Figure names by folder (the name up to its last '/', '' for none): one job draws a
+        folder's figures (a paper's), in one process."""
+        folders: dict[str, list[str]] = {}
+        for name in self.figures:
+            folders.setdefault(name.rpartition("/")[0], []).append(name)
+        return folders
+
+    def figure_runs(self, fig: Figure) -> list[RunConfig]:
+        """The runs a figure draws: its experiments' runs that pass its ``where`` filters,
+        with one of its compared values (heatmap) and panel values; a parts figure's are its
+        parts' runs."""
+        if fig.parts:
+            runs = {c.run_id: c for part in fig.parts for c in self.figure_runs(part)}
+            return list(runs.values())
+        filters = [*fig.where, *((k, v) for k, v in ((fig.compare, fig.compare_values),
+                                                      (fig.panel, fig.panel_values)) if k)]
+        ids = dict.fromkeys(r for name in fig.experiments for r in self.experiments[name])
+        return [self.runs[r] for r in ids if matches_where(self.runs[r], tuple(filters))]
+
+    def toy_files(self) -> list[str]:
+        stems = self.toy.stems(self.paths) if self.toy else []
+        return [f"{stem}.{ext}" for stem in stems for ext in FIGURE_EXTENSIONS]
+
+    def training_images(self, run_ids: Iterable[str]) -> int:
+        return training_images(self.runs[r] for r in run_ids)
+
+    def job_runtime(self, run_ids: Iterable[str]) -> int:
+        """The minutes a training job of these runs asks a cluster for (`runtime`)."""
+        return self.execution.job_runtime(self.training_images(run_ids))
+
+    def run_files(self, run_ids: tuple[str, ...]) -> list[str]:
+        """The files the runs write, run by run in ``RUN_FILES`` order."""
+        return [f"{self.paths.run_dir(r)}/{name}" for r in run_ids for name in RUN_FILES]
+
+    def is_complete(self, run_id: str) -> bool:
+        """A run is complete when all its files exist: each is written atomically, run.json last,
+        so a run killed mid-way never looks complete (and a file deleted by hand retrains it)."""
+        return all(os.path.exists(f) for f in self.run_files((run_id,)))
+
+    def pending_bundles(self) -> dict[str, tuple[str, ...]]:
+        """Bundle id -> its members that are not complete; bundles with none are left out.
+
+        What the workflow trains, read at parse time: a bundle job declares only these runs'
+        files as its outputs. Snakemake deletes a job's outputs before it runs, and a killed
+        job's outputs count as incomplete on a restart; a finished run is never among them, so
+        it is never deleted nor trained again, not even when a new run joins its bundle. The
+        membership comes from the config alone, so a cluster job that parses the workflow again
+        finds the same bundle.
+        """
+        pending = {bid: tuple(r for r in members if not self.is_complete(r))
+                   for bid, members in self.bundles.items()}
+        return {bid: members for bid, members in pending.items() if members}
+
+    def pending_jobs(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Training job id -> {bundle id: its members not complete} (:meth:`pending_bundles`),
+        the bundles with none left out, and the jobs with none. A job's bundles come from the
+        config alone, like the bundles' members."""
+        pending = self.pending_bundles()
+        jobs = {job: {b: pending[b] for b in members if b in pending}
+                for job, members in self.jobs.items()}
+        return {job: members for job, members in jobs.items() if members}
+
+    def images_by_part(self, run_ids: Iterable[str] | None = None
+                       ) -> dict[tuple[str, str], int]:
+        """Training images (RunConfig.training_images) summed over the distinct runs (of
+        ``run_ids``; None: all) of each (dataset, model): what a GPU-hours estimate divides by
+        that part's images/s (:func:`gpu_hours`)."""
+        out: dict[tuple[str, str], int] = {}
+        ids = self.runs if run_ids is None else dict.fromkeys(run_ids)
+        for cfg in (self.runs[r] for r in ids):
+            key = (cfg.dataset, cfg.model)
+            out[key] = out.get(key, 0) + cfg.training_images
+        return dict(sorted(out.items()))
+
+    def paper_parts(self) -> dict[str, tuple[str, ...]]:
+        """Each paper's part of the plan, a figure folder (fbn, fixbn, fedtan, compare) -> the
+        distinct runs its figures draw (a run two parts draw is in both)."""
+        return {folder: tuple(dict.fromkeys(
+                    c.run_id for n in names for c in self.figure_runs(self.figures[n])))
+                for folder, names in self.figure_folders().items()}
+
+    def gpu_hours(self, rate: Callable[[tuple[str, str]], float],
+                  parts: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, float]:
+        """GPU-hours of each paper part (``parts``, default :meth:`paper_parts`) and of the
+        whole plan ('all', each run once) at ``rate((dataset, model))`` training images per
+        second."""
+        parts = {**(self.paper_parts() if parts is None else parts), "all": tuple(self.runs)}
+        return {name: gpu_hours(self.images_by_part(ids), rate) for name, ids in parts.items()}
+
+    def needs_cifar10(self) -> bool:
+        return any(cfg.dataset == "cifar10" for cfg in self.runs.values())
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive update, as Snakemake applies ``--configfile`` over the Snakefile's config:
+    mappings merge key by key, anything else (lists included) is replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _toy(spec: Any) -> ToyPlan | None:
+    if spec is None:
+        return None
+    spec = checked_section(spec, "toy", ("settings", "gammas", "seeds", "figures"))
+    try:
+        settings = ToyConfig(**checked_section(spec.get("settings"), "toy.settings",
+                                     tuple(ToyConfig.__dataclass_fields__)))
+    except ValueError as err:
+        raise ConfigError(f"toy.settings: {err}") from err
+    gammas, seeds = spec.get("gammas", [0, 0.1, 0.5, 1]), spec.get("seeds", [0, 1, 2])
+    if not (isinstance(gammas, list) and gammas and all(
+            isinstance(g, int | float) and 0 <= g <= 1 for g in gammas)):
+        raise ConfigError(f"toy: key 'gammas' has value {gammas!r}; allowed: a non-empty list "
+                          "of numbers in [0, 1]")
+    if not (isinstance(seeds, list) and seeds and all(
+            isinstance(x, int) and x >= 0 for x in seeds)):
+        raise ConfigError(f"toy: key 'seeds' has value {seeds!r}; allowed: a non-empty list "
+                          "of integers >= 0")
+    return ToyPlan(settings, tuple(float(g) for g in gammas), tuple(seeds),
+                   str(spec.get("figures", "fbn")))
+
+
+def _claims_path(value: Any) -> str | None:
+    if value is not None and not (isinstance(value, str) and value):
+        raise ConfigError(f"config: key 'claims' has value {value!r}; allowed: the path of a "
+                          "claims file (e.g. config/claims.yaml) or null")
+    return value
+
+
+def _paths(spec: Any) -> Paths:
+    """``paths``: each a folder, as a non-empty text."""
+    spec = checked_section(spec, "paths", tuple(Paths.__dataclass_fields__))
+    for key, value in spec.items():
+        if not (isinstance(value, str) and value.strip()):
+            raise ConfigError(f"paths: key '{key}' has value {value!r}; allowed: a folder "
+                              f"(a non-empty text, e.g. '{getattr(Paths, key)}')")
+    return Paths(**spec)
+
+
+def load_plan(config: Mapping[str, Any]) -> Plan:
+    """Validate the whole configuration and expand it into runs and figures."""
+    config = checked_section(config, "config", TOP_KEYS)
+    paths = _paths(config.get("paths"))
+    execution = load_execution(config.get("execution"))
+    defaults = dict(checked_section(config.get("run"), "run", RUN_KEYS))
+    check_keys(defaults, "run")  # even a default that every experiment overrides
+    # an override file drops an experiment or a figure by setting it to null (the quick profile
+    # drops those whose data it cannot have offline)
+    experiments = checked_section(config.get("experiments"), "experiments",
+                                  tuple(config.get("experiments") or ()))
+    experiments_spec = {k: v for k, v in experiments.items() if v is not None}
+    if not experiments_spec:
+        raise ConfigError("experiments: key 'experiments' is empty; allowed: at least one")
+    expanded = {name: expand(name, spec, defaults) for name, spec in experiments_spec.items()}
+    runs: dict[str, RunConfig] = {}
+    for cfgs in expanded.values():
+        runs.update((c.run_id, c) for c in cfgs)
+    figures_spec = config.get("figures") or {}
+    figures = {name: figure_spec(name, spec, expanded) for name, spec in figures_spec.items()
+               if spec is not None}
+    return Plan(
+        paths=paths,
+        runs=runs,
+        experiments={n: tuple(dict.fromkeys(c.run_id for c in cfgs)) for n, cfgs in
+                     expanded.items()},
+        figures=figures,
+        execution=execution,
+        bundles=(packed := bundles(runs, execution.planned_bundle_size)),
+        jobs=training_jobs(list(packed), execution.bundles_per_job),
+        toy=_toy(config.get("toy")),
+        claims=_claims_path(config.get("claims")),
+        dropped=frozenset(k for k, v in (config.get("experiments") or {}).items() if v is None),
+    )
