@@ -41,3 +41,14 @@ def tiny_dag(tmp_path_factory) -> TinyDag:
     work = work_copy(tmp_path_factory.mktemp("tiny_dag"))
     return TinyDag(work, snakemake("--cores", "2", "--configfile", ".test/config.yaml",
                                    cwd=work))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest tests first (the .test DAG's group, then those marked slow), so that under
+    pytest-xdist they overlap the many short ones instead of running last on one worker."""
+    def rank(item):
+        group = item.get_closest_marker("xdist_group")
+        if group is not None and group.args == ("tiny_dag",):
+            return 0
+        return 1 if item.get_closest_marker("slow") is not None else 2
+    items.sort(key=rank)  # stable: the collection order within each rank

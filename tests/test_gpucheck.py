@@ -5,6 +5,7 @@ without stopping the others."""
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from fednorm.gpucheck import main
@@ -15,6 +16,7 @@ STEPS = ["environment", "cuda_tests", "peak_matmul", "throughput fbn_cnn",
          "bundle_size_auto", "gpu_hours"]
 
 
+@pytest.mark.slow
 def test_the_smoke_check_records_every_step_and_a_failure_without_stopping(tmp_path,
                                                                            monkeypatch):
     monkeypatch.chdir(ROOT)  # tests/fl/test_cuda.py and config/ are found from here

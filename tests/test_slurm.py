@@ -29,7 +29,9 @@ from dag import assert_trained_as_in_one_go, work_copy
 
 from fednorm.plan import load_plan, merge
 
-pytestmark = pytest.mark.slurm
+# one worker under pytest-xdist (--dist loadgroup): the tests share the one-node SLURM, whose
+# set-up (.ci/slurm-up) must not run twice at once
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "workflow/profiles/slurm/config.yaml"

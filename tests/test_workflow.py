@@ -66,6 +66,7 @@ def _bundle_jobs(counts):
      # ImageNet-1K: gn, bn, fixbn, 3 seeds each -> 3
      + 3),
 ])
+@pytest.mark.slow
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
     size = tmp_path / "size.yaml"
     size.write_text(yaml.safe_dump({"execution": {"bundle_size": bundle_size}}))
