@@ -7,7 +7,7 @@ import statistics
 import pandas as pd
 import pytest
 
-from fednorm.claims_words import (
+from fednorm.claims.words import (
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,

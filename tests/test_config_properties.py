@@ -21,7 +21,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import example, given
 
-from fednorm import claims as claims_module
+from fednorm.claims import numbers as claims_module
 from fednorm.config import (
     _BUDGET_RULES,
     _RULES,

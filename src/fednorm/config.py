@@ -339,10 +339,14 @@ class Nullable:
 
 @dataclass(frozen=True)
 class Finite:
-    """Any finite number."""
+    """Any finite number (at least ``low`` when given)."""
+
+    low: float | None = None
 
     def __call__(self, v: Any) -> str | None:
-        return None if real_number(v) else "a finite number"
+        if real_number(v) and (self.low is None or v >= self.low):
+            return None
+        return "a finite number" + ("" if self.low is None else f" >= {self.low:g}")
 
 
 @dataclass(frozen=True)
@@ -446,6 +450,15 @@ def fail(where: str, key: str, value: Any, allowed: str) -> ConfigError:
     """The error of a key's value, in the one form every config message takes (the claims
     file's too): where, the key, the value, what is allowed."""
     return ConfigError(f"{where}: key '{key}' has value {value!r}; allowed: {allowed}")
+
+
+def check(where: str, key: str, value: Any, rule: Callable[[Any], str | None]) -> Any:
+    """``value`` when ``rule`` (one of the checks above: OneOf, NumberIn, Finite, ...) allows
+    it, else the :func:`fail` error naming where, the key, the value and what ``rule`` allows."""
+    problem = rule(value)
+    if problem is not None:
+        raise fail(where, key, value, problem)
+    return value
 
 
 def _cross_checks(cfg: RunConfig, where: str) -> None:
@@ -679,9 +692,7 @@ def resolve_budget(values: Mapping[str, Any], where: str = "run") -> dict[str, A
     if not present:
         return dict(values)
     for key in present:
-        problem = _BUDGET_RULES[key](values[key])
-        if problem is not None:
-            raise fail(where, key, values[key], problem)
+        check(where, key, values[key], _BUDGET_RULES[key])
     given = [k for k in _STEPS_KEYS if k in values]
     if len(given) > 1:
         raise fail(where, given[1], values[given[1]],
@@ -736,9 +747,8 @@ def check_keys(values: Mapping[str, Any], where: str = "run") -> None:
         if key not in _RULES and key not in BUDGET_KEYS:
             raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: "
                               f"{sorted(FIELDS + BUDGET_KEYS)}")
-        problem = _RULES[key](value) if key in _RULES else None
-        if problem is not None:
-            raise fail(where, key, value, problem)
+        if key in _RULES:
+            check(where, key, value, _RULES[key])
 
 
 def checked_section(section: Any, where: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:

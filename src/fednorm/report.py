@@ -2,7 +2,7 @@
 category, and what each one's caption says, from the configuration alone.
 
 Every figure is shown as its .png, every table (and the claims ledgers') as its .md, the
-claims ledgers' plots as their .png (the numbers' and the words', :mod:`fednorm.claims_words`).
+claims ledgers' plots as their .png (the numbers' and the words', :mod:`fednorm.claims.words`).
 A caption is reStructuredText (Snakemake renders it): the
 figure's title and name, the figure or table of a paper it reproduces (its ``paper`` key; none:
 not in the papers), what it shows (from its kind and keys), the runs behind it (its
@@ -23,7 +23,7 @@ import pandas as pd
 
 from fednorm.claims import NAME as CLAIMS_NAME
 from fednorm.claims import PAPERS, WORDS_NAME, Claim, Claims, config_text, selects
-from fednorm.claims_words import Words, planned_runs
+from fednorm.claims.words import Words, planned_runs
 from fednorm.config import FIELDS, RunConfig, ToyConfig
 from fednorm.plan import TABLE_KINDS, TOY_FIGURES, Figure, Plan
 from fednorm.results import in_experiments

@@ -14,7 +14,6 @@ from fednorm.data import load_dataset
 from fednorm.data.arrays import DatasetUnavailable, hold_out
 from fednorm.data.augment import resized_crop_boxes
 from fednorm.data.imagenet import (
-    StreamedBatches,
     StreamedImages,
     decode_centre,
     decode_crop_flip,
@@ -26,6 +25,7 @@ from fednorm.data.imagenet import (
 )
 from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
+from fednorm.fl.streamed import StreamedBatches
 
 WNIDS = ["n02000000", "n01000000", "n03000000"]  # written unsorted: class 0 is n01000000
 

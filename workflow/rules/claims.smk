@@ -1,6 +1,6 @@
 rule claims:
     """The claims ledgers: each paper number beside ours, with a verdict (fednorm.claims), and
-    each claim in words with a verdict that knows the seed noise (fednorm.claims_words)."""
+    each claim in words with a verdict that knows the seed noise (fednorm.claims.words)."""
     input:
         summary=PLAN.paths.summary(),
         claims=PLAN.claims,

@@ -1,10 +1,10 @@
 """Snakemake script: the claims ledgers from the summary, the numbers' and the words' (logic in
-fednorm.claims and fednorm.claims_words; a summary cut short is removed and named, and the job
+fednorm.claims and fednorm.claims.words; a summary cut short is removed and named, and the job
 fails: fednorm.integrity.read_summary)."""
 import logging
 
 from fednorm.claims import write_ledger
-from fednorm.claims_words import write_words
+from fednorm.claims.words import write_words
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary
 

@@ -16,16 +16,15 @@ Conventions, all fixed by the data, never by a run:
   files exist in ImageNet);
 - 1.28 M images do not fit a tensor in memory (about 190 GB as uint8 at 224x224), so nothing
   is cached: :class:`StreamedImages` holds the file lists and labels (what the training code
-  reads of :class:`fednorm.data.arrays.Arrays`), :class:`StreamedBatches` decodes each step's
-  training images in DataLoader worker processes, off the training thread, and
-  :meth:`StreamedImages.chunks` the test images, in chunks, for the evaluation;
+  reads of :class:`fednorm.data.arrays.Arrays`), :class:`fednorm.fl.streamed.StreamedBatches`
+  decodes each step's training images in DataLoader worker processes, off the training
+  thread, and :meth:`StreamedImages.chunks` the test images, in chunks, for the evaluation;
 - training images go through PyTorch's ImageNet training augmentation (:func:`decode_crop_flip`),
   test and held-out validation images through its evaluation transform (:func:`decode_centre`).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,19 +34,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fednorm import rng
 from fednorm.config import DATA_WORKERS
 from fednorm.data.arrays import DatasetUnavailable
 from fednorm.data.augment import resized_crop_boxes
 from fednorm.data.tinyimagenet import IMAGENET_MEAN, IMAGENET_STD
-from fednorm.fl.batches import ClientBatches
 
 FOLDER = "imagenet"  # under the data folder
 SPLITS = ("train", "val")
 SUFFIXES = (".jpeg", ".jpg", ".png")  # ImageNet's files are .JPEG; case is ignored
 DRAWS = 5  # uniforms per training image: fednorm.data.augment.resized_crop_boxes (4), flip (1)
-# The normalization-error probe's decoding processes: it decodes one step per evaluation point
-PROBE_WORKERS = 2
 
 
 @dataclass(frozen=True)
@@ -159,87 +154,6 @@ def normalize(x: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     return (x.to(dtype) / 255.0 - mean) / std
 
 
-class _Steps(torch.utils.data.Dataset):
-    """Item ``(t, j)``: piece j of ``pieces`` of step t's images, uint8 (k, 3, s, s), and their
-    labels (k,), the step's images taken run-major as :meth:`ClientBatches.indices` lists them;
-    decoded in the worker that fetches it."""
-
-    def __init__(self, batches: StreamedBatches, pieces: int = 1) -> None:
-        self.batches, self.pieces = copy.copy(batches), pieces
-        self.batches._ahead = None  # a worker needs the draws and the files, not the workers
-
-    def __getitem__(self, item: tuple[int, int]) -> tuple[Tensor, Tensor]:
-        step, piece = item
-        b = self.batches
-        idx = b.indices(step).flatten()  # (R * n*b,), on the CPU
-        u = b.augment_draws(step, DRAWS).flatten(0, 1)  # a row per image of idx
-        lo, hi = piece * len(idx) // self.pieces, (piece + 1) * len(idx) // self.pieces
-        x = np.stack([decode_crop_flip(b.files.paths[k], uk, b.image_size)
-                      for k, uk in zip(idx[lo:hi].tolist(), u[lo:hi].tolist(), strict=True)])
-        return torch.from_numpy(x), b.files.labels[idx[lo:hi]]
-
-
-class StreamedBatches(ClientBatches):
-    """:class:`fednorm.fl.batches.ClientBatches` over image files: what is drawn is decided
-    exactly as there, only the images are read from disk.
-
-    The draw: client i of run r at step t takes the b positions ``floor(u * |part_i|)`` of
-    ``u = rng.uniform(fold(fold(run_key(seed_r), SAMPLE), t), (n, b))`` in its index list
-    ``parts[r][i]`` (the partition of the labels, fednorm.data.partition, as for in-memory data);
-    image k of the step gets the 5 uniforms ``rng.uniform(fold(fold(run_key(seed_r), AUGMENT),
-    t), (n*b, 5))[k]``: its crop box and flip (:func:`decode_crop_flip`). Every draw is a pure
-    function of (seed, step, position), so the batches do not depend on the number of workers,
-    on which worker decodes which step, or on the other runs of the bundle. ``stream``
-    (rng.SAMPLE: the training batches; rng.PROBE: the normalization-error probe's, whose crops
-    and flips come from a stream of their own too: :class:`ClientBatches`) picks the draws.
-
-    :meth:`sample` returns step t's ``x`` (R, n*b, 3, s, s) normalized in ``dtype``, on ``device``,
-    and ``y`` (R, n*b). ``read_ahead`` (training): ``workers`` processes (torch's DataLoader)
-    each decode a whole step, ``prefetch`` steps each, while the engine trains; a step asked out
-    of order (calibration's step -1, a restart) starts the read-ahead again from it. Without
-    (the probe, asked one step per evaluation point): the step asked is decoded alone, split
-    among the ``workers``, nothing beyond it. ``workers = 0`` decodes in the calling thread.
-    """
-
-    def __init__(self, files: ImageFiles, parts: Sequence[Sequence[Tensor]], batch_size: int,
-                 seeds: Sequence[int], image_size: int, workers: int = 4, prefetch: int = 2,
-                 device: torch.device | str = "cpu", stream: int = rng.SAMPLE,
-                 read_ahead: bool = True, dtype: torch.dtype = torch.float32) -> None:
-        super().__init__(None, files.labels, parts, batch_size, seeds, stream)
-        self.files, self.image_size, self.device = files, image_size, torch.device(device)
-        self.dtype = dtype
-        self.workers, self.prefetch, self.read_ahead = workers, prefetch, read_ahead
-        self._ahead: Iterator[tuple[Tensor, Tensor]] | None = None
-        self._next = 0  # the step that self._ahead yields next
-
-    def _loader(self, items: Iterator[tuple[int, int]] | list[tuple[int, int]],
-                pieces: int) -> Iterator[tuple[Tensor, Tensor]]:
-        extra = {"prefetch_factor": self.prefetch} if self.workers else {}
-        return iter(torch.utils.data.DataLoader(_Steps(self, pieces), batch_size=None,
-                                                sampler=items, num_workers=self.workers,
-                                                **extra))
-
-    def sample(self, step: int) -> tuple[Tensor, Tensor]:
-        shape = (len(self.keys), (self.n if self.participants is None else self.participants.m)
-                 * self.b)
-        if not self.read_ahead:
-            pieces = max(1, self.workers)
-            x, y = map(torch.cat, zip(*self._loader([(step, j) for j in range(pieces)],
-                                                    pieces), strict=True))
-        else:
-            if self._ahead is None or self._next != step:  # the steps in order, from ``step``
-                self._ahead = self._loader(((t, 0) for t in range(step, 2**62)), 1)
-            x, y = next(self._ahead)
-            self._next = step + 1
-        x, y = x.view(*shape, *x.shape[1:]), y.view(shape)
-        return normalize(x.to(self.device, non_blocking=True), self.dtype), y.to(self.device)
-
-    def select(self, runs: Tensor) -> StreamedBatches:
-        out = super().select(runs.cpu())  # the draws live on the CPU, with the workers
-        out._ahead = None  # its workers would read the dropped runs too
-        return out
-
-
 class _Chunks(torch.utils.data.Dataset):
     """Item i: the i-th ``size`` images of ``files`` through :func:`decode_centre`, uint8
     (k, 3, s, s), and their labels (k,)."""
@@ -263,7 +177,7 @@ class StreamedImages:
     test and (held out: :func:`fednorm.data.arrays.hold_out`) validation files, their labels in
     memory (1.28 M int64: 10 MB), the classes, the images' side and the decoding workers.
 
-    Training batches: :meth:`batches` (:class:`StreamedBatches`). Test and validation images:
+    Training batches: :func:`fednorm.fl.streamed.streamed_batches`. Test and validation images:
     :meth:`chunks`, decoded with the evaluation transform (:func:`decode_centre`) in ``workers``
     processes, a chunk each, in file order. ``device``: where batches, chunks and labels are
     handed out (:meth:`to`); the files' labels themselves stay on the CPU, with the workers.
@@ -316,18 +230,6 @@ class StreamedImages:
                                              batch_size=None, num_workers=self.workers)
         for x, y in loader:
             yield normalize(x.to(self.device, non_blocking=True), self.dtype), y.to(self.device)
-
-    def batches(self, parts: Sequence[Sequence[Tensor]], batch_size: int, seeds: Sequence[int],
-                stream: int = rng.SAMPLE) -> StreamedBatches:
-        """The sampler of the training files' batches (:class:`StreamedBatches`): read ahead
-        by ``workers`` processes for training (rng.SAMPLE); for the probe (rng.PROBE), each
-        step asked decoded alone by at most PROBE_WORKERS."""
-        if stream == rng.SAMPLE:
-            return StreamedBatches(self.train, parts, batch_size, seeds, self.image_size,
-                                   self.workers, device=self.device, dtype=self.dtype)
-        return StreamedBatches(self.train, parts, batch_size, seeds, self.image_size,
-                               min(self.workers, PROBE_WORKERS), device=self.device,
-                               stream=stream, read_ahead=False, dtype=self.dtype)
 
 
 def load_imagenet(data_dir: str | Path, image_size: int,

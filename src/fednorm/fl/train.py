@@ -45,6 +45,7 @@ from fednorm.fl.evaluate import evaluate_chunks, label_distributions
 from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.fl.resume import ResumeStore
 from fednorm.fl.state import HISTORY, BundleState
+from fednorm.fl.streamed import streamed_batches
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
@@ -252,7 +253,7 @@ def _probe(cfgs: Sequence[RunConfig], data: Data, parts: Sequence[Sequence[Tenso
     honest = cfg.n_clients - (cfg.f if cfg.attack != "none" else 0)
     probed = [p[:honest] for p in parts]
     if isinstance(data, StreamedImages):
-        return data.batches(probed, cfg.batch_size, seeds, rng.PROBE)
+        return streamed_batches(data, probed, cfg.batch_size, seeds, rng.PROBE)
     return ClientBatches(data.train_x, data.train_y, probed, cfg.batch_size, seeds, rng.PROBE)
 
 
@@ -276,10 +277,10 @@ def training_batches(cfgs: Sequence[RunConfig], data: Data,
     """The bundle's training sampler: each client's batches from its part of ``data``, augmented
     as the runs' ``augment`` says (fednorm.data.augment.augment_for); images on disk
     (ImageNet-1K) are decoded, cropped and flipped in its worker processes
-    (fednorm.data.imagenet.StreamedBatches; fednorm.config allows no other augmentation)."""
+    (fednorm.fl.streamed.StreamedBatches; fednorm.config allows no other augmentation)."""
     cfg = cfgs[0]
     if isinstance(data, StreamedImages):
-        return data.batches(parts, cfg.batch_size, [c.seed for c in cfgs])
+        return streamed_batches(data, parts, cfg.batch_size, [c.seed for c in cfgs])
     return ClientBatches(data.train_x, data.train_y, parts, cfg.batch_size,
                          [c.seed for c in cfgs], rng.SAMPLE,
                          augment_for(cfg.augment, cfg.crop_padding))

@@ -62,7 +62,7 @@ class Plan:
     toy: ToyPlan | None = None
     claims: str | None = None  # the claims file (fednorm.claims reads it); None: no ledger
     # experiments an override set to null (the quick profile's Tiny-ImageNet): a claim on them
-    # only is not checked and is judged 'not run' (fednorm.claims_words.check_plan)
+    # only is not checked and is judged 'not run' (fednorm.claims.words.check_plan)
     dropped: frozenset[str] = frozenset()
 
     def groups(self, run_id: str) -> str:

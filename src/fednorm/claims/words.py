@@ -1,7 +1,7 @@
 """Qualitative claims: what the papers state in words, judged on our runs with the seed noise.
 
 The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
-:mod:`fednorm.claims`)::
+:mod:`fednorm.claims.numbers`)::
 
     qualitative:
       single_seed_spread: 5          # points: the spread assumed when a margin has one seed
@@ -102,8 +102,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fednorm.claims import PAPERS, _number, _one_of, ambiguity, config_text, selects
-from fednorm.config import FIELDS, ConfigError, fail
+from fednorm.claims.common import PAPERS, ambiguity, config_text, selects
+from fednorm.config import FIELDS, ConfigError, Finite, OneOf, check, fail
 from fednorm.io import write_csv, write_text
 from fednorm.plan import COLUMNS, FIGURE_METRICS, Plan
 from fednorm.plots.cells import DIVERGED_MARK, percent, value_label
@@ -242,7 +242,7 @@ def parse_relation(spec: Any, index: int) -> Relation:
     missing = [k for k in _REQUIRED if k not in spec]
     if missing:
         raise ConfigError(f"{where}: key '{missing[0]}' is missing; a claim needs {_REQUIRED}")
-    _one_of(where, "relation", kind, RELATIONS)
+    check(where, "relation", kind, OneOf(RELATIONS))
     own = (*_REQUIRED, *_OPTIONAL, *_KIND_KEYS[kind], *_KIND_OPTIONAL[kind])
     for key in spec:
         if key not in own or (key == "slack" and key not in _KIND_OPTIONAL[kind]):
@@ -258,7 +258,7 @@ def parse_relation(spec: Any, index: int) -> Relation:
         raise fail(where, "others", others, "a non-empty list of groups (mappings)")
     return Relation(
         id=_text(where, "id", f["id"]),
-        paper=_one_of(where, "paper", f["paper"], list(PAPERS)),
+        paper=check(where, "paper", f["paper"], OneOf(tuple(PAPERS))),
         source=_text(where, "source", f["source"]),
         words=_text(where, "words", f["words"]),
         experiments=_experiments(where, f["experiment"]),
@@ -268,14 +268,14 @@ def parse_relation(spec: Any, index: int) -> Relation:
         b=_group(where, "b", f["b"]) if "b" in f else (),
         others=tuple(_group(where, f"others[{i}]", g) for i, g in enumerate(others)),
         over=_axis(where, "over", f["over"]) if kind == "trend" else None,
-        direction=(_one_of(where, "direction", f["direction"], DIRECTIONS)
+        direction=(check(where, "direction", f["direction"], OneOf(DIRECTIONS))
                    if kind == "trend" else None),
-        steps=_one_of(where, "steps", f.get("steps", "neighbours"), STEPS),
+        steps=check(where, "steps", f.get("steps", "neighbours"), OneOf(STEPS)),
         for_each=_axes(where, f["for_each"]),
-        delta=_number(where, "delta", f["delta"], low=0) if kind == "within" else None,
-        slack=_number(where, "slack", f["slack"], low=0),
-        metric=_one_of(where, "metric", f["metric"], FIGURE_METRICS),
-        at=_one_of(where, "at", f["at"], list(AT)),
+        delta=float(check(where, "delta", f["delta"], Finite(0))) if kind == "within" else None,
+        slack=float(check(where, "slack", f["slack"], Finite(0))),
+        metric=check(where, "metric", f["metric"], OneOf(FIGURE_METRICS)),
+        at=check(where, "at", f["at"], OneOf(tuple(AT))),
         note=_text(where, "note", f["note"], empty=True),
     )
 
@@ -303,7 +303,7 @@ def parse_words(spec: Any) -> Words:
     if twice:
         raise fail(SECTION, "id", twice[0], "an id no other qualitative claim has")
     spread = spec.get("single_seed_spread", SINGLE_SEED_SPREAD)
-    return Words(claims, _number(SECTION, "single_seed_spread", spread, low=0), tuning)
+    return Words(claims, float(check(SECTION, "single_seed_spread", spread, Finite(0))), tuning)
 
 
 def planned_runs(plan: Plan) -> pd.DataFrame:
@@ -754,7 +754,7 @@ def words_markdown(table: pd.DataFrame, floor: float) -> str:
     counts = table["verdict"].value_counts()
     lines = [
         "# Claims in words", "",
-        "What the papers state in words, judged on our runs (`src/fednorm/claims_words.py` has "
+        "What the papers state in words, judged on our runs (`src/fednorm/claims/words.py` has "
         "the rules). Each relation is a margin per seed that the claim says is positive "
         "(points of the metric), runs paired by seed; m̄ ± σ is its mean ± std over seeds "
         f"(one seed: σ = {floor:g} points, assumed). **holds**: m̄ > σ and every seed's margin "

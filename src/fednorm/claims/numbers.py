@@ -2,7 +2,7 @@
 
 A claims file (the config's ``claims:``, e.g. ``config/claims.yaml``) has two sections of
 numeric claims (this module) and one of claims in words, ``qualitative:``
-(:mod:`fednorm.claims_words`: relations between groups of runs, judged with the seed noise)::
+(:mod:`fednorm.claims.words`: relations between groups of runs, judged with the seed noise)::
 
     recipes:                   # named settings that claims share (a paper's scale and recipe)
       fbn_paper: {dataset: cifar10, model: fbn_cnn, width: 64, steps: 3000, ...}
@@ -39,46 +39,34 @@ evaluation point in ``results/summary.csv``. Verdicts:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from fednorm.claims.common import PAPERS, Pairs, ambiguity, config_text, selects
 from fednorm.config import (
-    FIELDS,
     ConfigError,
-    RunConfig,
+    Finite,
+    OneOf,
+    check,
     fail,
-    real_number,
     resolve_budget,
     run_config,
 )
-from fednorm.inputs import read_yaml
 from fednorm.io import write_csv, write_text
-from fednorm.plan import FIGURE_METRICS, Plan
+from fednorm.plan import FIGURE_METRICS
 from fednorm.plots.cells import percent, value_label
 from fednorm.plots.save import PNG_DPI, save_together
 from fednorm.plots.table import cell_text, escape_cell
-from fednorm.results import AT, matches, seed_stats, settling
+from fednorm.results import AT, seed_stats, settling
 from fednorm.summarize import config_columns
 
-if TYPE_CHECKING:
-    from fednorm.claims_words import Words
-
-PAPERS = {
-    "fbn": "FBN: Guerraoui et al., arXiv 2405.14670",
-    "fixbn": "FixBN: Zhong, Chen, Chao, arXiv 2303.06530",
-    "fedtan": "FedTAN: Wang, Shi, Chang, arXiv 2301.02982",
-    "hybridbn": "Hybrid BN: Chen, Xu, Wu, Kittler, ICML 2025, arXiv 2505.21877",
-    "fedwon": "FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
-    "fedfn": "FedFN: Kim, Lee, Oh, Yun, FL@FM-NeurIPS 2023, arXiv 2311.13267",
-}
 # The keys that set a run's scale, not its method: what the quick profile shrinks to fit a CPU.
 # The data (dataset, n_train, n_test, image_size, synthetic_separation) and its augmentation
 # (augment, crop_padding: the quick digits are not flipped), the model's size (model, width,
@@ -87,25 +75,13 @@ PAPERS = {
 SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separation", "augment",
               "crop_padding", "model", "width", "hidden", "batch_size", "local_steps", "steps",
               "lr", "lr_milestones", "eval_every")
-# Keys that make a run a variant no paper ran: the penultimate feature normalized (FedFN),
-# training images held out for validation, the learning rate rescaled (the tuning grid). A claim
-# that does not name one matches only runs at its default, so that those runs never join the
-# seeds of a paper's setting.
-VARIANT_KEYS = ("feature_norm", "val_fraction", "lr_scale")
-_DEFAULT_RUN = RunConfig()
 TOLERANCE = 2.0  # points (of the metric as shown: % for an accuracy) within which ours agrees
 REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN = "reproduced", "differs", "not comparable", "not run"
 VERDICTS = (REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN)
-EXTENSIONS = ("csv", "md", "pdf", "png")
-NAME = "claims"  # the ledger's files: <figures>/claims.<ext>
-WORDS_NAME = "claims_words"  # the qualitative claims': <figures>/claims_words.<ext>
 SECTIONS = ("recipes", "claims", "qualitative")  # a claims file's keys
 _REQUIRED = ("id", "paper", "source", "setting", "value")
 _OPTIONAL = {"recipe": None, "metric": "test_accuracy", "at": "final", "spread": None,
              "tolerance": TOLERANCE, "note": ""}
-
-Pairs = tuple[tuple[str, Any], ...]
-
 
 @dataclass(frozen=True)
 class Claim:
@@ -130,41 +106,8 @@ class Claim:
         return tuple((k, v) for k, v in self.setting if k not in SCALE_KEYS)
 
 
-@dataclass(frozen=True)
-class Claims:
-    """A claims file, checked: its numeric claims and its claims in words."""
-
-    numbers: tuple[Claim, ...]
-    words: Words
-
-    def __bool__(self) -> bool:
-        return bool(self.numbers or self.words.claims)
-
-
-def ledger_files(plan: Plan) -> list[str]:
-    """The ledgers' files under the plan's figures folder, the numbers' then the words' (none
-    without a claims file)."""
-    if not plan.claims:
-        return []
-    return [plan.paths.figure(name, ext) for name in (NAME, WORDS_NAME) for ext in EXTENSIONS]
-
-
 # ---------------------------------------------------------------------------------------------
 # Reading and checking the claims file.
-
-
-def _number(where: str, key: str, value: Any, *, low: float | None = None) -> float:
-    ok = real_number(value) and (low is None or value >= low)
-    if not ok:
-        raise fail(where, key, value, "a finite number" + (f" >= {low:g}" if low is not None
-                                                            else ""))
-    return float(value)
-
-
-def _one_of(where: str, key: str, value: Any, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise fail(where, key, value, f"one of {list(allowed)}")
-    return value
 
 
 def _resolved(where: str, values: Mapping[str, Any]) -> Pairs:
@@ -193,7 +136,7 @@ def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int)
             raise fail(where, key, fields[key], "a non-empty text" if key != "note" else "text")
     recipe = fields["recipe"]
     if recipe is not None:
-        _one_of(where, "recipe", recipe, list(recipes))
+        check(where, "recipe", recipe, OneOf(tuple(recipes)))
     written = fields["setting"]
     if not isinstance(written, Mapping) or not written:
         raise fail(where, "setting", written, "a non-empty mapping of run keys to values")
@@ -201,24 +144,24 @@ def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int)
     spread = fields["spread"]
     return Claim(
         id=fields["id"],
-        paper=_one_of(where, "paper", fields["paper"], list(PAPERS)),
+        paper=check(where, "paper", fields["paper"], OneOf(tuple(PAPERS))),
         source=fields["source"],
         setting=_resolved(f"{where}, " + (f"recipe '{recipe}' + " if recipe else "") + "setting",
                           values),
         written=tuple(written.items()),
-        value=_number(where, "value", fields["value"]),
+        value=float(check(where, "value", fields["value"], Finite())),
         recipe=recipe,
-        metric=_one_of(where, "metric", fields["metric"], FIGURE_METRICS),
-        at=_one_of(where, "at", fields["at"], list(AT)),
-        spread=None if spread is None else _number(where, "spread", spread, low=0),
-        tolerance=_number(where, "tolerance", fields["tolerance"], low=0),
+        metric=check(where, "metric", fields["metric"], OneOf(FIGURE_METRICS)),
+        at=check(where, "at", fields["at"], OneOf(tuple(AT))),
+        spread=None if spread is None else float(check(where, "spread", spread, Finite(0))),
+        tolerance=float(check(where, "tolerance", fields["tolerance"], Finite(0))),
         note=fields["note"],
     )
 
 
 def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
     """A claims file's numeric claims (``recipes``, ``claims``) checked, in file order (its
-    ``qualitative`` section is :func:`fednorm.claims_words.parse_words`')."""
+    ``qualitative`` section is :func:`fednorm.claims.words.parse_words`')."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with 'claims' (and 'recipes', "
                           f"'qualitative'), got {spec!r}")
@@ -240,66 +183,6 @@ def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
     return claims
 
 
-def load_claims(path: str, plan: Plan | None = None) -> Claims:
-    """Read and check a claims file, both kinds of claims; with ``plan``, also against the
-    plan (:func:`check_plan`, :func:`fednorm.claims_words.check_plan`)."""
-    # imported here: fednorm.claims_words builds on this module's helpers
-    from fednorm.claims_words import check_plan as check_words
-    from fednorm.claims_words import parse_words
-
-    if not Path(path).is_file():
-        raise fail("config", "claims", path, "the path of an existing claims file (e.g. "
-                   "config/claims.yaml) or null")
-    where = f"claims file {path}"
-    spec = read_yaml(path, "claims file")
-    claims = Claims(parse_claims(spec, where=where), parse_words(spec.get("qualitative")))
-    if plan is not None:
-        check_plan(claims.numbers, plan)
-        check_words(claims.words, plan)
-    return claims
-
-
-def selects(frame: pd.DataFrame, setting: Pairs, variants: bool = True) -> pd.Series:
-    """The rows of ``frame`` (summary columns) equal to ``setting`` on each of its keys (see
-    :func:`fednorm.results.matches`: null matches an empty value, numbers to a relative 1e-12),
-    and at their defaults on the VARIANT_KEYS that it does not name wherever some of those rows
-    are at the default (unless not ``variants``: a qualitative claim's ``where``, whose groups
-    then pick their own variants). Where none is (a grid that holds out validation images in
-    every run, as the quick comparison does), the variant is the setting itself and is kept."""
-    named = {key for key, _ in setting}
-    defaults = tuple((k, getattr(_DEFAULT_RUN, k)) for k in VARIANT_KEYS
-                     if variants and k not in named and k in frame.columns)
-    mask = pd.Series(True, index=frame.index)
-    for key, value in setting:
-        mask &= matches(frame[key], value)
-    for key, value in defaults:
-        at_default = mask & matches(frame[key], value)
-        if at_default.any():
-            mask = at_default
-    return mask
-
-
-def ambiguity(rows: pd.DataFrame) -> str:
-    """'' when the runs a claim matches are the seeds of one configuration; else what tells
-    them apart, in words (the claim's setting must name those keys to pick one)."""
-    keys = [k for k in FIELDS if k != "seed" and rows[k].nunique(dropna=False) > 1]
-    if not keys:
-        return ""
-    values = sorted(map(str, rows[keys[0]].unique()))
-    return (f"ambiguous: the matching runs differ in {keys} (e.g. {keys[0]} {values}); add "
-            f"them to the claim's setting")
-
-
-def check_plan(claims: Sequence[Claim], plan: Plan) -> None:
-    """Checks against the plan, before any job: the ledger's name is free. (A claim whose
-    runs are several configurations is not an error: a user may widen a grid without
-    touching the claims; the ledger says 'not comparable' and why.)"""
-    for name in (NAME, WORDS_NAME):
-        if name in plan.figures:
-            raise ConfigError(f"figures: key '{name}' names a figure; allowed: another name "
-                              f"('{name}' is the claims ledger's)")
-
-
 # ---------------------------------------------------------------------------------------------
 # The ledger: ours beside the paper's, and the verdict.
 
@@ -312,19 +195,6 @@ def verdict(claim: Claim, mean: float, std: float, n_diverged: int) -> tuple[str
     threshold = max(claim.tolerance, math.hypot(spread, 0.0 if math.isnan(std) else std))
     ok = n_diverged == 0 and not math.isnan(mean) and abs(mean - claim.value) <= threshold
     return (REPRODUCED if ok else DIFFERS), threshold
-
-
-def config_text(value: Any) -> str:
-    """A value as a config writes it: null, true/false, numbers as :g, lists in brackets."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, numbers.Real):
-        return f"{value:g}"
-    if isinstance(value, tuple | list):
-        return "[" + ", ".join(map(config_text, value)) + "]"
-    return str(value)
 
 
 def setting_text(pairs: Pairs) -> str:
@@ -413,7 +283,8 @@ def markdown(table: pd.DataFrame) -> str:
         "seed diverged and |ours − paper| ≤ max(tolerance, √(σ_paper² + σ_ours²)) (tolerance: "
         f"{TOLERANCE:g} points unless the claim says); **differs**: otherwise; **not "
         "comparable**: runs of the claim's method exist only at another scale (keys "
-        f"{', '.join(SCALE_KEYS)}); **not run**: none. `src/fednorm/claims.py` has the rules.",
+        f"{', '.join(SCALE_KEYS)}); **not run**: none. `src/fednorm/claims/numbers.py` has the "
+        "rules.",
         "",
         "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".",
     ]

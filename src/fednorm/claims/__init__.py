@@ -1,0 +1,55 @@
+"""The claims ledgers: each number a paper states beside ours, with a verdict, and each claim it
+makes in words judged on our runs with the seed noise.
+
+The rooms, each importing only those listed before it: ``common`` (the papers, the runs a
+setting selects, values as a config writes them), ``numbers`` (the numeric ledger: the
+``recipes`` and ``claims`` of a claims file) and ``words`` (its ``qualitative`` claims), then
+``file`` (:func:`load_claims`: a claims file read and checked, both ledgers at once, and the
+files they write). The numeric ledger's names and the file's are importable from
+``fednorm.claims``; the claims in words' from ``fednorm.claims.words``.
+"""
+
+from __future__ import annotations
+
+from fednorm.claims.common import PAPERS, VARIANT_KEYS, Pairs, ambiguity, config_text, selects
+from fednorm.claims.file import (
+    EXTENSIONS,
+    NAME,
+    WORDS_NAME,
+    Claims,
+    check_plan,
+    ledger_files,
+    load_claims,
+)
+from fednorm.claims.numbers import (
+    DIFFERS,
+    LEDGER_COLUMNS,
+    NOT_COMPARABLE,
+    NOT_RUN,
+    PAPER_MARKERS,
+    REPRODUCED,
+    SCALE_KEYS,
+    SECTIONS,
+    TOLERANCE,
+    VERDICT_COLOURS,
+    VERDICTS,
+    Claim,
+    ledger,
+    ledger_figure,
+    ledger_row,
+    markdown,
+    parse_claim,
+    parse_claims,
+    setting_text,
+    verdict,
+    write_ledger,
+)
+
+__all__ = [
+    "DIFFERS", "EXTENSIONS", "LEDGER_COLUMNS", "NAME", "NOT_COMPARABLE", "NOT_RUN", "PAPERS",
+    "PAPER_MARKERS", "REPRODUCED", "SCALE_KEYS", "SECTIONS", "TOLERANCE", "VARIANT_KEYS",
+    "VERDICTS", "VERDICT_COLOURS", "WORDS_NAME", "Claim", "Claims", "Pairs", "ambiguity",
+    "check_plan", "config_text", "ledger", "ledger_figure", "ledger_files", "ledger_row",
+    "load_claims", "markdown", "parse_claim", "parse_claims", "selects", "setting_text",
+    "verdict", "write_ledger",
+]

@@ -1,0 +1,67 @@
+"""A claims file read and checked, both ledgers at once, and the files the ledgers write.
+
+The file's sections: ``recipes`` and ``claims``, the numeric claims
+(:mod:`fednorm.claims.numbers`), and ``qualitative``, the claims in words
+(:mod:`fednorm.claims.words`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fednorm.claims.numbers import Claim, parse_claims
+from fednorm.claims.words import Words, parse_words
+from fednorm.claims.words import check_plan as check_words
+from fednorm.config import ConfigError, fail
+from fednorm.inputs import read_yaml
+from fednorm.plan import Plan
+
+EXTENSIONS = ("csv", "md", "pdf", "png")
+NAME = "claims"  # the ledger's files: <figures>/claims.<ext>
+WORDS_NAME = "claims_words"  # the qualitative claims': <figures>/claims_words.<ext>
+
+
+@dataclass(frozen=True)
+class Claims:
+    """A claims file, checked: its numeric claims and its claims in words."""
+
+    numbers: tuple[Claim, ...]
+    words: Words
+
+    def __bool__(self) -> bool:
+        return bool(self.numbers or self.words.claims)
+
+
+def ledger_files(plan: Plan) -> list[str]:
+    """The ledgers' files under the plan's figures folder, the numbers' then the words' (none
+    without a claims file)."""
+    if not plan.claims:
+        return []
+    return [plan.paths.figure(name, ext) for name in (NAME, WORDS_NAME) for ext in EXTENSIONS]
+
+
+def load_claims(path: str, plan: Plan | None = None) -> Claims:
+    """Read and check a claims file, both kinds of claims; with ``plan``, also against the
+    plan (:func:`check_plan`)."""
+    if not Path(path).is_file():
+        raise fail("config", "claims", path, "the path of an existing claims file (e.g. "
+                   "config/claims.yaml) or null")
+    where = f"claims file {path}"
+    spec = read_yaml(path, "claims file")
+    claims = Claims(parse_claims(spec, where=where), parse_words(spec.get("qualitative")))
+    if plan is not None:
+        check_plan(claims, plan)
+    return claims
+
+
+def check_plan(claims: Claims, plan: Plan) -> None:
+    """Checks against the plan, before any job: the ledgers' names are free, and each claim in
+    words is one the plan's runs can answer (:func:`fednorm.claims.words.check_plan`). (A
+    numeric claim whose runs are several configurations is not an error: a user may widen a
+    grid without touching the claims; the ledger says 'not comparable' and why.)"""
+    for name in (NAME, WORDS_NAME):
+        if name in plan.figures:
+            raise ConfigError(f"figures: key '{name}' names a figure; allowed: another name "
+                              f"('{name}' is the claims ledger's)")
+    check_words(claims.words, plan)
