@@ -5,7 +5,8 @@ resume point it left in DIR (fednorm.fl.resume).
 
 Other commands: ``fednorm plan CONFIG`` validates a pipeline configuration (its claims file
 included) and prints what it would train and draw; ``fednorm download-cifar10 --root DIR``
-fetches the dataset once.
+fetches the dataset once; ``fednorm across-seeds A B`` compares two claims-in-words ledgers
+of the same claims on disjoint seeds (fednorm.claims.across).
 
 A bad configuration, a config file that is missing or not valid YAML, and an output folder that
 cannot be created are each one line on stderr and exit 2 (fednorm.inputs.user_errors); the
@@ -95,6 +96,19 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_across_seeds(args: argparse.Namespace) -> int:
+    """Print each claim whose verdict differs between two ledgers, then the counts; exit 1 when
+    a claim flips between holds and contradicted."""
+    from fednorm.claims.across import compare_files, summary
+
+    table = compare_files(args.first, args.second)
+    changed = table[table.change.isin(["moved", "flipped"])]
+    if len(changed):
+        print(changed.to_string(index=False))
+    print(summary(table))
+    return int((table.change == "flipped").any())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fednorm", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -124,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="download CIFAR-10 into a cache directory")
     dl.add_argument("--root", default="data")
     dl.set_defaults(func=cmd_download)
+    across = sub.add_parser("across-seeds", parents=[common],
+                            help="compare two claims_words.csv ledgers judged on other seeds")
+    across.add_argument("first", help="e.g. figures/quick/claims_words.csv")
+    across.add_argument("second", help="the same claims on other seeds (seed_offset)")
+    across.set_defaults(func=cmd_across_seeds)
     args = parser.parse_args(argv)
     try:
         with user_errors(debug=args.debug):

@@ -3,6 +3,7 @@ jobs (:func:`load_plan`), and what the workflow asks of it (:class:`Plan`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ from fednorm.plan.jobs import (
     training_jobs,
 )
 
-TOP_KEYS = ("paths", "execution", "run", "experiments", "figures", "toy", "claims")
+TOP_KEYS = ("paths", "execution", "run", "experiments", "figures", "toy", "claims",
+            "seed_offset")
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
 # each written atomically; run.json last
 RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
@@ -220,6 +222,16 @@ def _paths(spec: Any) -> Paths:
     return Paths(**spec)
 
 
+def _seed_offset(value: Any) -> int:
+    """``seed_offset``: added to every run's seed (0: the grids' seeds as written). An override
+    with ``seed_offset: 2`` asks the same questions on seeds disjoint from a grid's 0 and 1
+    (docs/claims.md, Verdicts across seeds)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"config: key 'seed_offset' has value {value!r}; allowed: an integer "
+                          f">= 0 (added to every run's seed)")
+    return value
+
+
 def load_plan(config: Mapping[str, Any]) -> Plan:
     """Validate the whole configuration and expand it into runs and figures."""
     config = checked_section(config, "config", TOP_KEYS)
@@ -235,6 +247,10 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
     if not experiments_spec:
         raise ConfigError("experiments: key 'experiments' is empty; allowed: at least one")
     expanded = {name: expand(name, spec, defaults) for name, spec in experiments_spec.items()}
+    offset = _seed_offset(config.get("seed_offset", 0))
+    if offset:  # every grid's seeds moved by the offset: the same grid on disjoint seeds
+        expanded = {name: [dataclasses.replace(c, seed=c.seed + offset) for c in cfgs]
+                    for name, cfgs in expanded.items()}
     runs: dict[str, RunConfig] = {}
     for cfgs in expanded.values():
         runs.update((c.run_id, c) for c in cfgs)
