@@ -633,3 +633,20 @@ def test_a_new_field_at_its_default_changes_no_run_id(monkeypatch):
         assert new_ids == {r: r for r in plan.runs}
     cfg = next(iter(plans[1].runs.values()))
     assert upgraded(**dataclasses.asdict(cfg), new_knob=0.25).run_id != cfg.run_id
+
+
+def test_a_seed_offset_asks_the_same_questions_on_disjoint_seeds():
+    """seed_offset: 2 over the quick profile: every run as before but for its seed (0 -> 2,
+    1 -> 3), no run id shared, the same figures and bundles count; a bad offset names itself."""
+    quick = _config("config/config.yaml", "config/quick.yaml")
+    plan, other = load_plan(quick), load_plan({**quick, "seed_offset": 2})
+    assert not set(plan.runs) & set(other.runs)
+    moved = sorted(dataclasses.replace(c, seed=c.seed + 2).run_id for c in plan.runs.values())
+    assert moved == sorted(other.runs)
+    assert {c.seed for c in plan.runs.values()} == {0, 1}
+    assert plan.figures.keys() == other.figures.keys()
+    assert len(plan.bundles) == len(other.bundles)
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match=rf"key 'seed_offset' has value {bad!r}; allowed: "
+                                              r"an integer >= 0"):
+            load_plan({**quick, "seed_offset": bad})
