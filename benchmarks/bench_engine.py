@@ -23,7 +23,9 @@ engine's one-run step applied to each run in turn (``over_runs`` replaced by a P
 a stack: what a per-run path on a CPU would be, everything else of the bundle unchanged);
 ``alone``, R trainers of one run stepped one after the other. ms per local step of the whole
 bundle, and the ratios vmap / loop and vmap / alone (> 1: the per-run path is faster), each the
-median of the interleaved repeats' ratios.
+median of the interleaved repeats' ratios. ``--profile``: where a bundle's step spends its
+time instead (torch.profiler, self CPU time: the convolutions' forward and backward against the
+rest, vmap and loop).
 """
 
 from __future__ import annotations
@@ -155,12 +157,27 @@ def bundle_trainer(shape: dict, seeds: range, device: torch.device):
                         training_batches(cfgs, data, parts))
 
 
+def conv_share(fn) -> tuple[float, float]:
+    """(ms in convolutions' forward and backward, ms in all) of one call of ``fn``, by the
+    profiler's self CPU time (the profiler's own cost weighs on a loop's many small calls)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    events = prof.key_averages()
+    conv = sum(e.self_cpu_time_total for e in events if "convolution" in e.key)
+    return conv / 1e3, sum(e.self_cpu_time_total for e in events) / 1e3
+
+
 def run_axis(args, device: torch.device) -> None:
     """``--run-axis``: vmap over runs vs the runs one after another (module docstring)."""
     print(f"device: {device}, threads {torch.get_num_threads()}, torch {torch.__version__}; "
-          f"ms per local step of the bundle, median of {args.repeats} interleaved repeats")
-    print("| shape | R | vmap: ms | loop: ms | alone: ms | vmap / loop | vmap / alone |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "ms per local step of the bundle, " + ("one profiled call" if args.profile else
+                                                  f"median of {args.repeats} interleaved repeats"))
+    if args.profile:
+        print("| shape | R | vmap: conv ms of all ms | loop: conv ms of all ms |")
+        print("|---|---:|---:|---:|")
+    else:
+        print("| shape | R | vmap: ms | loop: ms | alone: ms | vmap / loop | vmap / alone |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
     for name, shape in QUICK.items():
         E = shape.get("local_steps", 1)
         for size in (int(s) for s in args.sizes.split(",")):
@@ -181,6 +198,12 @@ def run_axis(args, device: torch.device) -> None:
                         "loop": looped, "alone": lambda alone=alone, step=step: step(alone)}
             for fn in variants.values():  # warm-up
                 _timed(fn, device, 1)
+            if args.profile:
+                shares = {k: conv_share(variants[k]) for k in ("vmap", "loop")}
+                print(f"| {name} | {size} | " + " | ".join(
+                    f"{c / (rounds * E):.1f} of {t / (rounds * E):.1f} ({c / t:.0%})"
+                    for c, t in shares.values()) + " |", flush=True)
+                continue
             times: dict[str, list[float]] = {k: [] for k in variants}
             for _ in range(args.repeats):
                 for k, fn in variants.items():
@@ -207,6 +230,8 @@ def main() -> None:
     parser.add_argument("--run-axis", action="store_true",
                         help="bundles at the quick shapes: vmap over runs vs a loop over runs")
     parser.add_argument("--sizes", default="1,4,16", help="--run-axis: runs per bundle")
+    parser.add_argument("--profile", action="store_true",
+                        help="--run-axis: the convolutions' share of a step instead of times")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads")
     args = parser.parse_args()
     device = torch.device(args.device)
