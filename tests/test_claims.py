@@ -307,7 +307,7 @@ def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
     assert len(claims) == 8
     runs = _plan_summary(plan)
     largest = runs[in_experiments(runs, ["compare"])].local_steps.max()
-    assert largest == (100 if len(profile) == 1 else 25)
+    assert largest == (100 if len(profile) == 1 else 5)
     method = runs.normalizer.isin(["hybridbn", "fedwon"]) | runs.feature_norm.astype(bool)
     small = in_experiments(runs, ["compare_batch"])
     assert set(runs[small].batch_size) == ({2, 4} if len(profile) == 1 else {2})
