@@ -9,7 +9,7 @@ SNAKEMAKE := $(PYTHON) -m snakemake
 # The configurations whose workflow `make lint-workflow` lints: paper scale, quick and hour
 LINT_CONFIGS ?= config/config.yaml config/quick.yaml config/hour.yaml
 
-.PHONY: install lint lint-workflow test quick hour figures dry-run bench clean-quick gpu-check
+.PHONY: install lint lint-workflow test quick quick-other-seeds hour figures dry-run bench clean-quick gpu-check
 
 # Installs once per Python environment (a stamp under .make/, redone when pyproject.toml
 # changes); `make install FORCE=1`, or removing .make/, installs again.
@@ -53,6 +53,15 @@ quick: install
 hour: install
 	$(SNAKEMAKE) --profile workflow/profiles/hour
 
+# The quick profile again on disjoint seeds (config/quick_other_seeds.yaml), then its claims
+# ledger against make quick's: each verdict that moved or flipped, and the counts; exit 1 when a
+# claim flips between holds and contradicted (docs/claims.md, Verdicts across seeds)
+quick-other-seeds: install
+	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/quick \
+	    --configfile config/quick.yaml config/quick_other_seeds.yaml
+	$(PYTHON) -m fednorm.cli across-seeds figures/quick/claims_words.csv \
+	    figures/quick_other_seeds/claims_words.csv
+
 figures: install
 	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/default
 
@@ -63,7 +72,7 @@ bench: install
 	$(PYTHON) benchmarks/bench_engine.py
 
 clean-quick:
-	rm -rf results/quick figures/quick
+	rm -rf results/quick figures/quick results/quick_other_seeds figures/quick_other_seeds
 
 # The GPU proven in one command, at most 8 minutes on one H100: CUDA tests, images/s at the
 # papers' shapes beside a plain PyTorch loop, GPU-hours per paper part, into $(OUT)/report.md

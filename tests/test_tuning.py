@@ -90,6 +90,17 @@ def test_a_tuning_figure_writes_the_table_as_csv_and_markdown_in_the_figure_orde
         "fbn": "low", "bn": ""}
 
 
+def test_a_combination_no_run_has_is_a_row_without_a_run(tmp_path):
+    """A method tuned at one regime only (the quick grid tunes 9 of 16 methods at E = 5): its
+    row at the other regime is drawn with no run, not an error."""
+    other = frame()[lambda f: f["method"] == "bn"].assign(
+        regime="IID, E=5", run_id=lambda f: f["run_id"] + "-E5")
+    fig = Figure("compare/tuning", ("tuning",), "tuning", rows="method", cols="regime",
+                 select="val_accuracy")
+    _, md = draw(fig, pd.concat([frame(), other]), tmp_path / "tuning")
+    assert "| FBN | IID, E=5 | – | – | – | – | 0 |" in md.read_text().splitlines()
+
+
 def test_a_table_with_select_shows_each_cells_chosen_runs_only(tmp_path):
     fig = Figure("t", ("tuning",), "table", rows="method", cols="regime",
                  select="val_accuracy", extra=("lr_scale",))

@@ -96,6 +96,9 @@ def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_acc
         out = out.merge(stats, on=cells, how="left")
     levels = cell_stats(rows, cells, y=by, order=order)[cells]  # the axis order
     out = levels.merge(out, on=cells, how="left")
+    # a combination of the axes that no run has (a method the grid tunes at one E only)
+    for name in ("tuned", "common"):
+        out[f"{name}_cell"] = out[f"{name}_cell"].fillna(NO_RUN)
     out["n_seeds"] = out["n_seeds"].fillna(0).astype(int)
     out["n_diverged"] = out["n_diverged"].fillna(0).astype(int)
     out["edge"] = out["edge"].fillna("")
