@@ -39,7 +39,7 @@ def main() -> None:
     summary = load_summary(args.results)
     rows = [share(summary, e) for e in (args.experiment or experiments(summary))]
     table = pd.DataFrame(rows)
-    print(table.to_markdown(index=False) if hasattr(table, "to_markdown") else table)
+    print(table.to_string(index=False))
     total = table["runs"].sum()
     settled = (table["runs"] * table["runs settled %"]).sum() / 100
     print(f"\nall: {settled:.0f} of {total} runs settled ({100 * settled / total:.1f} %)")

@@ -392,15 +392,12 @@ class _Trainer:
                                 rng.fold(self.dropout_keys, rng.STATISTICS, first_step))
         return reports, {la.key: la.elements_per_client for la in self.layers}
 
-    def _commit_start_statistics(self, start: tuple[Reports, dict[str, int]], rule: StatRule
-                                 ) -> None:
+    def _commit_start_statistics(self, start: tuple[Reports, dict[str, int]], rule: StatRule,
+                                 beta: float) -> None:
         """The server's step of Hybrid BN: the clients' round-start reports (with their K)
-        pooled and smoothed by ``hybridbn_momentum`` (HybridStats; n = the clients that
-        reported)."""
+        pooled and smoothed by ``beta`` (HybridStats; n = the clients that reported)."""
         reports, K = start
-        rows = next(iter(reports.values()))[0].shape[1]
-        with self._observed_round():
-            self._commit(reports, rule, self.cfg.hybridbn_momentum, n=rows, K=K)
+        self._commit(reports, rule, beta, n=next(iter(reports.values()))[0].shape[1], K=K)
 
     @contextlib.contextmanager
     def evaluation_statistics(self, step: int) -> Iterator[None]:
@@ -414,8 +411,8 @@ class _Trainer:
             return
         kept = {k: s.clone() for k, s in self.state.stats.items()}
         last = max(step - self.cfg.local_steps, 0)
-        reports, K = self.start_statistics(rule, last, beta=1.0)  # beta 1: the pooled ones
-        self._commit(reports, rule, 1.0, n=next(iter(reports.values()))[0].shape[1], K=K)
+        # beta 1: the pooled statistics themselves
+        self._commit_start_statistics(self.start_statistics(rule, last, beta=1.0), rule, 1.0)
         try:
             yield
         finally:
@@ -526,7 +523,8 @@ class DSGD(_Trainer):
         loss = self._fused_step(step, self.state.params, rule, first_step,
                                 self.trainable(first_step), commit=start is None)
         if start is not None:
-            self._commit_start_statistics(start, rule)
+            with self._observed_round():
+                self._commit_start_statistics(start, rule, self.cfg.hybridbn_momentum)
         self.end_round()
         return loss
 
@@ -659,7 +657,8 @@ class FedAvg(_Trainer):
         if not self.layers or self.normalizer.static or "stats" in self.normalizer.local:
             return  # nothing to aggregate: no running statistics, or the clients keep theirs
         if start is not None:
-            self._commit_start_statistics(start, rule)
+            with self._observed_round():
+                self._commit_start_statistics(start, rule, self.cfg.hybridbn_momentum)
             return
         reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
                    for la in self.layers}

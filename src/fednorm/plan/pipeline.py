@@ -14,8 +14,10 @@ from fednorm.config import (
     Paths,
     RunConfig,
     ToyConfig,
+    check,
     check_keys,
     checked_section,
+    int_at_least,
 )
 from fednorm.plan.experiments import RUN_KEYS, expand
 from fednorm.plan.figure_specs import (
@@ -222,16 +224,6 @@ def _paths(spec: Any) -> Paths:
     return Paths(**spec)
 
 
-def _seed_offset(value: Any) -> int:
-    """``seed_offset``: added to every run's seed (0: the grids' seeds as written). An override
-    with ``seed_offset: 2`` asks the same questions on seeds disjoint from a grid's 0 and 1
-    (docs/claims.md, Verdicts across seeds)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"config: key 'seed_offset' has value {value!r}; allowed: an integer "
-                          f">= 0 (added to every run's seed)")
-    return value
-
-
 def load_plan(config: Mapping[str, Any]) -> Plan:
     """Validate the whole configuration and expand it into runs and figures."""
     config = checked_section(config, "config", TOP_KEYS)
@@ -247,7 +239,10 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
     if not experiments_spec:
         raise ConfigError("experiments: key 'experiments' is empty; allowed: at least one")
     expanded = {name: expand(name, spec, defaults) for name, spec in experiments_spec.items()}
-    offset = _seed_offset(config.get("seed_offset", 0))
+    # seed_offset: added to every run's seed (0: the grids' seeds as written); an override with
+    # seed_offset: 2 asks the same questions on seeds disjoint from a grid's 0 and 1
+    # (docs/claims.md, Verdicts across seeds)
+    offset = check("config", "seed_offset", config.get("seed_offset", 0), int_at_least(0))
     if offset:  # every grid's seeds moved by the offset: the same grid on disjoint seeds
         expanded = {name: [dataclasses.replace(c, seed=c.seed + offset) for c in cfgs]
                     for name, cfgs in expanded.items()}
