@@ -9,7 +9,7 @@ SNAKEMAKE := $(PYTHON) -m snakemake
 # The configurations whose workflow `make lint-workflow` lints: paper scale, quick and hour
 LINT_CONFIGS ?= config/config.yaml config/quick.yaml config/hour.yaml
 
-.PHONY: install lint lint-workflow test quick quick-other-seeds hour figures dry-run bench clean-quick gpu-check
+.PHONY: install lint lint-workflow test quick quick-other-seeds quick-third-seeds hour figures dry-run bench clean-quick gpu-check
 
 # Installs once per Python environment (a stamp under .make/, redone when pyproject.toml
 # changes); `make install FORCE=1`, or removing .make/, installs again.
@@ -62,6 +62,15 @@ quick-other-seeds: install
 	$(PYTHON) -m fednorm.cli across-seeds figures/quick/claims_words.csv \
 	    figures/quick_other_seeds/claims_words.csv
 
+# A third disjoint seed set (config/quick_third_seeds.yaml, seeds 4, 5), then the share of
+# claims that keep their verdict over the three pairs of seed sets (after make quick and make
+# quick-other-seeds; benchmarks/verdict_stability.py, docs/claims.md)
+quick-third-seeds: install
+	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/quick \
+	    --configfile config/quick.yaml config/quick_third_seeds.yaml
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) benchmarks/verdict_stability.py \
+	    results/quick results/quick_other_seeds results/quick_third_seeds
+
 figures: install
 	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/default
 
@@ -72,7 +81,8 @@ bench: install
 	$(PYTHON) benchmarks/bench_engine.py
 
 clean-quick:
-	rm -rf results/quick figures/quick results/quick_other_seeds figures/quick_other_seeds
+	rm -rf results/quick figures/quick results/quick_other_seeds figures/quick_other_seeds \
+	    results/quick_third_seeds figures/quick_third_seeds
 
 # The GPU proven in one command, at most 8 minutes on one H100: CUDA tests, images/s at the
 # papers' shapes beside a plain PyTorch loop, GPU-hours per paper part, into $(OUT)/report.md

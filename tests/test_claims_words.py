@@ -60,8 +60,9 @@ def _bare():
     return {k: v for k, v in _claim().items() if k not in ("a", "b")}
 
 
-def _judge(runs, floor=5.0, **claim):
-    words = parse_words({"claims": [_claim(**claim)], "single_seed_spread": floor})
+def _judge(runs, floor=5.0, least=0.0, **claim):
+    words = parse_words({"claims": [_claim(**claim)], "single_seed_spread": floor,
+                         "min_spread": least})
     return words_ledger(words, _summary(runs)).iloc[0]
 
 
@@ -95,6 +96,36 @@ def test_a_single_seed_uses_the_floor_and_says_so():
     assert (row.verdict, row.spread, row.n_seeds) == (HOLDS, 5, 1)
     assert "1 seed (spread: the 5-point floor)" in row.detail
     assert _judge(_pairs(FBN, BN, [54], [50]), floor=5).verdict == INCONCLUSIVE
+
+
+def test_a_sign_takes_its_spread_at_least_min_spread():
+    """Two seeds' std is often far below the true spread (a quarter of the time under 0.3 of
+    it): with min_spread the mean margin must clear that many points, and the detail says so."""
+    close = _pairs(FBN, BN, [53.0, 53.2], [50, 50])  # +3.1 ± 0.14
+    assert _judge(close).verdict == HOLDS
+    row = _judge(close, least=5)
+    assert (row.verdict, row.spread) == (INCONCLUSIVE, 5)
+    assert "2 seeds (spread: at least 5 points)" in row.detail
+    assert _judge(_pairs(FBN, BN, [44, 43.5], [50, 50]), least=5).verdict == CONTRADICTED
+    wide = _judge(_pairs(FBN, BN, [60, 70], [50, 50]), least=5)  # +15 ± 7.1: its own spread
+    assert (wide.verdict, wide.spread) == (HOLDS, pytest.approx(statistics.stdev([10, 20])))
+    assert "at least" not in wide.detail
+    # a near-equality keeps its seeds' spread: |m̄| + σ ≤ δ stays reachable for δ < min_spread
+    assert _judge(close, least=5, relation="within", delta=4).verdict == HOLDS
+    assert unit_verdict([3.0, 3.2], 0, 0, least=5)[0] == INCONCLUSIVE
+    assert unit_verdict([3.0, 3.2], 0, 0)[0] == HOLDS
+
+
+def test_a_diverged_run_of_one_seed_alone_decides_nothing():
+    """A run may diverge on some seeds only (FBN under an undefended sign flip: 2 of 5 quick
+    seeds): one diverged run and no margin is one draw, inconclusive; two, a verdict."""
+    one = _judge(_pairs(FBN, BN, [math.nan], [50], a0="diverged"))
+    assert (one.verdict, one.n_diverged) == (INCONCLUSIVE, 1)
+    assert _judge(_pairs(FBN, BN, [50], [math.nan], b0="diverged")).verdict == INCONCLUSIVE
+    assert unit_verdict([], 0, 1)[0] == INCONCLUSIVE
+    assert unit_verdict([], 1, 0)[0] == INCONCLUSIVE
+    assert unit_verdict([], 2, 0)[0] == HOLDS
+    assert unit_verdict([], 1, 1)[0] == INCONCLUSIVE
 
 
 def test_a_diverged_run_of_the_better_side_is_against_the_claim():
@@ -338,6 +369,10 @@ def test_missing_fields_and_a_second_id_are_refused():
         parse_words({"claims": [entry, entry]})
     with pytest.raises(ConfigError, match=r"qualitative: unknown key 'spread'"):
         parse_words({"claims": [entry], "spread": 5})
+    with pytest.raises(ConfigError, match=r"qualitative: key 'min_spread' has value -1; "
+                                          r"allowed: a finite number >= 0"):
+        parse_words({"claims": [entry], "min_spread": -1})
+    assert parse_words({"claims": [entry]}).min_spread == 0
 
 
 def _plan():

@@ -1,6 +1,7 @@
 """The plan: grids expand to runs (each trained once), figures are checked against them."""
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -650,3 +651,16 @@ def test_a_seed_offset_asks_the_same_questions_on_disjoint_seeds():
         with pytest.raises(ConfigError, match=rf"key 'seed_offset' has value {bad!r}; allowed: "
                                               r"an integer >= 0"):
             load_plan({**quick, "seed_offset": bad})
+
+
+def test_the_quick_seed_sets_are_disjoint():
+    """make quick, quick-other-seeds and quick-third-seeds judge the claims on seed sets that
+    share no seed (benchmarks/verdict_stability.py compares each pair): a grid given more seeds
+    must move the offsets too."""
+    quick = ("config/config.yaml", "config/quick.yaml")
+    seeds = [{c.seed for c in load_plan(_config(*quick, *more)).runs.values()}
+             for more in ((), ("config/quick_other_seeds.yaml",),
+                          ("config/quick_third_seeds.yaml",))]
+    assert seeds[0] == {0, 1}
+    for a, b in itertools.combinations(seeds, 2):
+        assert not a & b

@@ -5,6 +5,7 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
 
     qualitative:
       single_seed_spread: 5          # points: the spread assumed when a margin has one seed
+      min_spread: 5                  # points: the least spread a sign relation takes (0)
       tuning: tuning                 # optional: the experiment that chooses each method's lr
                                      # (the default; null: every claim at the common rate)
       claims:
@@ -47,7 +48,9 @@ says '1 seed'):
 
 - sign relations: ``holds`` when m̄ > σ and every m_s > 0; ``contradicted`` when m̄ < −σ and
   every m_s < 0; else ``inconclusive`` (the margin is within the seed noise, or the seeds
-  disagree);
+  disagree). Here σ is taken at least ``min_spread`` (default 0): two or three seeds' std is
+  often far below the true spread (with two seeds, under 0.3 of it a quarter of the time), so
+  a margin of a few points on two seeds that happen to agree is no verdict;
 - ``within``: ``holds`` when |m̄| + σ ≤ δ; ``contradicted`` when |m̄| − σ > δ; else
   ``inconclusive``;
 - ``not run``: a compared group has no run in the summary.
@@ -56,8 +59,10 @@ says '1 seed'):
 in the detail. In a sign relation a diverged run on the side the claim says is better is a seed
 *against* the claim (the claim cannot hold; it is contradicted when every seed is against it),
 and a diverged run on the other side is a seed *for* it (it cannot be contradicted); when every
-run of one side diverged the seed counts for the side that did not. In ``within`` a diverged
-run on either side is a seed against equality.
+run of one side diverged the seed counts for the side that did not. Diverged runs alone (no seed
+with a margin) make a verdict only from DIVERGED_SEEDS seeds on: one is one draw (FBN under an
+undefended sign flip diverges or falls to chance on some quick seeds and trains on others).
+In ``within`` a diverged run on either side is a seed against equality.
 
 **Settled runs** (:func:`fednorm.results.settling`): a group has settled when its accuracy
 ``at`` the end gains at most max(1 point, its seed spread) over the last quarter of its budget.
@@ -119,9 +124,11 @@ RELATIONS = ("greater", "best", "trend", "within")
 DIRECTIONS = ("increasing", "decreasing")
 SYMBOLIC = ("min", "max")
 SINGLE_SEED_SPREAD = 5.0  # points, when the file does not say
+MIN_SPREAD = 0.0  # points: the least spread of a sign relation, when the file does not say
+DIVERGED_SEEDS = 2  # seeds whose diverged runs alone make a firm verdict (one is one draw)
 TUNING = "tuning"  # the experiment whose learning rates, chosen on held-out data, method claims use
 SECTION = "qualitative"
-SECTION_KEYS = ("claims", "single_seed_spread", "tuning")
+SECTION_KEYS = ("claims", "single_seed_spread", "min_spread", "tuning")
 # A claim compares methods when its compared groups name one of these keys
 METHOD_KEYS = ("normalizer", "feature_norm")
 # The keys on which a run and its tuning cell may differ: the seed, the rate chosen and the
@@ -176,6 +183,7 @@ class Words:
     claims: tuple[Relation, ...] = ()
     single_seed_spread: float = SINGLE_SEED_SPREAD
     tuning: str | None = TUNING  # None: every claim at the common recipe's learning rate
+    min_spread: float = MIN_SPREAD  # the least spread a sign relation takes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,7 +311,9 @@ def parse_words(spec: Any) -> Words:
     if twice:
         raise fail(SECTION, "id", twice[0], "an id no other qualitative claim has")
     spread = spec.get("single_seed_spread", SINGLE_SEED_SPREAD)
-    return Words(claims, float(check(SECTION, "single_seed_spread", spread, Finite(0))), tuning)
+    least = spec.get("min_spread", MIN_SPREAD)
+    return Words(claims, float(check(SECTION, "single_seed_spread", spread, Finite(0))), tuning,
+                 float(check(SECTION, "min_spread", least, Finite(0))))
 
 
 def planned_runs(plan: Plan) -> pd.DataFrame:
@@ -490,14 +500,15 @@ def _margins(better: _Side, worse: Sequence[_Side], within: bool
 
 
 def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack: float = 0.0,
-                 delta: float | None = None, floor: float = SINGLE_SEED_SPREAD
-                 ) -> tuple[str, float, float]:
+                 delta: float | None = None, floor: float = SINGLE_SEED_SPREAD,
+                 least: float = 0.0) -> tuple[str, float, float]:
     """(verdict, mean, spread) of paired margins (see the module's docstring). ``delta``:
-    near-equality within it; else the claim is margin > −``slack``."""
-    if not margins:
-        if n_against and not n_for:
+    near-equality within it; else the claim is margin > −``slack``, its spread taken at least
+    ``least`` (a claims file's ``min_spread``)."""
+    if not margins:  # diverged runs alone: one is one draw (a run may diverge on some seeds)
+        if n_against >= DIVERGED_SEEDS and not n_for:
             return CONTRADICTED, math.nan, math.nan
-        if n_for and not n_against and delta is None:
+        if n_for >= DIVERGED_SEEDS and not n_against and delta is None:
             return HOLDS, math.nan, math.nan
         return INCONCLUSIVE, math.nan, math.nan
     m = np.asarray(margins, dtype=float)
@@ -509,6 +520,7 @@ def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack:
         if abs(mean) - spread > delta:
             return CONTRADICTED, mean, spread
         return INCONCLUSIVE, mean, spread
+    spread = max(spread, least)  # a sign needs the mean beyond the least spread
     shifted = m + slack
     if n_against == 0 and mean + slack > spread and (shifted > 0).all():
         return HOLDS, mean, spread
@@ -559,13 +571,14 @@ def _behind(verdict: str, sides: Sequence[_Side], within: bool) -> list[_Side]:
     return []
 
 
-def _judged(label: str, sides: Sequence[_Side], claim: Relation, floor: float) -> Unit:
+def _judged(label: str, sides: Sequence[_Side], claim: Relation, floor: float,
+            least: float = MIN_SPREAD) -> Unit:
     """A unit's outcome on its sides: the verdict of the paired margins, made
     ``inconclusive`` where a side it rests on (:func:`_behind`) has not settled."""
     within = claim.kind == "within"
     margins, n_for, n_against = _margins(sides[0], sides[1:], within)
     verdict, mean, spread = unit_verdict(margins, n_for, n_against, slack=claim.slack,
-                                         delta=claim.delta, floor=floor)
+                                         delta=claim.delta, floor=floor, least=least)
     climbing = [s for s in sides if s.settled is False]
     blocking = [s for s in _behind(verdict, sides, within) if s.settled is False]
     unsettled = ""
@@ -587,7 +600,7 @@ def _outcome(unit: Unit) -> str:
 
 
 def judge_units(claim: Relation, summary: pd.DataFrame, floor: float,
-                tuning: str | None = None) -> list[Unit]:
+                tuning: str | None = None, least: float = MIN_SPREAD) -> list[Unit]:
     """Every unit of ``claim`` on ``summary`` (see the module's docstring); a claim that
     compares methods is judged at each side's own learning rate where the experiment
     ``tuning`` chose one for every side of a unit."""
@@ -608,11 +621,11 @@ def judge_units(claim: Relation, summary: pd.DataFrame, floor: float,
                 verdict = NOT_RUN if all(p.startswith("no run") for p in problems) else None
                 units.append(Unit(label, verdict or INCONCLUSIVE, reason="; ".join(problems)))
                 continue
-            unit = _judged(label, sides, claim, floor)
+            unit = _judged(label, sides, claim, floor, least)
             if tuned is not None:
                 own = [_tuned(s, tuned, claim) for s in sides]
                 if all(s is not None for s in own):
-                    unit = replace(_judged(label, own, claim, floor),
+                    unit = replace(_judged(label, own, claim, floor, least),
                                    common=f"at lr × 1 (common): {_outcome(unit)}")
                 else:
                     unit = replace(unit, rates=unit.rates + " (common: no tuning run at "
@@ -642,7 +655,7 @@ def _deciding(units: Sequence[Unit], verdict: str, within: bool) -> Unit | None:
     return max(numeric, key=lambda u: u.weakness(within)) if numeric else None
 
 
-def _detail(units: Sequence[Unit], floor: float) -> str:
+def _detail(units: Sequence[Unit], floor: float, least: float = MIN_SPREAD) -> str:
     parts = []
     for u in units:
         head = f"{u.label}: " if u.label else ""
@@ -652,6 +665,8 @@ def _detail(units: Sequence[Unit], floor: float) -> str:
         counts = [f"{u.n_seeds} seed{'s' if u.n_seeds != 1 else ''}"]
         if u.n_seeds == 1:
             counts[0] += f" (spread: the {floor:g}-point floor)"
+        elif least and u.spread == least:
+            counts[0] += f" (spread: at least {least:g} points)"
         if u.n_diverged:
             counts.append(f"{u.n_diverged} run{'s' if u.n_diverged > 1 else ''} diverged "
                           f"({u.n_against} seed(s) against, {u.n_for} for)")
@@ -702,9 +717,9 @@ def _rates_text(units: Sequence[Unit]) -> str:
 
 
 def words_row(claim: Relation, summary: pd.DataFrame, floor: float,
-              tuning: str | None = None) -> dict[str, Any]:
+              tuning: str | None = None, least: float = MIN_SPREAD) -> dict[str, Any]:
     """The ledger's row of one qualitative claim (see WORDS_COLUMNS)."""
-    units = judge_units(claim, summary, floor, tuning)
+    units = judge_units(claim, summary, floor, tuning, least)
     verdict = claim_verdict(units)
     deciding = _deciding(units, verdict, claim.kind == "within")
     values = "; ".join(f"{u.label}: {u.values}" if u.label else u.values
@@ -722,13 +737,13 @@ def words_row(claim: Relation, summary: pd.DataFrame, floor: float,
         "n_units": len(units), "n_seeds": min((u.n_seeds for u in units), default=0),
         "n_diverged": sum(u.n_diverged for u in units), "settled": _settled_text(units),
         "verdict": verdict,
-        "detail": _detail(units, floor), "note": claim.note,
+        "detail": _detail(units, floor, least), "note": claim.note,
     }
 
 
 def words_ledger(words: Words, summary: pd.DataFrame) -> pd.DataFrame:
     """One row per qualitative claim, in file order."""
-    rows = [words_row(c, summary, words.single_seed_spread, words.tuning)
+    rows = [words_row(c, summary, words.single_seed_spread, words.tuning, words.min_spread)
             for c in words.claims]
     return pd.DataFrame(rows, columns=list(WORDS_COLUMNS))
 
@@ -750,18 +765,20 @@ def counts_text(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def words_markdown(table: pd.DataFrame, floor: float) -> str:
+def words_markdown(table: pd.DataFrame, floor: float, least: float = MIN_SPREAD) -> str:
     counts = table["verdict"].value_counts()
     lines = [
         "# Claims in words", "",
         "What the papers state in words, judged on our runs (`src/fednorm/claims/words.py` has "
         "the rules). Each relation is a margin per seed that the claim says is positive "
         "(points of the metric), runs paired by seed; m̄ ± σ is its mean ± std over seeds "
-        f"(one seed: σ = {floor:g} points, assumed). **holds**: m̄ > σ and every seed's margin "
+        f"(one seed: σ = {floor:g} points, assumed; σ of a sign at least {least:g} points). "
+        "**holds**: m̄ > σ and every seed's margin "
         "> 0 (within δ: |m̄| + σ ≤ δ); **contradicted**: m̄ < −σ and every seed's < 0 (within "
         "δ: |m̄| − σ > δ); **inconclusive**: within the seed noise, seeds that disagree, or a "
         "selection that is not the seeds of one setting; **not run**: no runs. A diverged run "
-        "counts against the side the claim says is better. **Settled**: a group (the seed mean "
+        "counts against the side the claim says is better; diverged runs alone decide from "
+        f"{DIVERGED_SEEDS} seeds on. **Settled**: a group (the seed mean "
         "of a setting's runs) has settled when its accuracy gains at most max(1 point, its seed "
         "spread) over the last quarter of its budget; a verdict stands only where the side "
         "behind has settled (holds: the worse side; contradicted: the side the claim says is "
@@ -835,7 +852,8 @@ def words_writers(words: Words, summary: pd.DataFrame) -> dict[str, Any]:
     fig = words_figure(table)
     return {
         ".csv": lambda path: write_csv(path, table),
-        ".md": lambda path: write_text(path, words_markdown(table, words.single_seed_spread)),
+        ".md": lambda path: write_text(path, words_markdown(table, words.single_seed_spread,
+                                                            words.min_spread)),
         ".pdf": lambda path: fig.savefig(path, metadata={"CreationDate": None}),
         ".png": lambda path: fig.savefig(path, dpi=PNG_DPI),
     }

@@ -1,0 +1,73 @@
+"""How often a claim keeps its verdict on other seeds: the claims in words judged on each of
+several results folders of one profile run on disjoint seeds (``seed_offset``), every pair of
+folders compared (fednorm.claims.across), for each ``min_spread`` asked (the least spread a
+sign relation takes; the claims file's own value unless given).
+
+    make quick && make quick-other-seeds                  # seeds 0, 1 and 2, 3
+    python -m snakemake --cores 2 --profile workflow/profiles/quick \
+        --configfile config/quick.yaml config/quick_third_seeds.yaml   # seeds 4, 5
+    python benchmarks/verdict_stability.py results/quick results/quick_other_seeds \
+        results/quick_third_seeds --min-spread 0 5
+
+Prints, per min_spread, each pair's share of the claims judged in both that keep their
+verdict, the flips between holds and contradicted, the firm verdicts per ledger and the mean
+share; then the claims that moved in any pair. One pair is one draw: the mean over pairs is
+the figure to quote (docs/claims.md, Verdicts across seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from dataclasses import replace
+
+import pandas as pd
+import yaml
+
+from fednorm.claims import load_claims
+from fednorm.claims.across import FIRM, compare_ledgers
+from fednorm.claims.words import words_ledger
+from fednorm.plan import load_plan
+from fednorm.plan.pipeline import merge
+from fednorm.results import load_summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", help="results folders, one per seed set")
+    parser.add_argument("--config", nargs="+", default=["config/config.yaml", "config/quick.yaml"],
+                        help="the profile's config files, merged in order (the claims file's)")
+    parser.add_argument("--min-spread", type=float, nargs="*", default=None,
+                        help="points; default: the claims file's min_spread")
+    args = parser.parse_args()
+    if len(args.results) < 2:
+        parser.error("at least two results folders (disjoint seed sets)")
+    config: dict = {}
+    for path in args.config:
+        with open(path) as f:
+            config = merge(config, yaml.safe_load(f))
+    plan = load_plan(config)
+    words = load_claims(plan.claims, plan).words
+    summaries = {r: load_summary(r) for r in args.results}
+    for least in args.min_spread or [words.min_spread]:
+        judged = replace(words, min_spread=least)
+        ledgers = {r: words_ledger(judged, s) for r, s in summaries.items()}
+        rows, moved = [], set()
+        for a, b in itertools.combinations(args.results, 2):
+            table = compare_ledgers(ledgers[a], ledgers[b])
+            both = table[table.change != "not judged"]
+            moved |= set(both.loc[both.change != "same", "id"])
+            rows.append({"pair": f"{a} | {b}", "judged": len(both),
+                         "same %": round(100 * (both.change == "same").mean(), 1),
+                         "flips": int((both.change == "flipped").sum()),
+                         "firm a": int(ledgers[a].verdict.isin(FIRM).sum()),
+                         "firm b": int(ledgers[b].verdict.isin(FIRM).sum())})
+        frame = pd.DataFrame(rows)
+        print(f"min_spread {least:g} points: mean {frame['same %'].mean():.1f} % keep their "
+              f"verdict, {frame.flips.sum()} flips")
+        print(frame.to_string(index=False))
+        print("moved in some pair:", ", ".join(sorted(moved)) or "none", "\n")
+
+
+if __name__ == "__main__":
+    main()
