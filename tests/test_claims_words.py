@@ -126,6 +126,11 @@ def test_a_diverged_run_of_one_seed_alone_decides_nothing():
     assert unit_verdict([], 1, 0)[0] == INCONCLUSIVE
     assert unit_verdict([], 2, 0)[0] == HOLDS
     assert unit_verdict([], 1, 1)[0] == INCONCLUSIVE
+    # a claims file may let one diverged run decide (diverged_seeds: 1, the tiny DAG's)
+    assert unit_verdict([], 0, 1, diverged_seeds=1)[0] == CONTRADICTED
+    words = parse_words({"claims": [_claim()], "diverged_seeds": 1})
+    row = words_ledger(words, _summary(_pairs(FBN, BN, [math.nan], [50], a0="diverged")))
+    assert row.iloc[0].verdict == CONTRADICTED
 
 
 def test_a_diverged_run_of_the_better_side_is_against_the_claim():
@@ -373,6 +378,11 @@ def test_missing_fields_and_a_second_id_are_refused():
                                           r"allowed: a finite number >= 0"):
         parse_words({"claims": [entry], "min_spread": -1})
     assert parse_words({"claims": [entry]}).min_spread == 0
+    for bad in (0, 1.5, True):
+        with pytest.raises(ConfigError, match=rf"qualitative: key 'diverged_seeds' has value "
+                                              rf"{bad!r}; allowed: an integer >= 1"):
+            parse_words({"claims": [entry], "diverged_seeds": bad})
+    assert parse_words({"claims": [entry]}).diverged_seeds == 2
 
 
 def _plan():

@@ -6,6 +6,7 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
     qualitative:
       single_seed_spread: 5          # points: the spread assumed when a margin has one seed
       min_spread: 5                  # points: the least spread a sign relation takes (0)
+      diverged_seeds: 2              # seeds whose diverged runs alone decide (2)
       tuning: tuning                 # optional: the experiment that chooses each method's lr
                                      # (the default; null: every claim at the common rate)
       claims:
@@ -60,7 +61,7 @@ in the detail. In a sign relation a diverged run on the side the claim says is b
 *against* the claim (the claim cannot hold; it is contradicted when every seed is against it),
 and a diverged run on the other side is a seed *for* it (it cannot be contradicted); when every
 run of one side diverged the seed counts for the side that did not. Diverged runs alone (no seed
-with a margin) make a verdict only from DIVERGED_SEEDS seeds on: one is one draw (FBN under an
+with a margin) make a verdict only from ``diverged_seeds`` (2) on: one is one draw (FBN under an
 undefended sign flip diverges or falls to chance on some quick seeds and trains on others).
 In ``within`` a diverged run on either side is a seed against equality.
 
@@ -108,7 +109,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from fednorm.claims.common import PAPERS, ambiguity, config_text, selects
-from fednorm.config import FIELDS, ConfigError, Finite, OneOf, check, fail
+from fednorm.config import FIELDS, ConfigError, Finite, IntIn, OneOf, check, fail
 from fednorm.io import write_csv, write_text
 from fednorm.plan import COLUMNS, FIGURE_METRICS, Plan
 from fednorm.plots.cells import DIVERGED_MARK, percent, value_label
@@ -128,7 +129,7 @@ MIN_SPREAD = 0.0  # points: the least spread of a sign relation, when the file d
 DIVERGED_SEEDS = 2  # seeds whose diverged runs alone make a firm verdict (one is one draw)
 TUNING = "tuning"  # the experiment whose learning rates, chosen on held-out data, method claims use
 SECTION = "qualitative"
-SECTION_KEYS = ("claims", "single_seed_spread", "min_spread", "tuning")
+SECTION_KEYS = ("claims", "single_seed_spread", "min_spread", "diverged_seeds", "tuning")
 # A claim compares methods when its compared groups name one of these keys
 METHOD_KEYS = ("normalizer", "feature_norm")
 # The keys on which a run and its tuning cell may differ: the seed, the rate chosen and the
@@ -184,6 +185,7 @@ class Words:
     single_seed_spread: float = SINGLE_SEED_SPREAD
     tuning: str | None = TUNING  # None: every claim at the common recipe's learning rate
     min_spread: float = MIN_SPREAD  # the least spread a sign relation takes
+    diverged_seeds: int = DIVERGED_SEEDS  # seeds whose diverged runs alone decide
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,8 +314,10 @@ def parse_words(spec: Any) -> Words:
         raise fail(SECTION, "id", twice[0], "an id no other qualitative claim has")
     spread = spec.get("single_seed_spread", SINGLE_SEED_SPREAD)
     least = spec.get("min_spread", MIN_SPREAD)
+    diverged = spec.get("diverged_seeds", DIVERGED_SEEDS)
     return Words(claims, float(check(SECTION, "single_seed_spread", spread, Finite(0))), tuning,
-                 float(check(SECTION, "min_spread", least, Finite(0))))
+                 float(check(SECTION, "min_spread", least, Finite(0))),
+                 check(SECTION, "diverged_seeds", diverged, IntIn(1)))
 
 
 def planned_runs(plan: Plan) -> pd.DataFrame:
@@ -501,14 +505,16 @@ def _margins(better: _Side, worse: Sequence[_Side], within: bool
 
 def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack: float = 0.0,
                  delta: float | None = None, floor: float = SINGLE_SEED_SPREAD,
-                 least: float = 0.0) -> tuple[str, float, float]:
+                 least: float = 0.0, diverged_seeds: int = DIVERGED_SEEDS
+                 ) -> tuple[str, float, float]:
     """(verdict, mean, spread) of paired margins (see the module's docstring). ``delta``:
     near-equality within it; else the claim is margin > −``slack``, its spread taken at least
-    ``least`` (a claims file's ``min_spread``)."""
+    ``least`` (a claims file's ``min_spread``); diverged runs alone decide from
+    ``diverged_seeds`` seeds on."""
     if not margins:  # diverged runs alone: one is one draw (a run may diverge on some seeds)
-        if n_against >= DIVERGED_SEEDS and not n_for:
+        if n_against >= diverged_seeds and not n_for:
             return CONTRADICTED, math.nan, math.nan
-        if n_for >= DIVERGED_SEEDS and not n_against and delta is None:
+        if n_for >= diverged_seeds and not n_against and delta is None:
             return HOLDS, math.nan, math.nan
         return INCONCLUSIVE, math.nan, math.nan
     m = np.asarray(margins, dtype=float)
@@ -572,13 +578,14 @@ def _behind(verdict: str, sides: Sequence[_Side], within: bool) -> list[_Side]:
 
 
 def _judged(label: str, sides: Sequence[_Side], claim: Relation, floor: float,
-            least: float = MIN_SPREAD) -> Unit:
+            least: float = MIN_SPREAD, diverged_seeds: int = DIVERGED_SEEDS) -> Unit:
     """A unit's outcome on its sides: the verdict of the paired margins, made
     ``inconclusive`` where a side it rests on (:func:`_behind`) has not settled."""
     within = claim.kind == "within"
     margins, n_for, n_against = _margins(sides[0], sides[1:], within)
     verdict, mean, spread = unit_verdict(margins, n_for, n_against, slack=claim.slack,
-                                         delta=claim.delta, floor=floor, least=least)
+                                         delta=claim.delta, floor=floor, least=least,
+                                         diverged_seeds=diverged_seeds)
     climbing = [s for s in sides if s.settled is False]
     blocking = [s for s in _behind(verdict, sides, within) if s.settled is False]
     unsettled = ""
@@ -600,7 +607,8 @@ def _outcome(unit: Unit) -> str:
 
 
 def judge_units(claim: Relation, summary: pd.DataFrame, floor: float,
-                tuning: str | None = None, least: float = MIN_SPREAD) -> list[Unit]:
+                tuning: str | None = None, least: float = MIN_SPREAD,
+                diverged_seeds: int = DIVERGED_SEEDS) -> list[Unit]:
     """Every unit of ``claim`` on ``summary`` (see the module's docstring); a claim that
     compares methods is judged at each side's own learning rate where the experiment
     ``tuning`` chose one for every side of a unit."""
@@ -621,11 +629,11 @@ def judge_units(claim: Relation, summary: pd.DataFrame, floor: float,
                 verdict = NOT_RUN if all(p.startswith("no run") for p in problems) else None
                 units.append(Unit(label, verdict or INCONCLUSIVE, reason="; ".join(problems)))
                 continue
-            unit = _judged(label, sides, claim, floor, least)
+            unit = _judged(label, sides, claim, floor, least, diverged_seeds)
             if tuned is not None:
                 own = [_tuned(s, tuned, claim) for s in sides]
                 if all(s is not None for s in own):
-                    unit = replace(_judged(label, own, claim, floor, least),
+                    unit = replace(_judged(label, own, claim, floor, least, diverged_seeds),
                                    common=f"at lr × 1 (common): {_outcome(unit)}")
                 else:
                     unit = replace(unit, rates=unit.rates + " (common: no tuning run at "
@@ -717,9 +725,10 @@ def _rates_text(units: Sequence[Unit]) -> str:
 
 
 def words_row(claim: Relation, summary: pd.DataFrame, floor: float,
-              tuning: str | None = None, least: float = MIN_SPREAD) -> dict[str, Any]:
+              tuning: str | None = None, least: float = MIN_SPREAD,
+              diverged_seeds: int = DIVERGED_SEEDS) -> dict[str, Any]:
     """The ledger's row of one qualitative claim (see WORDS_COLUMNS)."""
-    units = judge_units(claim, summary, floor, tuning, least)
+    units = judge_units(claim, summary, floor, tuning, least, diverged_seeds)
     verdict = claim_verdict(units)
     deciding = _deciding(units, verdict, claim.kind == "within")
     values = "; ".join(f"{u.label}: {u.values}" if u.label else u.values
@@ -743,8 +752,8 @@ def words_row(claim: Relation, summary: pd.DataFrame, floor: float,
 
 def words_ledger(words: Words, summary: pd.DataFrame) -> pd.DataFrame:
     """One row per qualitative claim, in file order."""
-    rows = [words_row(c, summary, words.single_seed_spread, words.tuning, words.min_spread)
-            for c in words.claims]
+    rows = [words_row(c, summary, words.single_seed_spread, words.tuning, words.min_spread,
+                      words.diverged_seeds) for c in words.claims]
     return pd.DataFrame(rows, columns=list(WORDS_COLUMNS))
 
 
@@ -765,7 +774,8 @@ def counts_text(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def words_markdown(table: pd.DataFrame, floor: float, least: float = MIN_SPREAD) -> str:
+def words_markdown(table: pd.DataFrame, floor: float, least: float = MIN_SPREAD,
+                   diverged_seeds: int = DIVERGED_SEEDS) -> str:
     counts = table["verdict"].value_counts()
     lines = [
         "# Claims in words", "",
@@ -778,7 +788,8 @@ def words_markdown(table: pd.DataFrame, floor: float, least: float = MIN_SPREAD)
         "δ: |m̄| − σ > δ); **inconclusive**: within the seed noise, seeds that disagree, or a "
         "selection that is not the seeds of one setting; **not run**: no runs. A diverged run "
         "counts against the side the claim says is better; diverged runs alone decide from "
-        f"{DIVERGED_SEEDS} seeds on. **Settled**: a group (the seed mean "
+        f"{diverged_seeds} seed{'s' if diverged_seeds > 1 else ''} on. **Settled**: a group "
+        "(the seed mean "
         "of a setting's runs) has settled when its accuracy gains at most max(1 point, its seed "
         "spread) over the last quarter of its budget; a verdict stands only where the side "
         "behind has settled (holds: the worse side; contradicted: the side the claim says is "
@@ -853,7 +864,8 @@ def words_writers(words: Words, summary: pd.DataFrame) -> dict[str, Any]:
     return {
         ".csv": lambda path: write_csv(path, table),
         ".md": lambda path: write_text(path, words_markdown(table, words.single_seed_spread,
-                                                            words.min_spread)),
+                                                            words.min_spread,
+                                                            words.diverged_seeds)),
         ".pdf": lambda path: fig.savefig(path, metadata={"CreationDate": None}),
         ".png": lambda path: fig.savefig(path, dpi=PNG_DPI),
     }
