@@ -49,8 +49,8 @@ def main() -> None:
     plan = load_plan(config)
     words = load_claims(plan.claims, plan).words
     summaries = {r: load_summary(r) for r in args.results}
-    for least in args.min_spread or [words.min_spread]:
-        judged = replace(words, min_spread=least)
+    for least in args.min_spread or [words.noise.min_spread]:
+        judged = replace(words, noise=replace(words.noise, min_spread=least))
         ledgers = {r: words_ledger(judged, s) for r, s in summaries.items()}
         rows, moved = [], set()
         for a, b in itertools.combinations(args.results, 2):

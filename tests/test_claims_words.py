@@ -377,12 +377,12 @@ def test_missing_fields_and_a_second_id_are_refused():
     with pytest.raises(ConfigError, match=r"qualitative: key 'min_spread' has value -1; "
                                           r"allowed: a finite number >= 0"):
         parse_words({"claims": [entry], "min_spread": -1})
-    assert parse_words({"claims": [entry]}).min_spread == 0
+    assert parse_words({"claims": [entry]}).noise.min_spread == 0
     for bad in (0, 1.5, True):
         with pytest.raises(ConfigError, match=rf"qualitative: key 'diverged_seeds' has value "
                                               rf"{bad!r}; allowed: an integer >= 1"):
             parse_words({"claims": [entry], "diverged_seeds": bad})
-    assert parse_words({"claims": [entry]}).diverged_seeds == 2
+    assert parse_words({"claims": [entry]}).noise.diverged_seeds == 2
 
 
 def _plan():

@@ -352,8 +352,8 @@ def words_caption(plan: Plan, words: Words, ext: str) -> str:
               ("Shows", shows_text),
               ("Runs", f"{len(judged)} runs of the experiments "
                        f"{', '.join(map(_literal, names)) or '(none)'}; one seed: a spread of "
-                       f"{words.single_seed_spread:g} points is assumed, and a sign's spread "
-                       f"is at least {words.min_spread:g} points"),
+                       f"{words.noise.single_seed_spread:g} points is assumed, and a sign's "
+                       f"spread is at least {words.noise.min_spread:g} points"),
               ("Scale", scale_text(judged or list(plan.runs.values())))]
     title = "The claims in words: " + ("plot" if ext == "png" else "tables")
     return rst(title, f"{WORDS_NAME}.{ext}", fields)

@@ -178,14 +178,21 @@ class Relation:
 
 
 @dataclass(frozen=True)
+class Noise:
+    """How a verdict reads the seed noise (the qualitative section's keys of the same names)."""
+
+    single_seed_spread: float = SINGLE_SEED_SPREAD  # the spread assumed with one seed
+    min_spread: float = MIN_SPREAD  # the least spread a sign relation takes
+    diverged_seeds: int = DIVERGED_SEEDS  # seeds whose diverged runs alone decide
+
+
+@dataclass(frozen=True)
 class Words:
     """The qualitative section of a claims file."""
 
     claims: tuple[Relation, ...] = ()
-    single_seed_spread: float = SINGLE_SEED_SPREAD
+    noise: Noise = Noise()
     tuning: str | None = TUNING  # None: every claim at the common recipe's learning rate
-    min_spread: float = MIN_SPREAD  # the least spread a sign relation takes
-    diverged_seeds: int = DIVERGED_SEEDS  # seeds whose diverged runs alone decide
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,9 +322,10 @@ def parse_words(spec: Any) -> Words:
     spread = spec.get("single_seed_spread", SINGLE_SEED_SPREAD)
     least = spec.get("min_spread", MIN_SPREAD)
     diverged = spec.get("diverged_seeds", DIVERGED_SEEDS)
-    return Words(claims, float(check(SECTION, "single_seed_spread", spread, Finite(0))), tuning,
-                 float(check(SECTION, "min_spread", least, Finite(0))),
-                 check(SECTION, "diverged_seeds", diverged, IntIn(1)))
+    noise = Noise(float(check(SECTION, "single_seed_spread", spread, Finite(0))),
+                  float(check(SECTION, "min_spread", least, Finite(0))),
+                  check(SECTION, "diverged_seeds", diverged, IntIn(1)))
+    return Words(claims, noise, tuning)
 
 
 def planned_runs(plan: Plan) -> pd.DataFrame:
@@ -505,7 +513,7 @@ def _margins(better: _Side, worse: Sequence[_Side], within: bool
 
 def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack: float = 0.0,
                  delta: float | None = None, floor: float = SINGLE_SEED_SPREAD,
-                 least: float = 0.0, diverged_seeds: int = DIVERGED_SEEDS
+                 least: float = MIN_SPREAD, diverged_seeds: int = DIVERGED_SEEDS
                  ) -> tuple[str, float, float]:
     """(verdict, mean, spread) of paired margins (see the module's docstring). ``delta``:
     near-equality within it; else the claim is margin > −``slack``, its spread taken at least
@@ -577,15 +585,15 @@ def _behind(verdict: str, sides: Sequence[_Side], within: bool) -> list[_Side]:
     return []
 
 
-def _judged(label: str, sides: Sequence[_Side], claim: Relation, floor: float,
-            least: float = MIN_SPREAD, diverged_seeds: int = DIVERGED_SEEDS) -> Unit:
+def _judged(label: str, sides: Sequence[_Side], claim: Relation, noise: Noise) -> Unit:
     """A unit's outcome on its sides: the verdict of the paired margins, made
     ``inconclusive`` where a side it rests on (:func:`_behind`) has not settled."""
     within = claim.kind == "within"
     margins, n_for, n_against = _margins(sides[0], sides[1:], within)
     verdict, mean, spread = unit_verdict(margins, n_for, n_against, slack=claim.slack,
-                                         delta=claim.delta, floor=floor, least=least,
-                                         diverged_seeds=diverged_seeds)
+                                         delta=claim.delta, floor=noise.single_seed_spread,
+                                         least=noise.min_spread,
+                                         diverged_seeds=noise.diverged_seeds)
     climbing = [s for s in sides if s.settled is False]
     blocking = [s for s in _behind(verdict, sides, within) if s.settled is False]
     unsettled = ""
@@ -606,9 +614,8 @@ def _outcome(unit: Unit) -> str:
     return f"{margin}{unit.verdict}" + (f" ({unit.unsettled})" if unit.unsettled else "")
 
 
-def judge_units(claim: Relation, summary: pd.DataFrame, floor: float,
-                tuning: str | None = None, least: float = MIN_SPREAD,
-                diverged_seeds: int = DIVERGED_SEEDS) -> list[Unit]:
+def judge_units(claim: Relation, summary: pd.DataFrame, noise: Noise,
+                tuning: str | None = None) -> list[Unit]:
     """Every unit of ``claim`` on ``summary`` (see the module's docstring); a claim that
     compares methods is judged at each side's own learning rate where the experiment
     ``tuning`` chose one for every side of a unit."""
@@ -629,11 +636,11 @@ def judge_units(claim: Relation, summary: pd.DataFrame, floor: float,
                 verdict = NOT_RUN if all(p.startswith("no run") for p in problems) else None
                 units.append(Unit(label, verdict or INCONCLUSIVE, reason="; ".join(problems)))
                 continue
-            unit = _judged(label, sides, claim, floor, least, diverged_seeds)
+            unit = _judged(label, sides, claim, noise)
             if tuned is not None:
                 own = [_tuned(s, tuned, claim) for s in sides]
                 if all(s is not None for s in own):
-                    unit = replace(_judged(label, own, claim, floor, least, diverged_seeds),
+                    unit = replace(_judged(label, own, claim, noise),
                                    common=f"at lr × 1 (common): {_outcome(unit)}")
                 else:
                     unit = replace(unit, rates=unit.rates + " (common: no tuning run at "
@@ -663,7 +670,7 @@ def _deciding(units: Sequence[Unit], verdict: str, within: bool) -> Unit | None:
     return max(numeric, key=lambda u: u.weakness(within)) if numeric else None
 
 
-def _detail(units: Sequence[Unit], floor: float, least: float = MIN_SPREAD) -> str:
+def _detail(units: Sequence[Unit], noise: Noise) -> str:
     parts = []
     for u in units:
         head = f"{u.label}: " if u.label else ""
@@ -672,9 +679,9 @@ def _detail(units: Sequence[Unit], floor: float, least: float = MIN_SPREAD) -> s
             continue
         counts = [f"{u.n_seeds} seed{'s' if u.n_seeds != 1 else ''}"]
         if u.n_seeds == 1:
-            counts[0] += f" (spread: the {floor:g}-point floor)"
-        elif least and u.spread == least:
-            counts[0] += f" (spread: at least {least:g} points)"
+            counts[0] += f" (spread: the {noise.single_seed_spread:g}-point floor)"
+        elif noise.min_spread and u.spread == noise.min_spread:
+            counts[0] += f" (spread: at least {noise.min_spread:g} points)"
         if u.n_diverged:
             counts.append(f"{u.n_diverged} run{'s' if u.n_diverged > 1 else ''} diverged "
                           f"({u.n_against} seed(s) against, {u.n_for} for)")
@@ -724,11 +731,10 @@ def _rates_text(units: Sequence[Unit]) -> str:
     return " | ".join(f"{u.label}: {u.rates}" for u in rated)
 
 
-def words_row(claim: Relation, summary: pd.DataFrame, floor: float,
-              tuning: str | None = None, least: float = MIN_SPREAD,
-              diverged_seeds: int = DIVERGED_SEEDS) -> dict[str, Any]:
+def words_row(claim: Relation, summary: pd.DataFrame, noise: Noise,
+              tuning: str | None = None) -> dict[str, Any]:
     """The ledger's row of one qualitative claim (see WORDS_COLUMNS)."""
-    units = judge_units(claim, summary, floor, tuning, least, diverged_seeds)
+    units = judge_units(claim, summary, noise, tuning)
     verdict = claim_verdict(units)
     deciding = _deciding(units, verdict, claim.kind == "within")
     values = "; ".join(f"{u.label}: {u.values}" if u.label else u.values
@@ -746,14 +752,13 @@ def words_row(claim: Relation, summary: pd.DataFrame, floor: float,
         "n_units": len(units), "n_seeds": min((u.n_seeds for u in units), default=0),
         "n_diverged": sum(u.n_diverged for u in units), "settled": _settled_text(units),
         "verdict": verdict,
-        "detail": _detail(units, floor, least), "note": claim.note,
+        "detail": _detail(units, noise), "note": claim.note,
     }
 
 
 def words_ledger(words: Words, summary: pd.DataFrame) -> pd.DataFrame:
     """One row per qualitative claim, in file order."""
-    rows = [words_row(c, summary, words.single_seed_spread, words.tuning, words.min_spread,
-                      words.diverged_seeds) for c in words.claims]
+    rows = [words_row(c, summary, words.noise, words.tuning) for c in words.claims]
     return pd.DataFrame(rows, columns=list(WORDS_COLUMNS))
 
 
@@ -774,9 +779,10 @@ def counts_text(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def words_markdown(table: pd.DataFrame, floor: float, least: float = MIN_SPREAD,
-                   diverged_seeds: int = DIVERGED_SEEDS) -> str:
+def words_markdown(table: pd.DataFrame, noise: Noise) -> str:
     counts = table["verdict"].value_counts()
+    floor, least, diverged_seeds = (noise.single_seed_spread, noise.min_spread,
+                                    noise.diverged_seeds)
     lines = [
         "# Claims in words", "",
         "What the papers state in words, judged on our runs (`src/fednorm/claims/words.py` has "
@@ -863,9 +869,7 @@ def words_writers(words: Words, summary: pd.DataFrame) -> dict[str, Any]:
     fig = words_figure(table)
     return {
         ".csv": lambda path: write_csv(path, table),
-        ".md": lambda path: write_text(path, words_markdown(table, words.single_seed_spread,
-                                                            words.min_spread,
-                                                            words.diverged_seeds)),
+        ".md": lambda path: write_text(path, words_markdown(table, words.noise)),
         ".pdf": lambda path: fig.savefig(path, metadata={"CreationDate": None}),
         ".png": lambda path: fig.savefig(path, dpi=PNG_DPI),
     }
