@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import yaml
 
 from fednorm.config import RunConfig, with_values
-from fednorm.plan import load_plan, merge, training_images
+from fednorm.plan import load_plan, merged_config, training_images
 from fednorm.run import train_bundle
 
 
@@ -52,10 +51,7 @@ def main() -> None:
                         help="train each run this many steps (default: its own)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config: dict = {}
-    for name in args.configs:
-        config = merge(config, yaml.safe_load(Path(name).read_text()))
-    plan = load_plan(config)
+    plan = load_plan(merged_config(args.configs))
     if args.experiment not in plan.experiments:
         parser.error(f"--experiment {args.experiment!r}; allowed: one of {list(plan.experiments)}")
     ids = set(plan.experiments[args.experiment])

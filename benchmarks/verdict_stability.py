@@ -22,13 +22,11 @@ import itertools
 from dataclasses import replace
 
 import pandas as pd
-import yaml
 
 from fednorm.claims import load_claims
 from fednorm.claims.across import FIRM, compare_ledgers
 from fednorm.claims.words import words_ledger
-from fednorm.plan import load_plan
-from fednorm.plan.pipeline import merge
+from fednorm.plan import load_plan, merged_config
 from fednorm.results import load_summary
 
 
@@ -42,11 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     if len(args.results) < 2:
         parser.error("at least two results folders (disjoint seed sets)")
-    config: dict = {}
-    for path in args.config:
-        with open(path) as f:
-            config = merge(config, yaml.safe_load(f))
-    plan = load_plan(config)
+    plan = load_plan(merged_config(args.config))
     words = load_claims(plan.claims, plan).words
     summaries = {r: load_summary(r) for r in args.results}
     for least in args.min_spread or [words.noise.min_spread]:

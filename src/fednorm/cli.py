@@ -60,12 +60,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from fednorm.claims import load_claims
-    from fednorm.plan import load_plan, merge
+    from fednorm.plan import load_plan, merged_config
 
-    config: dict = {}
-    for path in args.configs:  # later files override earlier ones, as Snakemake merges them
-        config = merge(config, _load_yaml(path))
-    plan = load_plan(config)
+    plan = load_plan(merged_config(args.configs))
     for name, ids in plan.experiments.items():
         images = sum(plan.runs[r].training_images for r in ids)
         print(f"experiment {name}: {len(ids)} runs, {images / 1e9:.3g} G training images")

@@ -67,7 +67,7 @@ alone too. Every error is raised here, before any job starts.
 The rooms, each importing only those listed before it (and fednorm.config, fednorm.metrics):
 ``experiments`` (a grid of runs), ``figure_specs`` (:class:`Figure` and its keys' rules),
 ``jobs`` (:class:`Execution`, bundles, training jobs) and ``pipeline`` (:class:`Plan`,
-:func:`load_plan`, :func:`merge`). Import the names from ``fednorm.plan``.
+:func:`load_plan`, :func:`merge`, :func:`merged_config`). Import the names from ``fednorm.plan``.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ from fednorm.plan.pipeline import (
     ToyPlan,
     load_plan,
     merge,
+    merged_config,
 )
 
 __all__ = [
@@ -140,6 +141,7 @@ __all__ = [
     "load_plan",
     "matches_where",
     "merge",
+    "merged_config",
     "training_images",
     "training_jobs",
 ]

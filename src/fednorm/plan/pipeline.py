@@ -19,6 +19,7 @@ from fednorm.config import (
     checked_section,
     int_at_least,
 )
+from fednorm.inputs import read_yaml
 from fednorm.plan.experiments import RUN_KEYS, expand
 from fednorm.plan.figure_specs import (
     FIGURE_EXTENSIONS,
@@ -183,6 +184,15 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
         else:
             out[key] = value
     return out
+
+
+def merged_config(paths: Iterable[str | os.PathLike[str]]) -> dict[str, Any]:
+    """The config files at ``paths`` merged in order (later files override earlier ones, as
+    Snakemake merges ``--configfile``); InputError naming a file that cannot be read."""
+    config: dict[str, Any] = {}
+    for path in paths:
+        config = merge(config, read_yaml(path, "config file") or {})
+    return config
 
 
 def _toy(spec: Any) -> ToyPlan | None:
