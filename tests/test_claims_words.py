@@ -15,6 +15,7 @@ from fednorm.claims.words import (
     WORDS_COLUMNS,
     Words,
     check_plan,
+    family_bar,
     parse_words,
     unit_verdict,
     words_ledger,
@@ -170,6 +171,55 @@ def test_unit_verdict_rule():
     assert unit_verdict([-1.0, -1.5], 0, 0, slack=2)[0] == HOLDS  # a > b - 2
     assert unit_verdict([4.0], 0, 0, floor=5)[1:] == (4.0, 5.0)
     assert unit_verdict([], 0, 2)[0] == CONTRADICTED
+
+
+def test_the_family_bar_keeps_a_claims_chance_of_a_false_contradiction():
+    """Bonferroni, checked against its definition: k units, each contradicting a true margin
+    of zero at the bar's chance, contradict the claim at most as often as one unit at σ."""
+    alpha = statistics.NormalDist().cdf(-math.sqrt(2))  # two seeds: m̄ < −σ, m̄ ~ N(0, σ²/2)
+    assert family_bar(1) == 1.0
+    bars = [family_bar(k) for k in range(1, 12)]
+    assert bars == sorted(bars) and len(set(bars)) == len(bars)
+    for k in (2, 3, 10):
+        chance = statistics.NormalDist().cdf(-math.sqrt(2) * family_bar(k))
+        assert k * chance == pytest.approx(alpha)
+    assert unit_verdict([-6.0, -6.0], 0, 0, least=5)[0] == CONTRADICTED
+    assert unit_verdict([-6.0, -6.0], 0, 0, least=5, bar=1.37)[0] == INCONCLUSIVE
+    assert unit_verdict([-7.0, -7.0], 0, 0, least=5, bar=1.37)[0] == CONTRADICTED
+    # within: |m̄| − bar·σ > δ
+    assert unit_verdict([6.0, 8.0], 0, 0, delta=3)[0] == CONTRADICTED  # 7 − 1.41 > 3
+    assert unit_verdict([6.0, 8.0], 0, 0, delta=3, bar=3)[0] == INCONCLUSIVE  # 7 − 4.24
+
+
+def test_family_wise_raises_the_bar_of_a_contradiction_by_the_claims_units():
+    """One unit of ten contradicting alone by −6 ± 5 does not contradict the claim when the
+    bar is family-wise (b_10 = 1.71), and the detail says so; the same unit alone, or a unit
+    far beyond the bar, still contradicts; holds is unchanged."""
+    def runs(hs, first):
+        return [({"normalizer": n, "heterogeneity": h, "seed": s}, v, "ok")
+                for h in hs for n, vals in (("fbn", (first if h == hs[0] else [70, 71])),
+                                            ("bn", [60, 60]))
+                for s, v in enumerate(vals)]
+    ten = [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1]
+
+    def judge(runs, family, **claim):
+        words = parse_words({"claims": [_claim(for_each="heterogeneity", **claim)],
+                             "min_spread": 5, "family_wise": family})
+        return words_ledger(words, _summary(runs)).iloc[0]
+
+    near = runs(ten, [54, 54])  # γ = 0: −6 ± 5 (the least spread); the nine others +10.5 ± 5
+    assert judge(near, False).verdict == CONTRADICTED
+    row = judge(near, True)
+    assert (row.verdict, row.n_units) == (INCONCLUSIVE, 10)
+    assert ("heterogeneity=0: -6.0 ± 5.0, 2 seeds (spread: at least 5 points): inconclusive "
+            "(contradicted alone; one of 10 units, it must pass 1.71 σ") in row.detail
+    assert judge(runs([0], [54, 54]), True).verdict == CONTRADICTED  # one unit: b_1 = 1
+    assert judge(runs(ten, [50, 51]), True).verdict == CONTRADICTED  # −9.5 < −8.55
+    assert judge(runs(ten, [70, 71]), True).verdict == HOLDS
+    with pytest.raises(ConfigError, match=r"qualitative: key 'family_wise' has value 1; "
+                                          r"allowed: true or false"):
+        parse_words({"claims": [_claim()], "family_wise": 1})
+    assert parse_words({"claims": [_claim()]}).noise.family_wise is False
 
 
 def _e_runs(norm, values_by_e, seeds=(0, 1)):

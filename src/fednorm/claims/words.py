@@ -7,6 +7,8 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
       single_seed_spread: 5          # points: the spread assumed when a margin has one seed
       min_spread: 5                  # points: the least spread a sign relation takes (0)
       diverged_seeds: 2              # seeds whose diverged runs alone decide (2)
+      family_wise: true              # a claim of k units: its contradicting unit must pass
+                                     # a bar raised for k chances (false)
       tuning: tuning                 # optional: the experiment that chooses each method's lr
                                      # (the default; null: every claim at the common rate)
       claims:
@@ -65,6 +67,16 @@ with a margin) make a verdict only from ``diverged_seeds`` (2) on: one is one dr
 undefended sign flip diverges or falls to chance on some quick seeds and trains on others).
 In ``within`` a diverged run on either side is a seed against equality.
 
+**A claim of several units** (``family_wise: true``) is contradicted by one of them, so it has
+k chances to be contradicted by the noise alone where a one-unit claim has one: with two seeds
+and a true margin of zero, m̄ < −σ happens with probability α = Φ(−√2) = 7.9 % (m̄'s std is
+σ/√2), and a claim of 10 such units would be contradicted 56 % of the time. So a unit of a
+claim with k units contradicts only beyond the bar b_k σ (:func:`family_bar`: b_k =
+z(α/k) / z(α), Bonferroni: k chances at α/k each; b_1 = 1, b_3 = 1.37, b_10 = 1.71), in the
+sign relations (m̄ < −b_k σ) and in ``within`` (|m̄| − b_k σ > δ); a unit that would
+contradict alone but not beyond the bar is ``inconclusive`` and its detail says so. ``holds``
+needs every unit to hold, which k units make harder, not easier: its rule is unchanged.
+
 **Settled runs** (:func:`fednorm.results.settling`): a group has settled when its accuracy
 ``at`` the end gains at most max(1 point, its seed spread) over the last quarter of its budget.
 A unit's verdict rests on the sides behind having settled (:func:`_behind`: ``holds``, the
@@ -101,6 +113,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -109,7 +122,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from fednorm.claims.common import PAPERS, ambiguity, config_text, selects
-from fednorm.config import FIELDS, ConfigError, Finite, IntIn, OneOf, check, fail
+from fednorm.config import FIELDS, Boolean, ConfigError, Finite, IntIn, OneOf, check, fail
 from fednorm.io import write_csv, write_text
 from fednorm.plan import COLUMNS, FIGURE_METRICS, Plan
 from fednorm.plots.cells import DIVERGED_MARK, percent, value_label
@@ -129,7 +142,11 @@ MIN_SPREAD = 0.0  # points: the least spread of a sign relation, when the file d
 DIVERGED_SEEDS = 2  # seeds whose diverged runs alone make a firm verdict (one is one draw)
 TUNING = "tuning"  # the experiment whose learning rates, chosen on held-out data, method claims use
 SECTION = "qualitative"
-SECTION_KEYS = ("claims", "single_seed_spread", "min_spread", "diverged_seeds", "tuning")
+SECTION_KEYS = ("claims", "single_seed_spread", "min_spread", "diverged_seeds", "family_wise",
+                "tuning")
+# A unit's chance of contradicting a claim by noise alone (two seeds, a true margin of zero:
+# m̄ < −σ where m̄'s std is σ/√2), which family_bar keeps for a claim of k units
+FAMILY_ALPHA = NormalDist().cdf(-math.sqrt(2))
 # A claim compares methods when its compared groups name one of these keys
 METHOD_KEYS = ("normalizer", "feature_norm")
 # The keys on which a run and its tuning cell may differ: the seed, the rate chosen and the
@@ -184,6 +201,7 @@ class Noise:
     single_seed_spread: float = SINGLE_SEED_SPREAD  # the spread assumed with one seed
     min_spread: float = MIN_SPREAD  # the least spread a sign relation takes
     diverged_seeds: int = DIVERGED_SEEDS  # seeds whose diverged runs alone decide
+    family_wise: bool = False  # a claim of k units contradicts only beyond family_bar(k) σ
 
 
 @dataclass(frozen=True)
@@ -324,7 +342,8 @@ def parse_words(spec: Any) -> Words:
     diverged = spec.get("diverged_seeds", DIVERGED_SEEDS)
     noise = Noise(float(check(SECTION, "single_seed_spread", spread, Finite(0))),
                   float(check(SECTION, "min_spread", least, Finite(0))),
-                  check(SECTION, "diverged_seeds", diverged, IntIn(1)))
+                  check(SECTION, "diverged_seeds", diverged, IntIn(1)),
+                  check(SECTION, "family_wise", spec.get("family_wise", False), Boolean()))
     return Words(claims, noise, tuning)
 
 
@@ -411,6 +430,7 @@ class Unit:
     unsettled: str = ""  # the groups still climbing and what that does to the verdict
     rates: str = ""  # the learning rate each side used
     common: str = ""  # at tuned rates: the outcome at the common recipe's rate
+    family: str = ""  # a unit that contradicts alone but not beyond its claim's family bar
 
     def weakness(self, within: bool) -> float:
         """How near the unit is to failing: larger is weaker."""
@@ -513,12 +533,13 @@ def _margins(better: _Side, worse: Sequence[_Side], within: bool
 
 def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack: float = 0.0,
                  delta: float | None = None, floor: float = SINGLE_SEED_SPREAD,
-                 least: float = MIN_SPREAD, diverged_seeds: int = DIVERGED_SEEDS
-                 ) -> tuple[str, float, float]:
+                 least: float = MIN_SPREAD, diverged_seeds: int = DIVERGED_SEEDS,
+                 bar: float = 1.0) -> tuple[str, float, float]:
     """(verdict, mean, spread) of paired margins (see the module's docstring). ``delta``:
     near-equality within it; else the claim is margin > −``slack``, its spread taken at least
     ``least`` (a claims file's ``min_spread``); diverged runs alone decide from
-    ``diverged_seeds`` seeds on."""
+    ``diverged_seeds`` seeds on; ``contradicted`` needs the margin beyond ``bar`` spreads
+    (:func:`family_bar`)."""
     if not margins:  # diverged runs alone: one is one draw (a run may diverge on some seeds)
         if n_against >= diverged_seeds and not n_for:
             return CONTRADICTED, math.nan, math.nan
@@ -531,16 +552,26 @@ def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack:
     if delta is not None:
         if n_against == 0 and abs(mean) + spread <= delta:
             return HOLDS, mean, spread
-        if abs(mean) - spread > delta:
+        if abs(mean) - bar * spread > delta:
             return CONTRADICTED, mean, spread
         return INCONCLUSIVE, mean, spread
     spread = max(spread, least)  # a sign needs the mean beyond the least spread
     shifted = m + slack
     if n_against == 0 and mean + slack > spread and (shifted > 0).all():
         return HOLDS, mean, spread
-    if n_for == 0 and mean + slack < -spread and (shifted < 0).all():
+    if n_for == 0 and mean + slack < -bar * spread and (shifted < 0).all():
         return CONTRADICTED, mean, spread
     return INCONCLUSIVE, mean, spread
+
+
+def family_bar(units: int) -> float:
+    """How many spreads a unit's margin must pass to contradict a claim of ``units`` units:
+    z(α/k) / z(α) with α = FAMILY_ALPHA (Bonferroni: the claim's k chances to be contradicted
+    by noise alone, at α/k each, keep its chance at most α); 1 for one unit."""
+    if units <= 1:
+        return 1.0
+    z = NormalDist().inv_cdf
+    return z(1 - FAMILY_ALPHA / units) / z(1 - FAMILY_ALPHA)
 
 
 def _comparisons(claim: Relation, rows: pd.DataFrame, runs: pd.DataFrame
@@ -585,15 +616,25 @@ def _behind(verdict: str, sides: Sequence[_Side], within: bool) -> list[_Side]:
     return []
 
 
-def _judged(label: str, sides: Sequence[_Side], claim: Relation, noise: Noise) -> Unit:
-    """A unit's outcome on its sides: the verdict of the paired margins, made
+def _judged(label: str, sides: Sequence[_Side], claim: Relation, noise: Noise,
+            units: int = 1) -> Unit:
+    """A unit's outcome on its sides, one of ``units`` of its claim: the verdict of the
+    paired margins (contradicting beyond :func:`family_bar` where ``noise.family_wise``), made
     ``inconclusive`` where a side it rests on (:func:`_behind`) has not settled."""
     within = claim.kind == "within"
     margins, n_for, n_against = _margins(sides[0], sides[1:], within)
-    verdict, mean, spread = unit_verdict(margins, n_for, n_against, slack=claim.slack,
-                                         delta=claim.delta, floor=noise.single_seed_spread,
-                                         least=noise.min_spread,
-                                         diverged_seeds=noise.diverged_seeds)
+    bar = family_bar(units) if noise.family_wise else 1.0
+
+    def verdict_at(b: float) -> tuple[str, float, float]:
+        return unit_verdict(margins, n_for, n_against, slack=claim.slack, delta=claim.delta,
+                            floor=noise.single_seed_spread, least=noise.min_spread,
+                            diverged_seeds=noise.diverged_seeds, bar=b)
+
+    verdict, mean, spread = verdict_at(bar)
+    family = ""
+    if bar > 1 and verdict == INCONCLUSIVE and verdict_at(1.0)[0] == CONTRADICTED:
+        family = (f"contradicted alone; one of {units} units, it must pass {bar:.2f} σ "
+                  "to contradict the claim")
     climbing = [s for s in sides if s.settled is False]
     blocking = [s for s in _behind(verdict, sides, within) if s.settled is False]
     unsettled = ""
@@ -606,7 +647,7 @@ def _judged(label: str, sides: Sequence[_Side], claim: Relation, noise: Noise) -
                 spread, len(margins), n_for, n_against,
                 sum(int(s.runs["diverged"].sum()) for s in sides),
                 settled=all(measured) if measured else None, unsettled=unsettled,
-                rates="; ".join(f"{s.label}: {s.rate}" for s in sides))
+                rates="; ".join(f"{s.label}: {s.rate}" for s in sides), family=family)
 
 
 def _outcome(unit: Unit) -> str:
@@ -625,27 +666,28 @@ def judge_units(claim: Relation, summary: pd.DataFrame, noise: Noise,
     # ``where`` leaves the variant keys open: each group keeps its runs at their defaults
     # unless it names one (FedFN's side names feature_norm: true, its baseline's does not)
     rows = runs[selects(runs, resolve(claim.where, runs), variants=False)]
-    cells = _cells(claim.for_each, rows)
+    compared = [(" ".join(t for t in (cell, pair) if t),
+                 [_side(g, cell_rows, claim) for g in (better, *worse)])
+                for cell, cell_rows in _cells(claim.for_each, rows)
+                for pair, better, worse in _comparisons(claim, cell_rows, runs)]
+    k = len(compared)  # the claim's chances to be contradicted (family_wise)
     units = []
-    for cell, cell_rows in cells:
-        for pair, better, worse in _comparisons(claim, cell_rows, runs):
-            label = " ".join(t for t in (cell, pair) if t)
-            sides = [_side(g, cell_rows, claim) for g in (better, *worse)]
-            problems = [s for s in sides if isinstance(s, str)]
-            if problems:
-                verdict = NOT_RUN if all(p.startswith("no run") for p in problems) else None
-                units.append(Unit(label, verdict or INCONCLUSIVE, reason="; ".join(problems)))
-                continue
-            unit = _judged(label, sides, claim, noise)
-            if tuned is not None:
-                own = [_tuned(s, tuned, claim) for s in sides]
-                if all(s is not None for s in own):
-                    unit = replace(_judged(label, own, claim, noise),
-                                   common=f"at lr × 1 (common): {_outcome(unit)}")
-                else:
-                    unit = replace(unit, rates=unit.rates + " (common: no tuning run at "
-                                   f"{sides[own.index(None)].label})")
-            units.append(unit)
+    for label, sides in compared:
+        problems = [s for s in sides if isinstance(s, str)]
+        if problems:
+            verdict = NOT_RUN if all(p.startswith("no run") for p in problems) else None
+            units.append(Unit(label, verdict or INCONCLUSIVE, reason="; ".join(problems)))
+            continue
+        unit = _judged(label, sides, claim, noise, k)
+        if tuned is not None:
+            own = [_tuned(s, tuned, claim) for s in sides]
+            if all(s is not None for s in own):
+                unit = replace(_judged(label, own, claim, noise, k),
+                               common=f"at lr × 1 (common): {_outcome(unit)}")
+            else:
+                unit = replace(unit, rates=unit.rates + " (common: no tuning run at "
+                               f"{sides[own.index(None)].label})")
+        units.append(unit)
     return units
 
 
@@ -686,7 +728,7 @@ def _detail(units: Sequence[Unit], noise: Noise) -> str:
             counts.append(f"{u.n_diverged} run{'s' if u.n_diverged > 1 else ''} diverged "
                           f"({u.n_against} seed(s) against, {u.n_for} for)")
         margin = "" if math.isnan(u.mean) else f"{u.mean:+.1f} ± {u.spread:.1f}, "
-        notes = [n for n in (u.unsettled, u.common) if n]
+        notes = [n for n in (u.family, u.unsettled, u.common) if n]
         parts.append(f"{head}{margin}{', '.join(counts)}: {u.verdict}"
                      + (f" ({'; '.join(notes)})" if notes else ""))
     return "; ".join(parts)
@@ -805,7 +847,10 @@ def words_markdown(table: pd.DataFrame, noise: Noise) -> str:
         "the common rate's verdict in the detail; elsewhere at the common recipe's (lr × 1). "
         "A claim with several units "
         "(`for each`, a trend's neighbour pairs) holds when all hold and is contradicted when "
-        "any is; the margin shown is the deciding unit's.", "",
+        "any is" + (" beyond a bar raised for its k units' chances to contradict it by noise "
+                    f"(m̄ < −b_k σ, Bonferroni: b_3 = {family_bar(3):.2f}, b_10 = "
+                    f"{family_bar(10):.2f})" if noise.family_wise else "")
+        + "; the margin shown is the deciding unit's.", "",
         "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".", "",
         *counts_text(table),
     ]
