@@ -1,15 +1,14 @@
 """How often a claim keeps its verdict on other seeds: the claims in words judged on each of
 several results folders of one profile run on disjoint seeds (``seed_offset``), every pair of
-folders compared (fednorm.claims.across), for each ``min_spread`` asked (the least spread a
-sign relation takes; the claims file's own value unless given).
+folders compared (fednorm.claims.across), for each ``min_spread`` (the least spread a sign
+relation takes) and ``family_wise`` (a claim of k units contradicted only beyond b_k σ) asked;
+the claims file's own values unless given.
 
-    make quick && make quick-other-seeds                  # seeds 0, 1 and 2, 3
-    python -m snakemake --cores 2 --profile workflow/profiles/quick \
-        --configfile config/quick.yaml config/quick_third_seeds.yaml   # seeds 4, 5
+    make quick && make quick-other-seeds && make quick-third-seeds   # offsets 0, 3, 6
     python benchmarks/verdict_stability.py results/quick results/quick_other_seeds \
-        results/quick_third_seeds --min-spread 0 5
+        results/quick_third_seeds --min-spread 0 5 --family-wise false true
 
-Prints, per min_spread, each pair's share of the claims judged in both that keep their
+Prints, per rule, each pair's share of the claims judged in both that keep their
 verdict, the flips between holds and contradicted, the firm verdicts per ledger and the mean
 share; then the claims that moved in any pair. One pair is one draw: the mean over pairs is
 the figure to quote (docs/claims.md, Verdicts across seeds).
@@ -37,14 +36,18 @@ def main() -> None:
                         help="the profile's config files, merged in order (the claims file's)")
     parser.add_argument("--min-spread", type=float, nargs="*", default=None,
                         help="points; default: the claims file's min_spread")
+    parser.add_argument("--family-wise", nargs="*", choices=("false", "true"), default=None,
+                        help="default: the claims file's family_wise")
     args = parser.parse_args()
     if len(args.results) < 2:
         parser.error("at least two results folders (disjoint seed sets)")
     plan = load_plan(merged_config(args.config))
     words = load_claims(plan.claims, plan).words
     summaries = {r: load_summary(r) for r in args.results}
-    for least in args.min_spread or [words.noise.min_spread]:
-        judged = replace(words, noise=replace(words.noise, min_spread=least))
+    family = [f == "true" for f in args.family_wise] if args.family_wise else [
+        words.noise.family_wise]
+    for least, wise in itertools.product(args.min_spread or [words.noise.min_spread], family):
+        judged = replace(words, noise=replace(words.noise, min_spread=least, family_wise=wise))
         ledgers = {r: words_ledger(judged, s) for r, s in summaries.items()}
         rows, moved = [], set()
         for a, b in itertools.combinations(args.results, 2):
@@ -57,8 +60,8 @@ def main() -> None:
                          "firm a": int(ledgers[a].verdict.isin(FIRM).sum()),
                          "firm b": int(ledgers[b].verdict.isin(FIRM).sum())})
         frame = pd.DataFrame(rows)
-        print(f"min_spread {least:g} points: mean {frame['same %'].mean():.1f} % keep their "
-              f"verdict, {frame.flips.sum()} flips")
+        print(f"min_spread {least:g} points, family_wise {str(wise).lower()}: mean "
+              f"{frame['same %'].mean():.1f} % keep their verdict, {frame.flips.sum()} flips")
         print(frame.to_string(index=False))
         print("moved in some pair:", ", ".join(sorted(moved)) or "none", "\n")
 
