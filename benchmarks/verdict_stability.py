@@ -4,7 +4,7 @@ folders compared (fednorm.claims.across), for each ``min_spread`` (the least spr
 relation takes) and ``family_wise`` (a claim of k units contradicted only beyond b_k σ) asked;
 the claims file's own values unless given.
 
-    make quick && make quick-other-seeds && make quick-third-seeds   # offsets 0, 3, 6
+    make quick && make quick-other-seeds && make quick-third-seeds   # seeds 0-1, 2-3, 4-5
     python benchmarks/verdict_stability.py results/quick results/quick_other_seeds \
         results/quick_third_seeds --min-spread 0 5 --family-wise false true
 

@@ -250,11 +250,10 @@ def _plan_summary(plan):
     return planned_runs(plan).assign(step=100, test_accuracy=0.5, status="ok")
 
 
-def _check_words(plan, words, n_seeds, one_seed=(), seeds_of=None):
+def _check_words(plan, words, n_seeds, one_seed=()):
     """Every qualitative claim selects the seeds of one setting per group, each of its units
     has runs with ``n_seeds`` seeds (one for claims on experiments whose names start with one
-    of ``one_seed``; ``seeds_of(claim)``: its seeds where it says, None elsewhere), and on
-    equal accuracies no sign
+    of ``one_seed``), and on equal accuracies no sign
     relation holds while every near-equality does, unless it has one seed (the 5-point spread
     assumed then exceeds every δ). A claim on experiments an override dropped is not run.
     Returns the ids of those."""
@@ -265,7 +264,7 @@ def _check_words(plan, words, n_seeds, one_seed=(), seeds_of=None):
     assert not table.detail.str.contains("ambiguous|no run").any()
     for claim in (c for c in words.claims if c.id not in dropped):
         single = any(e.startswith(one_seed) for e in claim.experiments) if one_seed else False
-        seeds = (seeds_of and seeds_of(claim)) or (1 if single else n_seeds)
+        seeds = 1 if single else n_seeds
         assert table.loc[claim.id, "n_seeds"] == seeds, claim.id
         expected = "holds" if claim.kind == "within" and seeds > 1 else "inconclusive"
         assert table.loc[claim.id, "verdict"] == expected, claim.id
@@ -339,17 +338,9 @@ def test_the_quick_profile_compares_no_claim_with_the_paper():
     plan, both = _profile("config/config.yaml", "config/quick.yaml")
     # the claims in words are judged at any scale; those on Tiny-ImageNet (dropped: no such
     # data offline) are not run
-    # one seed in the quick profile: the Byzantine grid on α, the comparison and Table 4;
-    # three at γ = 0 of FBN's grids (FBN under undefended SF is bimodal across seeds)
-    at_gamma0 = {"fbn_gamma", "fbn_byzantine_gamma", "fbn_byzantine_gamma_defended"}
-
-    def three_at_gamma0(claim):
-        gamma0 = dict(claim.where).get("heterogeneity") == 0
-        return 3 if gamma0 and set(claim.experiments) <= at_gamma0 else None
-
+    # one seed in the quick profile: the Byzantine grids, the comparison and Table 4
     dropped = _check_words(plan, both.words, n_seeds=2,
-                           one_seed=("fbn_byzantine_dirichlet", "compare", "fixbn_table4"),
-                           seeds_of=three_at_gamma0)
+                           one_seed=("fbn_byzantine", "compare", "fixbn_table4"))
     assert len(dropped) == 9 and all("-tiny-" in c for c in dropped)
     table = ledger(both.numbers, _plan_summary(plan))
     assert set(table.verdict) == {NOT_COMPARABLE, NOT_RUN}

@@ -250,7 +250,7 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         raise ConfigError("experiments: key 'experiments' is empty; allowed: at least one")
     expanded = {name: expand(name, spec, defaults) for name, spec in experiments_spec.items()}
     # seed_offset: added to every run's seed (0: the grids' seeds as written); an override with
-    # seed_offset: 3 asks the same questions on seeds disjoint from a grid's 0, 1 and 2
+    # seed_offset: 2 asks the same questions on seeds disjoint from a grid's 0 and 1
     # (docs/claims.md, Verdicts across seeds)
     offset = check("config", "seed_offset", config.get("seed_offset", 0), int_at_least(0))
     if offset:  # every grid's seeds moved by the offset: the same grid on disjoint seeds
