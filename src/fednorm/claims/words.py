@@ -74,7 +74,8 @@ and a true margin of zero, m̄ < −σ happens with probability α = Φ(−√2)
 claim with k units contradicts only beyond the bar b_k σ (:func:`family_bar`: b_k =
 z(α/k) / z(α), Bonferroni: k chances at α/k each; b_1 = 1, b_3 = 1.37, b_10 = 1.71), in the
 sign relations (m̄ < −b_k σ) and in ``within`` (|m̄| − b_k σ > δ); a unit that would
-contradict alone but not beyond the bar is ``inconclusive`` and its detail says so. ``holds``
+contradict alone but not beyond the bar is ``inconclusive`` and its detail says so (diverged
+runs alone, with no margin to raise, keep their rule). ``holds``
 needs every unit to hold, which k units make harder, not easier: its rule is unchanged.
 
 **Settled runs** (:func:`fednorm.results.settling`): a group has settled when its accuracy
