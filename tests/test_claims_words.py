@@ -117,6 +117,24 @@ def test_a_sign_takes_its_spread_at_least_min_spread():
     assert unit_verdict([3.0, 3.2], 0, 0)[0] == HOLDS
 
 
+def test_a_near_equality_is_contradicted_only_beyond_delta_plus_a_signs_least_spread():
+    """|m̄| − σ > δ says the gap exceeds δ, a sign: it takes the sign's least spread, so that
+    two seeds that happen to agree (std 0.5) cannot contradict a near-equality that other
+    seeds confirm (GN's gap to central BN at E = 1, fixbn-s4-gn-no-gap-to-central-E1:
+    contradicted on seeds 0, 2, holding on others, before this floor)."""
+    gap = [7.0, 7.7]  # +7.35 ± 0.49: beyond δ = 3 by 9 of its own spreads, by 0.87 of 5
+    assert unit_verdict(gap, 0, 0, delta=3)[0] == CONTRADICTED
+    assert unit_verdict(gap, 0, 0, delta=3, least=5) == (INCONCLUSIVE, pytest.approx(7.35),
+                                                         pytest.approx(statistics.stdev(gap)))
+    far = unit_verdict([9.0, 9.6], 0, 0, delta=3, least=5)  # 9.3 − 5 > 3
+    assert far == (CONTRADICTED, pytest.approx(9.3), 5.0)
+    row = _judge(_pairs(FBN, BN, [59, 58.5], [50, 50]), least=5, relation="within", delta=3)
+    assert (row.verdict, row.spread) == (CONTRADICTED, 5)
+    assert "2 seeds (spread: at least 5 points)" in row.detail
+    # holding keeps the seeds' own spread (a floor of 5 would make every δ < 5 unreachable)
+    assert unit_verdict([1.0, 1.5], 0, 0, delta=3, least=5)[0] == HOLDS
+
+
 def test_a_diverged_run_of_one_seed_alone_decides_nothing():
     """A run may diverge on some seeds only (FBN under an undefended sign flip: 2 of 5 quick
     seeds): one diverged run and no margin is one draw, inconclusive; two, a verdict."""

@@ -5,10 +5,18 @@ A *judged* verdict is ``holds`` or ``contradicted`` or ``inconclusive``; ``not r
 judged. Between two ledgers a claim *keeps* its verdict, *moves* between a firm verdict
 (holds, contradicted) and inconclusive, or *flips* between holds and contradicted: a flip is
 what seed noise must never do.
+
+One pair of seed sets is one draw. :func:`regroupings` draws every pair that the runs of
+several seed sets allow: their seeds pooled, then split into two disjoint sets of k seeds in
+every way, each grid keeping its own number of seeds a set (a one-seed grid one seed), so that
+the share of claims that keep their verdict can be averaged over many pairs
+(``benchmarks/verdict_stability.py --regroup``).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -57,3 +65,43 @@ def summary(table: pd.DataFrame) -> str:
 
 def compare_files(a: str | Path, b: str | Path) -> pd.DataFrame:
     return compare_ledgers(pd.read_csv(a), pd.read_csv(b))
+
+
+def regroupings(runs: pd.DataFrame, k: int, *, by: str = "figure_group"
+                ) -> Iterator[tuple[tuple[int, ...], tuple[int, ...], pd.DataFrame, pd.DataFrame]]:
+    """Every pair (A, B) of disjoint sets of ``k`` seeds from the pooled runs of several seed
+    sets (summaries of one profile on disjoint seeds, concatenated), each pair once, with the
+    runs of each: a grid (the runs of one ``by`` value) with n pooled seeds, where the grid
+    with the most has n_max, keeps its smallest max(1, ⌊n k / n_max⌋) seeds in the set (over
+    seed sets of two seeds a grid, k = 2 keeps them all and a one-seed grid one). A pair
+    where some grid has no seed in one of its sets is left out."""
+    for key in ("seed", by):
+        if key not in runs.columns:
+            raise InputError(f"runs: no column {key!r}; allowed: a summary of runs (fednorm."
+                             f"results.load_summary)")
+    seeds = runs.groupby(by)["seed"].unique().map(lambda s: sorted(int(x) for x in s))
+    pooled = sorted(set(itertools.chain.from_iterable(seeds)))
+    if not 1 <= k <= len(pooled) // 2:
+        raise InputError(f"k: {k}; allowed: 1 to {len(pooled) // 2} (half of the "
+                         f"{len(pooled)} pooled seeds)")
+    # every grid ran in every seed set: its share of the most seeds is its share of a set
+    most = max(len(s) for s in seeds)
+    share = {g: max(1, len(s) * k // most) for g, s in seeds.items()}
+
+    def kept(chosen: tuple[int, ...]) -> pd.DataFrame | None:
+        keep = []
+        for group, own in seeds.items():
+            mine = [s for s in own if s in chosen][:share[group]]
+            if not mine:
+                return None
+            keep.append((runs[by] == group) & runs["seed"].isin(mine))
+        return runs[pd.concat(keep, axis=1).any(axis=1)]
+
+    for a in itertools.combinations(pooled, k):
+        rest = [s for s in pooled if s not in a]
+        for b in itertools.combinations(rest, k):
+            if b < a:
+                continue
+            runs_a, runs_b = kept(a), kept(b)
+            if runs_a is not None and runs_b is not None:
+                yield a, b, runs_a, runs_b

@@ -54,8 +54,9 @@ says '1 seed'):
   disagree). Here σ is taken at least ``min_spread`` (default 0): two or three seeds' std is
   often far below the true spread (with two seeds, under 0.3 of it a quarter of the time), so
   a margin of a few points on two seeds that happen to agree is no verdict;
-- ``within``: ``holds`` when |m̄| + σ ≤ δ; ``contradicted`` when |m̄| − σ > δ; else
-  ``inconclusive``;
+- ``within``: ``holds`` when |m̄| + σ ≤ δ; ``contradicted`` when |m̄| − σ > δ, σ taken
+  at least ``min_spread`` there (the gap beyond δ is a sign; holding keeps the seeds' own σ,
+  which a floor would make unreachable for every δ below it); else ``inconclusive``;
 - ``not run``: a compared group has no run in the summary.
 
 **A diverged run** (status ``diverged``) has no value: it is left out of the means and counted
@@ -553,8 +554,9 @@ def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack:
     if delta is not None:
         if n_against == 0 and abs(mean) + spread <= delta:
             return HOLDS, mean, spread
-        if abs(mean) - bar * spread > delta:
-            return CONTRADICTED, mean, spread
+        least_spread = max(spread, least)  # beyond δ is a sign: it takes a sign's floor
+        if abs(mean) - bar * least_spread > delta:
+            return CONTRADICTED, mean, least_spread
         return INCONCLUSIVE, mean, spread
     spread = max(spread, least)  # a sign needs the mean beyond the least spread
     shifted = m + slack
