@@ -118,21 +118,26 @@ def test_a_sign_takes_its_spread_at_least_min_spread():
 
 
 def test_a_near_equality_is_contradicted_only_beyond_delta_plus_a_signs_least_spread():
-    """|m̄| − σ > δ says the gap exceeds δ, a sign: it takes the sign's least spread, so that
+    """A gap beyond δ is a sign: where |m̄| > δ, σ is taken at least min_spread, so that
     two seeds that happen to agree (std 0.5) cannot contradict a near-equality that other
     seeds confirm (GN's gap to central BN at E = 1, fixbn-s4-gn-no-gap-to-central-E1:
     contradicted on seeds 0, 2, holding on others, before this floor)."""
     gap = [7.0, 7.7]  # +7.35 ± 0.49: beyond δ = 3 by 9 of its own spreads, by 0.87 of 5
     assert unit_verdict(gap, 0, 0, delta=3)[0] == CONTRADICTED
-    assert unit_verdict(gap, 0, 0, delta=3, least=5) == (INCONCLUSIVE, pytest.approx(7.35),
-                                                         pytest.approx(statistics.stdev(gap)))
+    assert unit_verdict(gap, 0, 0, delta=3, least=5) == (INCONCLUSIVE, pytest.approx(7.35), 5.0)
+    row = _judge(_pairs(FBN, BN, [57, 57.7], [50, 50]), least=5, relation="within", delta=3)
+    assert (row.verdict, row.spread) == (INCONCLUSIVE, 5)  # the row says why: ± 5
+    assert "2 seeds (spread: at least 5 points): inconclusive" in row.detail
     far = unit_verdict([9.0, 9.6], 0, 0, delta=3, least=5)  # 9.3 − 5 > 3
     assert far == (CONTRADICTED, pytest.approx(9.3), 5.0)
     row = _judge(_pairs(FBN, BN, [59, 58.5], [50, 50]), least=5, relation="within", delta=3)
     assert (row.verdict, row.spread) == (CONTRADICTED, 5)
     assert "2 seeds (spread: at least 5 points)" in row.detail
-    # holding keeps the seeds' own spread (a floor of 5 would make every δ < 5 unreachable)
-    assert unit_verdict([1.0, 1.5], 0, 0, delta=3, least=5)[0] == HOLDS
+    # within δ, the seeds' own spread (a floor of 5 would make every δ < 5 unreachable)
+    assert unit_verdict([1.0, 1.5], 0, 0, delta=3, least=5) == (
+        HOLDS, 1.25, pytest.approx(statistics.stdev([1.0, 1.5])))
+    assert unit_verdict([2.0, 3.0], 0, 0, delta=3, least=5)[1:] == (
+        2.5, pytest.approx(statistics.stdev([2.0, 3.0])))  # inconclusive, its own spread
 
 
 def test_a_diverged_run_of_one_seed_alone_decides_nothing():

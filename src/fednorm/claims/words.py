@@ -54,9 +54,10 @@ says '1 seed'):
   disagree). Here σ is taken at least ``min_spread`` (default 0): two or three seeds' std is
   often far below the true spread (with two seeds, under 0.3 of it a quarter of the time), so
   a margin of a few points on two seeds that happen to agree is no verdict;
-- ``within``: ``holds`` when |m̄| + σ ≤ δ; ``contradicted`` when |m̄| − σ > δ, σ taken
-  at least ``min_spread`` there (the gap beyond δ is a sign; holding keeps the seeds' own σ,
-  which a floor would make unreachable for every δ below it); else ``inconclusive``;
+- ``within``: ``holds`` when |m̄| + σ ≤ δ; ``contradicted`` when |m̄| − σ > δ; else
+  ``inconclusive``. Where |m̄| > δ, σ is taken at least ``min_spread`` (a gap beyond δ is a
+  sign); holding keeps the seeds' own σ, which a floor would make unreachable for every δ
+  below it;
 - ``not run``: a compared group has no run in the summary.
 
 **A diverged run** (status ``diverged``) has no value: it is left out of the means and counted
@@ -554,9 +555,10 @@ def unit_verdict(margins: Sequence[float], n_for: int, n_against: int, *, slack:
     if delta is not None:
         if n_against == 0 and abs(mean) + spread <= delta:
             return HOLDS, mean, spread
-        least_spread = max(spread, least)  # beyond δ is a sign: it takes a sign's floor
-        if abs(mean) - bar * least_spread > delta:
-            return CONTRADICTED, mean, least_spread
+        if abs(mean) > delta:  # a gap beyond δ is a sign: it takes a sign's least spread
+            spread = max(spread, least)
+            if abs(mean) - bar * spread > delta:
+                return CONTRADICTED, mean, spread
         return INCONCLUSIVE, mean, spread
     spread = max(spread, least)  # a sign needs the mean beyond the least spread
     shifted = m + slack
@@ -833,7 +835,8 @@ def words_markdown(table: pd.DataFrame, noise: Noise) -> str:
         "What the papers state in words, judged on our runs (`src/fednorm/claims/words.py` has "
         "the rules). Each relation is a margin per seed that the claim says is positive "
         "(points of the metric), runs paired by seed; m̄ ± σ is its mean ± std over seeds "
-        f"(one seed: σ = {floor:g} points, assumed; σ of a sign at least {least:g} points). "
+        f"(one seed: σ = {floor:g} points, assumed; σ of a sign, and of a gap beyond δ, at "
+        f"least {least:g} points). "
         "**holds**: m̄ > σ and every seed's margin "
         "> 0 (within δ: |m̄| + σ ≤ δ); **contradicted**: m̄ < −σ and every seed's < 0 (within "
         "δ: |m̄| − σ > δ); **inconclusive**: within the seed noise, seeds that disagree, or a "
