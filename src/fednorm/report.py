@@ -353,7 +353,10 @@ def words_caption(plan: Plan, words: Words, ext: str) -> str:
               ("Runs", f"{len(judged)} runs of the experiments "
                        f"{', '.join(map(_literal, names)) or '(none)'}; one seed: a spread of "
                        f"{words.noise.single_seed_spread:g} points is assumed, and a sign's "
-                       f"spread is at least {words.noise.min_spread:g} points"),
+                       f"spread (a near-equality's gap beyond δ is one) is at least "
+                       f"{words.noise.min_spread:g} points"
+                       + ("; a claim of k units is contradicted only by a unit beyond a bar "
+                          "raised for k (Bonferroni)" if words.noise.family_wise else "")),
               ("Scale", scale_text(judged or list(plan.runs.values())))]
     title = "The claims in words: " + ("plot" if ext == "png" else "tables")
     return rst(title, f"{WORDS_NAME}.{ext}", fields)
