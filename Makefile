@@ -63,13 +63,14 @@ quick-other-seeds: install
 	    figures/quick_other_seeds/claims_words.csv
 
 # A third disjoint seed set (config/quick_third_seeds.yaml, seeds 4, 5), then the share of
-# claims that keep their verdict over the three pairs of seed sets (after make quick and make
-# quick-other-seeds; benchmarks/verdict_stability.py, docs/claims.md)
+# claims that keep their verdict over the three pairs of seed sets and over the 27 pairs of
+# two-seed sets that the six seeds give (after make quick and make quick-other-seeds;
+# benchmarks/verdict_stability.py, docs/claims.md)
 quick-third-seeds: install
 	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/quick \
 	    --configfile config/quick.yaml config/quick_third_seeds.yaml
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) benchmarks/verdict_stability.py \
-	    results/quick results/quick_other_seeds results/quick_third_seeds
+	    results/quick results/quick_other_seeds results/quick_third_seeds --regroup 2
 
 figures: install
 	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/default

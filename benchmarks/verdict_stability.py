@@ -13,8 +13,8 @@ verdict, the flips between holds and contradicted, the firm verdicts per ledger 
 share; then the claims that moved in any pair. One pair is one draw: the mean over pairs is
 the figure to quote (docs/claims.md, Verdicts across seeds).
 
-``--regroup K`` pools the folders' runs and compares every pair of disjoint sets of K seeds
-instead (fednorm.claims.across.regroupings: three folders of two seeds give 27 pairs of two
+``--regroup K`` then pools the folders' runs and compares every pair of disjoint sets of K
+seeds too (fednorm.claims.across.regroupings: three folders of two seeds give 27 pairs of two
 seeds, 9 of three; each grid keeps its own share of seeds, a one-seed grid one), with each
 claim's count of pairs in which it moved:
 
@@ -63,7 +63,7 @@ def main() -> None:
     for least, wise in itertools.product(args.min_spread or [words.noise.min_spread], family):
         judged = replace(words, noise=replace(words.noise, min_spread=least, family_wise=wise))
         rule = f"min_spread {least:g} points, family_wise {str(wise).lower()}"
-        if not args.regroup:
+        if len(args.results) > 1:
             pairs = ((a, b, summaries[a], summaries[b])
                      for a, b in itertools.combinations(args.results, 2))
             report(rule, judged, pairs)
