@@ -1,0 +1,53 @@
+"""Where a results folder's training time went: each bundle's wall time (its runs'
+``wall_time_s`` in the summary, taken from each run.json; a bundle's time is its last run's,
+the largest), summed per paper of the experiments its runs belong to (fbn_*, fixbn_*,
+fedtan_*; compare_* and tuning: the all-methods comparison).
+
+    python benchmarks/bundle_seconds.py results/quick
+    python benchmarks/bundle_seconds.py results/quick --config config/config.yaml config/quick.yaml
+
+Bundle-seconds are the way to compare parts of one run (docs/quick.md, Time): they add the
+two cores' time, so they exceed the wall time of `make quick`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from fednorm.plan import load_plan, merged_config
+from fednorm.results import load_summary
+
+COMPARISON = ("compare", "tuning")  # experiment prefixes of the all-methods comparison
+
+
+def paper(figure_group: str) -> str:
+    """The paper of a run's first experiment (``figure_group`` joins them by '|')."""
+    first = figure_group.split("|")[0]
+    return "comparison" if first.startswith(COMPARISON) else first.split("_")[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results")
+    parser.add_argument("--config", nargs="+", default=["config/config.yaml", "config/quick.yaml"],
+                        help="the profile's config files, merged in order (its bundles)")
+    args = parser.parse_args()
+    plan = load_plan(merged_config(args.config))
+    runs = load_summary(args.results).drop_duplicates("run_id").set_index("run_id")
+    rows = []
+    for bundle, members in plan.bundles.items():
+        present = runs.reindex([r for r in members if r in runs.index])
+        if present.empty:
+            continue
+        papers = sorted({paper(g) for g in present["figure_group"].astype(str)})
+        rows.append({"bundle": bundle, "paper": "+".join(papers),
+                     "seconds": float(present["wall_time_s"].max())})
+    frame = pd.DataFrame(rows)
+    print(f"{frame.seconds.sum():.0f} bundle-seconds in {len(frame)} bundles")
+    print(frame.groupby("paper").seconds.agg(["sum", "count"]).round(0).to_string())
+
+
+if __name__ == "__main__":
+    main()
