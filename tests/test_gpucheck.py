@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from fednorm.gpucheck import main
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["environment", "cuda_tests", "peak_matmul", "throughput fbn_cnn",
-         "throughput resnet20_E2", "throughput resnet20_E4", "throughput resnet18", "compile",
-         "bundle_size_auto", "gpu_hours"]
+         "throughput resnet20_E1", "throughput resnet20_E2", "throughput resnet20_E4",
+         "throughput resnet18", "compile", "bundle_size_auto", "gpu_hours"]
 
 
 @pytest.mark.slow
@@ -39,7 +40,7 @@ def test_the_smoke_check_records_every_step_and_a_failure_without_stopping(tmp_p
     # CUDA tests skipped on the CPU, each of them
     assert steps["cuda_tests"]["result"]["counts"]["skipped"] >= 20
     assert steps["peak_matmul"]["result"]["flops_per_s"] > 0
-    for name in STEPS[3:7]:  # the engine beside the plain loop and the floor
+    for name in STEPS[3:8]:  # the engine beside the plain loop and the floor
         result = steps[name]["result"]
         assert result["plain_images_per_s"] > 0 and result["floor_images_per_s"] > 0
         assert result["engine"][0]["runs"] == 1
@@ -54,3 +55,61 @@ def test_the_smoke_check_records_every_step_and_a_failure_without_stopping(tmp_p
     text = (tmp_path / "report.md").read_text()
     assert all(f"## {name}: " in text for name in STEPS)
     assert "failed on purpose" in text and "| engine |" in text
+
+
+def _report(path: Path, throughput: dict[str, list[tuple[int, float]]]) -> Path:
+    """A report.json as the check writes it, with these (runs, images/s) engine rows a shape;
+    the first report of the first lent GPU named no part (found from the shape's name)."""
+    steps = [{"name": f"throughput {shape}", "status": "ok", "seconds": 1.0, "error": "",
+              "result": {"engine": [{"runs": r, "images_per_s": v} for r, v in rows]}}
+             for shape, rows in throughput.items()]
+    path.write_text(json.dumps({"title": "t", "context": {}, "seconds": 1.0, "steps": steps}))
+    return path
+
+
+def test_a_check_prices_the_hour_from_earlier_reports_at_each_parts_slowest_shapes_best(
+        tmp_path, monkeypatch):
+    """--from-report: the rates of two leases together, each shape at its fastest bundle, each
+    part at its slowest shape; --only runs no other step and counts none as failed."""
+    from fednorm.plan import load_plan, merge
+
+    monkeypatch.chdir(ROOT)
+    first = _report(tmp_path / "a.json", {"fbn_cnn": [(1, 2000.0), (16, 9000.0)],
+                                          "resnet20_E2": [(4, 1000.0), (64, 4000.0)],
+                                          "resnet20_E100": [(4, 500.0)],
+                                          "resnet18": [(4, 700.0)]})
+    second = _report(tmp_path / "b.json", {"resnet20_E100": [(16, 2000.0), (64, 3000.0)],
+                                           "resnet20_E1": [(64, 8000.0)]})
+    out = tmp_path / "out"
+    code = main(["--device", "cpu", "--only", "gpu_hours", "--out", str(out),
+                 "--from-report", str(first), "--from-report", str(second)])
+    assert code == 0
+    steps = {s["name"]: s for s in json.loads((out / "report.json").read_text())["steps"]}
+    assert {n for n, s in steps.items() if s["status"] == "ok"} == {"environment", "gpu_hours"}
+    assert all(s["result"]["summary"] == "not asked for (--only)"
+               for n, s in steps.items() if n not in ("environment", "gpu_hours"))
+    result = steps["gpu_hours"]["result"]
+    want = {("cifar10", "fbn_cnn"): 9000.0, ("cifar10", "resnet20"): 3000.0,
+            ("tinyimagenet", "resnet18"): 700.0}
+
+    def rate(part):  # ImageNet at Tiny-ImageNet's rate scaled by pixels
+        return want.get(part, 700.0 * 64**2 / 224**2)
+
+    paper = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    hour = load_plan(merge(paper, yaml.safe_load((ROOT / "config/hour.yaml").read_text())))
+    got = {r["part"]: r["gpu_hours_measured"] for r in result["rows"]
+           if r["config"].startswith("config/hour.yaml")}
+    assert got == pytest.approx(hour.gpu_hours(rate))
+    sizes = {r["shape"]: r["best_runs"] for r in result["bundle_sizes"]}
+    assert sizes == {"fbn_cnn": 16, "resnet20_E2": 64, "resnet20_E100": 64, "resnet20_E1": 64,
+                     "resnet18": 4}
+
+
+def test_a_check_refuses_bad_bundle_sizes_and_a_missing_report(tmp_path, capsys):
+    for argv, words in ((["--sizes", "16,x"], "'16,x': bundle sizes are integers >= 1"),
+                        (["--sizes", "0,4"], "'0,4': bundle sizes are integers >= 1"),
+                        (["--from-report", str(tmp_path / "none.json")],
+                         "none.json: no such file")):
+        with pytest.raises(SystemExit):
+            main(["--device", "cpu", "--out", str(tmp_path / "out"), *argv])
+        assert words in capsys.readouterr().err

@@ -94,17 +94,18 @@ def test_a_real_cuda_out_of_memory_splits_the_bundle_and_each_run_equals_itself_
     cfgs = [dataclasses.replace(base, seed=s) for s in range(4)]
     alone = [train(c, data, CUDA) for c in cfgs]
     device = torch.device(CUDA)
+    index = torch.cuda.current_device() if device.index is None else device.index
     footprint = memory.measure(cfgs, data, device)
     assert footprint is not None and footprint.per_run > 20 * 2**20, footprint
     torch.cuda.empty_cache()
     allowed = torch.cuda.memory_allocated(device) + footprint.fixed + 3 * footprint.per_run
     total = torch.cuda.get_device_properties(device).total_memory
-    torch.cuda.set_per_process_memory_fraction(allowed / total, device)
+    torch.cuda.set_per_process_memory_fraction(allowed / total, index)
     try:
         with caplog.at_level(logging.WARNING, logger="fednorm.train"):
             got = train_bundle(cfgs, data, CUDA)
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.set_per_process_memory_fraction(1.0, index)
     assert any("4 runs together do not fit the memory of cuda" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
     for result, want in zip(got, alone, strict=True):

@@ -24,6 +24,7 @@ It needs PyTorch, PyYAML and pytest only (no Snakemake, no network): ``PYTHONPAT
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import os
 import platform
@@ -45,12 +46,50 @@ BUDGET_S = 450  # the check's steps start within this; `make gpu-check` kills it
 
 
 class Measured:
-    """What the steps hand on to later ones."""
+    """What the steps hand on to later ones, and what earlier checks' reports measured
+    (``--from-report``: a lease too short for the whole check measures the rest later)."""
 
     def __init__(self) -> None:
         self.peak_flops: float | None = None
         self.best: dict[str, dict[str, Any]] = {}  # shape -> its best engine row
         self.auto: dict[str, int] = {}  # shape -> the runs bundle_size: auto trains together
+
+    def offer(self, shape: str, row: dict[str, Any]) -> None:
+        """An engine row of ``shape`` (images_per_s, runs, part, image_size): kept if it is
+        the shape's fastest so far."""
+        old = self.best.get(shape)
+        if old is None or row["images_per_s"] > old["images_per_s"]:
+            self.best[shape] = row
+
+    def load(self, path: Path) -> None:
+        """The throughput, peak and bundle_size: auto that the report.json at ``path``
+        measured; a shape's part and image size from the report, else from tp.SHAPES."""
+        import json
+
+        report = json.loads(Path(path).read_text())
+        known = {s.name: s for s in tp.SHAPES}
+        for step in report.get("steps", []):
+            name, result = step["name"], step.get("result", {})
+            if step["status"] != "ok":
+                continue
+            if name == "peak_matmul":
+                self.peak_flops = self.peak_flops or result["flops_per_s"]
+            elif name == "bundle_size_auto":
+                self.auto.update({r["shape"]: r["runs_together"] for r in result["rows"]
+                                  if r.get("runs_together")})
+            elif name.startswith("throughput "):
+                shape = name.removeprefix("throughput ")
+                if "part" in result:
+                    part, size = tuple(result["part"]), result["image_size"]
+                elif shape in known:
+                    part, size = known[shape].part, known[shape].keys["image_size"]
+                else:
+                    raise ValueError(f"{path}: step {name!r} names no part and {shape!r} is "
+                                     f"not one of the check's shapes ({', '.join(known)})")
+                for row in result.get("engine", []):
+                    if row.get("images_per_s"):
+                        self.offer(shape, {**row, "part": part, "image_size": size,
+                                           "report": str(path)})
 
 
 def release(device: torch.device) -> None:
@@ -132,16 +171,18 @@ def shape_throughput(shape: tp.Shape, device: torch.device, settings: tp.Setting
         row["vs_plain"] = row["images_per_s"] / plain
         row["of_floor"] = row["images_per_s"] / floor if floor else None
         rows.append(row)
-        if row["round_s"] > settings.round_limit_s:
-            break
+        larger = [r for r in shape.sizes if r > runs]
+        if larger and row["round_s"] * larger[0] / runs > settings.round_limit_s:
+            break  # the next R's round, at this R's images/s, would take too long
     done = [r for r in rows if r.get("images_per_s")]
     best = max(done, key=lambda r: r["images_per_s"])
-    measured.best[shape.name] = {**best, "part": shape.part, "image_size":
-                                 shape.keys["image_size"]}
+    measured.offer(shape.name, {**best, "part": shape.part,
+                                "image_size": shape.keys["image_size"]})
     floor_text = f", floor {floor:,.0f}" if floor else ""
     return {"summary": f"{shape.paper}: best R = {best['runs']}, {best['images_per_s']:,.0f} "
                        f"images/s = {best['vs_plain']:.2f}x the plain loop ({plain:,.0f})"
                        f"{floor_text}",
+            "part": list(shape.part), "image_size": shape.keys["image_size"],
             "plain_images_per_s": plain, "flops_per_image": flops, "floor_images_per_s": floor,
             "engine": rows, "tables": {shape.paper: [
                 {"what": "plain PyTorch loop, 1 run", "runs": 1, "images_per_s": plain},
@@ -159,14 +200,14 @@ def compiled(shapes: tuple[tp.Shape, ...], device: torch.device, settings: tp.Se
                       lambda s, d: tp.plain_rate(s, d, settings, "reduce-overhead")))
     sizes = {r for s in shapes for r in s.sizes}
     runs = 16 if 16 in sizes else max(sizes)
-    modes += [(f"engine R={runs}, eager",
+    engine = [(f"engine R={runs}, eager",
                lambda s, d: tp.engine_rate(s, runs, d, settings)["images_per_s"]),
               (f"engine R={runs}, torch.compile",
                lambda s, d: tp.engine_rate(s, runs, d, settings, compiled=True)["images_per_s"])]
     rows = []
     for shape in (s for s in shapes if s.compile):
         data = tp.data_for(shape, settings, device)
-        for what, rate in modes:
+        for what, rate in modes + (engine if shape.compile_engine else []):
             row: dict[str, Any] = {"shape": shape.name, "what": what, "images_per_s": None,
                                    "error": ""}
             try:
@@ -263,8 +304,8 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
               "auto_runs": measured.auto.get(shape),
               "bundle_size": min(row["runs"], measured.auto.get(shape, row["runs"]))}
              for shape, row in measured.best.items()]
-    rates = [{"dataset": d, "model": m, "images_per_s": r["images_per_s"], "from": r["runs"]}
-             for (d, m), r in by_part.items()]
+    rates = [{"dataset": d, "model": m, "images_per_s": r["images_per_s"], "runs": r["runs"],
+              "measured": r.get("report", "here")} for (d, m), r in by_part.items()]
     paper_all, hour_all = (r for r in rows if r["part"] == "all")
     return {"summary": f"paper scale {paper_all['gpu_hours_measured']:,.1f} GPU-hours, the "
                        f"hour profile {hour_all['gpu_hours_measured']:.2f} at the rates "
@@ -280,6 +321,17 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
                                               for (d, m), t in notes.items()]}}
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: bundle sizes are integers >= 1, "
+                                         "comma-separated, e.g. 16,64")
+    return tuple(sorted(set(sizes)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fednorm.gpucheck",
                                      description=__doc__.splitlines()[0])
@@ -291,17 +343,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-dir", default="config", help="config.yaml and hour.yaml")
     parser.add_argument("--fail", action="append", default=[], metavar="STEP",
                         help="make this step fail (tests that a failure is recorded)")
+    parser.add_argument("--only", action="append", default=[], metavar="STEP",
+                        help="run only the steps whose name starts so (repeatable; the "
+                             "environment always runs), e.g. 'throughput resnet20_E100'")
+    parser.add_argument("--sizes", type=_sizes, metavar="R,R,...",
+                        help="the bundle sizes each throughput step times (default: the "
+                             "shape's, 1,4,16,64)")
+    parser.add_argument("--round-limit-s", type=float,
+                        help="no larger R whose round is predicted to take longer "
+                             f"(default {tp.Settings.round_limit_s:g})")
+    parser.add_argument("--repeats", type=int, help="timings per rate, their median kept")
+    parser.add_argument("--from-report", action="append", default=[], type=Path,
+                        metavar="REPORT_JSON",
+                        help="an earlier check's report.json: its rates count as measured "
+                             "here (gpu_hours prices with the fastest of each shape)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     settings = tp.SMOKE if args.smoke else tp.Settings()
+    settings = dataclasses.replace(settings, **{k: v for k, v in (
+        ("round_limit_s", args.round_limit_s), ("repeats", args.repeats)) if v is not None})
     shapes = tp.SMOKE_SHAPES if args.smoke else tp.SHAPES
+    if args.sizes:
+        shapes = tuple(dataclasses.replace(s, sizes=args.sizes) for s in shapes)
     check = Check(Path(args.out), f"GPU check{' (smoke)' if args.smoke else ''} on {device}",
                   args.budget_s, context={"command": " ".join(sys.argv), "smoke": args.smoke})
     measured = Measured()
+    for path in args.from_report:
+        if not path.is_file():
+            parser.error(f"--from-report {path}: no such file (an earlier check's report.json)")
+        measured.load(path)
+    if args.from_report:
+        check.context["rates also from"] = ", ".join(map(str, args.from_report))
+
+    unasked: set[str] = set()
 
     def step(name: str, work: Callable[[], Result]) -> None:
         def failing() -> Result:
             raise RuntimeError(f"step {name!r} failed on purpose (--fail)")
+        if args.only and name != "environment" and not any(map(name.startswith, args.only)):
+            unasked.add(check.skip(name, "not asked for (--only)").name)
+            return
         check.run(name, failing if name in args.fail else work)
 
     step("environment", lambda: environment(device))
@@ -313,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     step("compile", lambda: compiled(shapes, device, settings))
     step("bundle_size_auto", lambda: bundle_size_auto(shapes, device, settings, measured))
     step("gpu_hours", lambda: gpu_hours(Path(args.config_dir), measured, device))
-    failed = [s.name for s in check.steps if s.status != "ok"]
+    failed = [s.name for s in check.steps if s.status != "ok" and s.name not in unasked]
     print(f"{check.out}/report.md: {len(check.steps) - len(failed)} of {len(check.steps)} "
           f"steps ok" + (f"; not ok: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

@@ -54,6 +54,13 @@ class Check:
         self.write()
         return step
 
+    def skip(self, name: str, why: str) -> Step:
+        """A step recorded ``skipped`` without running, with the reason as its summary."""
+        step = Step(name, status="skipped", result={"summary": why})
+        self.steps.append(step)
+        self.write()
+        return step
+
     def write(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         total = time.perf_counter() - self.start
