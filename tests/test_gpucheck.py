@@ -113,3 +113,14 @@ def test_a_check_refuses_bad_bundle_sizes_and_a_missing_report(tmp_path, capsys)
         with pytest.raises(SystemExit):
             main(["--device", "cpu", "--out", str(tmp_path / "out"), *argv])
         assert words in capsys.readouterr().err
+
+
+def test_a_bundles_rate_is_interpolated_between_measured_sizes_log_log():
+    from fednorm.gpucheck import rate_at
+
+    curve = {1: 1000.0, 4: 4000.0, 16: 8000.0}
+    assert rate_at(curve, 4) == 4000.0
+    assert rate_at(curve, 2) == pytest.approx(2000.0)  # halfway in log R, rate x R
+    assert rate_at(curve, 8) == pytest.approx(8000.0 / 2**0.5)  # sqrt(4000 * 8000)
+    assert rate_at(curve, 64) == 8000.0  # above the largest: the largest's
+    assert rate_at({16: 8000.0}, 4) == pytest.approx(2000.0)  # below: no run faster than at 16

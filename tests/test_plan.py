@@ -398,7 +398,14 @@ def test_a_training_job_takes_consecutive_bundles_and_only_their_unfinished_runs
     ({"data_workers": -1}, r"execution: key 'data_workers' has value -1; allowed: an integer "
                            r">= 0"),
     ({"images_per_second": 0}, r"execution: key 'images_per_second' has value 0; allowed: "
-                               r"null or a number in \(0, inf\]"),
+                               r"null or a number in \(0, inf\], or a mapping dataset/model"),
+    ({"images_per_second": {"cifar10": 100}}, r"key 'images_per_second' has value "
+                                              r"\{'cifar10': 100\}; allowed: null or a number"),
+    ({"images_per_second": {"cifar10/resnet20": -1}}, r"key 'images_per_second' has value"),
+    # every dataset/model of the plan needs its rate
+    ({"images_per_second": {"cifar10/resnet20": 100}},
+     r"execution: key 'images_per_second' has no rate for 'cifar10/fbn_cnn', a dataset/model "
+     r"of this plan; given: cifar10/resnet20"),
     ({"images_per_second": "fast"}, r"key 'images_per_second' has value 'fast'"),
     ({"max_runtime": 0}, r"execution: key 'max_runtime' has value 0; allowed: null or an "
                          r"integer >= 1"),
@@ -438,6 +445,10 @@ def test_a_jobs_runtime_comes_from_its_images_and_the_rate_capped_by_max_runtime
     capped = load_plan(_bundle_config(3, images_per_second=10, max_runtime=20))
     assert (capped.job_runtime(trio), capped.job_runtime(trio[:1])) == (20, 16)
     assert load_plan(_bundle_config(3, runtime=99, max_runtime=20)).job_runtime(trio) == 20
+    # a rate a dataset/model: the bundle's own part's
+    (part,) = {(rated.runs[r].dataset, rated.runs[r].model) for r in trio}
+    mapped = load_plan(_bundle_config(3, images_per_second={"/".join(part): 10}))
+    assert (mapped.job_runtime(trio), mapped.job_runtime(trio[:1])) == (37, 16)
 
 
 def test_resume_points_lie_outside_every_job_output():
@@ -664,3 +675,15 @@ def test_the_quick_seed_sets_are_disjoint():
     assert seeds[0] == {0, 1}
     for a, b in itertools.combinations(seeds, 2):
         assert not a & b
+
+
+def test_gpu_hours_in_bundles_price_each_run_at_its_bundles_rate():
+    """Each bundle of R runs at rate(part, R); summed bundle by bundle here, run by run there."""
+    plan = load_plan(_bundle_config(3))
+    flat = plan.gpu_hours(lambda part: 100.0)
+    assert plan.gpu_hours_in_bundles(lambda part, runs: 100.0) == pytest.approx(flat)
+    by_bundle = sum(plan.training_images(ids) / (50.0 * len(ids))
+                    for ids in plan.bundles.values()) / 3600
+    assert len({len(ids) for ids in plan.bundles.values()}) > 1  # sizes differ: rate matters
+    got = plan.gpu_hours_in_bundles(lambda part, runs: 50.0 * runs)
+    assert got["all"] == pytest.approx(by_bundle)

@@ -71,10 +71,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for (dataset, model), images in plan.images_by_part().items():
         print(f"{dataset} / {model}: {images / 1e9:.3g} G training images (each run's counted "
               f"once)")
-    rate = args.images_per_second or plan.execution.images_per_second
-    if rate:
-        hours = plan.gpu_hours(lambda part: rate)
-        print(f"GPU-hours at {rate:,.0f} images/s (assumed until measured: make gpu-check): "
+    given = args.images_per_second or plan.execution.images_per_second
+    if given:
+        rate = (lambda part: args.images_per_second) if args.images_per_second \
+            else plan.execution.rate
+        hours = plan.gpu_hours(rate)
+        rates = ", ".join(f"{'/'.join(p)} {rate(p):,.0f}" for p in plan.images_by_part())
+        print(f"GPU-hours at {rates} images/s: "
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
     if plan.claims:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import math
 import os
 import platform
 import re
@@ -52,14 +53,28 @@ class Measured:
     def __init__(self) -> None:
         self.peak_flops: float | None = None
         self.best: dict[str, dict[str, Any]] = {}  # shape -> its best engine row
+        self.curves: dict[str, dict[int, float]] = {}  # shape -> R -> images/s (the fastest)
         self.auto: dict[str, int] = {}  # shape -> the runs bundle_size: auto trains together
+        self.reports: list[Path] = []  # the earlier checks' report.json read (load)
 
     def offer(self, shape: str, row: dict[str, Any]) -> None:
-        """An engine row of ``shape`` (images_per_s, runs, part, image_size): kept if it is
-        the shape's fastest so far."""
+        """An engine row of ``shape`` (images_per_s, runs, part, image_size): its bundle
+        size's rate if faster than one measured before, the shape's best if the fastest."""
+        curve = self.curves.setdefault(shape, {})
+        curve[row["runs"]] = max(curve.get(row["runs"], 0.0), row["images_per_s"])
         old = self.best.get(shape)
         if old is None or row["images_per_s"] > old["images_per_s"]:
             self.best[shape] = row
+
+    def part_rate(self, part: tuple[str, str], runs: int) -> float | None:
+        """Images/s of a bundle of ``runs`` runs of ``part`` (dataset, model): its slowest
+        shape's (:func:`rate_at`) among those measured at ``runs`` or fewer (else among all);
+        None if no shape of the part was measured."""
+        shapes = [s for s, row in self.best.items() if tuple(row["part"]) == part]
+        if not shapes:
+            return None
+        covering = [s for s in shapes if min(self.curves[s]) <= runs] or shapes
+        return min(rate_at(self.curves[s], runs) for s in covering)
 
     def load(self, path: Path) -> None:
         """The throughput, peak and bundle_size: auto that the report.json at ``path``
@@ -67,6 +82,7 @@ class Measured:
         import json
 
         report = json.loads(Path(path).read_text())
+        self.reports.append(Path(path))
         known = {s.name: s for s in tp.SHAPES}
         for step in report.get("steps", []):
             name, result = step["name"], step.get("result", {})
@@ -90,6 +106,23 @@ class Measured:
                     if row.get("images_per_s"):
                         self.offer(shape, {**row, "part": part, "image_size": size,
                                            "report": str(path)})
+
+
+def rate_at(curve: dict[int, float], runs: int) -> float:
+    """Images/s of a bundle of ``runs`` from ``curve`` (bundle size -> images/s measured):
+    log-log between two measured sizes; below the smallest, that size's rate a run (no run
+    faster than there, a pessimistic guess); above the largest, the largest's rate."""
+    sizes = sorted(curve)
+    if runs <= sizes[0]:
+        return curve[sizes[0]] * runs / sizes[0]
+    if runs >= sizes[-1]:
+        return curve[sizes[-1]]
+    lo = max(r for r in sizes if r <= runs)
+    hi = min(r for r in sizes if r >= runs)
+    if lo == hi:
+        return curve[lo]
+    w = (math.log(runs) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return math.exp((1 - w) * math.log(curve[lo]) + w * math.log(curve[hi]))
 
 
 def release(device: torch.device) -> None:
@@ -176,8 +209,9 @@ def shape_throughput(shape: tp.Shape, device: torch.device, settings: tp.Setting
             break  # the next R's round, at this R's images/s, would take too long
     done = [r for r in rows if r.get("images_per_s")]
     best = max(done, key=lambda r: r["images_per_s"])
-    measured.offer(shape.name, {**best, "part": shape.part,
-                                "image_size": shape.keys["image_size"]})
+    for row in done:
+        measured.offer(shape.name, {**row, "part": shape.part,
+                                    "image_size": shape.keys["image_size"]})
     floor_text = f", floor {floor:,.0f}" if floor else ""
     return {"summary": f"{shape.paper}: best R = {best['runs']}, {best['images_per_s']:,.0f} "
                        f"images/s = {best['vs_plain']:.2f}x the plain loop ({plain:,.0f})"
@@ -274,18 +308,21 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
     notes: dict[tuple[str, str], str] = {}
 
     def rate_for(plan):
-        def rate(part: tuple[str, str]) -> float:
+        """rate(part, R): a bundle of R runs' images/s (R None: the part's best bundle)."""
+        def rate(part: tuple[str, str], runs: int | None = None) -> float:
             if part in by_part:
-                return by_part[part]["images_per_s"]
-            same = [r for key, r in by_part.items() if key[1] == part[1]]
+                return by_part[part]["images_per_s"] if runs is None \
+                    else measured.part_rate(part, runs)
+            same = [(key, r) for key, r in by_part.items() if key[1] == part[1]]
             size = next(c.image_size for c in plan.runs.values()
                         if (c.dataset, c.model) == part)
             if same:
-                notes[part] = f"scaled by pixels from {same[0]['image_size']}x" \
-                              f"{same[0]['image_size']} to {size}x{size}"
-                return same[0]["images_per_s"] * same[0]["image_size"] ** 2 / size**2
+                key, row = same[0]
+                notes[part] = f"scaled by pixels from {row['image_size']}x" \
+                              f"{row['image_size']} to {size}x{size}"
+                return rate(key, runs) * row["image_size"] ** 2 / size**2
             notes[part] = "not measured: the slowest measured rate"
-            return slowest
+            return slowest if runs is None else min(rate(key, runs) for key in by_part)
         return rate
 
     rows = []
@@ -296,9 +333,11 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
         plan = load_plan(config)
         parts = {**plan.paper_parts(), "all": tuple(plan.runs)}
         hours = plan.gpu_hours(rate_for(plan), parts)
+        in_bundles = plan.gpu_hours_in_bundles(rate_for(plan), parts)
         assumed = plan.gpu_hours(lambda part: ASSUMED_RATE, parts)
         rows += [{"config": name, "part": part, "runs": len(parts[part]),
-                  "gpu_hours_measured": h, "gpu_hours_at_50k": assumed[part]}
+                  "gpu_hours_measured": h, "gpu_hours_in_its_bundles": in_bundles[part],
+                  "gpu_hours_at_50k": assumed[part]}
                  for part, h in hours.items()]
     sizes = [{"shape": shape, "best_runs": row["runs"],
               "auto_runs": measured.auto.get(shape),
@@ -307,10 +346,12 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
     rates = [{"dataset": d, "model": m, "images_per_s": r["images_per_s"], "runs": r["runs"],
               "measured": r.get("report", "here")} for (d, m), r in by_part.items()]
     paper_all, hour_all = (r for r in rows if r["part"] == "all")
-    return {"summary": f"paper scale {paper_all['gpu_hours_measured']:,.1f} GPU-hours, the "
-                       f"hour profile {hour_all['gpu_hours_measured']:.2f} at the rates "
-                       f"measured on "
-                       f"{device}; config.yaml's bundle_size: "
+    where = "in " + ", ".join(map(str, measured.reports)) if measured.reports else f"on {device}"
+    return {"summary": f"paper scale {paper_all['gpu_hours_measured']:,.1f} GPU-hours at the "
+                       f"best bundle, {paper_all['gpu_hours_in_its_bundles']:,.1f} in its "
+                       f"bundles; the hour profile {hour_all['gpu_hours_measured']:.2f}, "
+                       f"{hour_all['gpu_hours_in_its_bundles']:.2f} in its bundles; at the "
+                       f"rates measured {where}; config.yaml's bundle_size: "
                        f"{min(s['bundle_size'] for s in sizes)}",
             "rows": rows, "bundle_sizes": sizes,
             "notes": {f"{d}/{m}": t for (d, m), t in notes.items()},

@@ -55,8 +55,10 @@ class Execution:
     # the job's own process); the other datasets are in memory and ignore it
     data_workers: int = DATA_WORKERS
     # A job's runtime from its training images (training_images) at this rate, measured with
-    # benchmarks/time_plan_bundle.py; null: every job asks for `runtime`
-    images_per_second: float | None = None
+    # benchmarks/time_plan_bundle.py or make gpu-check: one number, or one a part of the plan,
+    # {"cifar10/resnet20": 26670, ...} (dataset/model: every part's); null: every job asks for
+    # `runtime`
+    images_per_second: float | Mapping[str, float] | None = None
     max_runtime: int | None = None  # minutes, the partition's limit: no job asks for more
 
     @property
@@ -70,15 +72,33 @@ class Execution:
         device's memory), or None (all of them)."""
         return "auto" if self.bundle_size == "auto" else None
 
-    def job_runtime(self, images: int) -> int:
-        """The minutes a training job of ``images`` training images asks for: ``runtime``, or
-        with ``images_per_second`` RUNTIME_MARGIN times the images' time plus
-        RUNTIME_START_MINUTES; at most ``max_runtime``. A job cut short by its limit saves
+    def rate(self, part: tuple[str, str]) -> float | None:
+        """The training images/s of ``part`` (dataset, model): ``images_per_second``'s, or
+        None without one. A part that a mapping does not name is a ConfigError
+        (:meth:`check_parts` says so when the plan is built)."""
+        rate = self.images_per_second
+        if rate is None or not isinstance(rate, Mapping):
+            return rate
+        key = "/".join(part)
+        if key not in rate:
+            raise ConfigError(
+                f"execution: key 'images_per_second' has no rate for {key!r}, a dataset/model "
+                f"of this plan; given: {', '.join(rate) or 'none'}")
+        return float(rate[key])
+
+    def check_parts(self, parts: Iterable[tuple[str, str]]) -> None:
+        for part in parts:
+            self.rate(part)
+
+    def job_runtime(self, images: Mapping[tuple[str, str], int]) -> int:
+        """The minutes a training job of ``images`` training images a (dataset, model) asks
+        for: ``runtime``, or with ``images_per_second`` RUNTIME_MARGIN times the images' time
+        plus RUNTIME_START_MINUTES; at most ``max_runtime``. A job cut short by its limit saves
         its state and continues in its next submission (docs/resume.md)."""
         minutes = self.runtime
         if self.images_per_second is not None:
-            minutes = RUNTIME_START_MINUTES + math.ceil(
-                RUNTIME_MARGIN * images / self.images_per_second / 60)
+            seconds = sum(n / self.rate(part) for part, n in images.items())
+            minutes = RUNTIME_START_MINUTES + math.ceil(RUNTIME_MARGIN * seconds / 60)
         return minutes if self.max_runtime is None else min(minutes, self.max_runtime)
 
     def check(self) -> None:
@@ -100,6 +120,17 @@ def _device(value: Any) -> str | None:
     return None if isinstance(value, str) and value else "a device name: auto, cpu, cuda, cuda:1"
 
 
+def _rates(value: Any) -> str | None:
+    allowed = ("a number in (0, inf], or a mapping dataset/model -> such a number, e.g. "
+               "{cifar10/resnet20: 26670}")
+    positive = number_in(0, math.inf, low_open=True)
+    if isinstance(value, Mapping):
+        ok = value and all(isinstance(k, str) and k.count("/") == 1 and positive(v) is None
+                           for k, v in value.items())
+        return None if ok else allowed
+    return None if positive(value) is None else allowed
+
+
 EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "device": _device,
     "threads": int_at_least(1),
@@ -111,7 +142,7 @@ EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "runtime": int_at_least(1),
     "checkpoint_minutes": number_in(0, math.inf, low_open=True),
     "data_workers": int_at_least(0),
-    "images_per_second": Nullable(number_in(0, math.inf, low_open=True)),
+    "images_per_second": Nullable(_rates),
     "max_runtime": Nullable(int_at_least(1)),
 }
 

@@ -109,7 +109,7 @@ class Plan:
 
     def job_runtime(self, run_ids: Iterable[str]) -> int:
         """The minutes a training job of these runs asks a cluster for (`runtime`)."""
-        return self.execution.job_runtime(self.training_images(run_ids))
+        return self.execution.job_runtime(self.images_by_part(run_ids))
 
     def run_files(self, run_ids: tuple[str, ...]) -> list[str]:
         """The files the runs write, run by run in ``RUN_FILES`` order."""
@@ -169,6 +169,22 @@ class Plan:
         second."""
         parts = {**(self.paper_parts() if parts is None else parts), "all": tuple(self.runs)}
         return {name: gpu_hours(self.images_by_part(ids), rate) for name, ids in parts.items()}
+
+    def gpu_hours_in_bundles(self, rate: Callable[[tuple[str, str], int], float],
+                             parts: Mapping[str, tuple[str, ...]] | None = None
+                             ) -> dict[str, float]:
+        """As :meth:`gpu_hours`, each run at the rate of its bundle: ``rate((dataset, model),
+        R)`` training images per second of a bundle of R runs (the engine trains a bundle's
+        runs together, and a small bundle trains far fewer images a second than a large one:
+        docs/speed.md, GPU check)."""
+        size = {r: len(ids) for ids in self.bundles.values() for r in ids}
+        parts = {**(self.paper_parts() if parts is None else parts), "all": tuple(self.runs)}
+
+        def seconds(run_id: str) -> float:
+            cfg = self.runs[run_id]
+            return cfg.training_images / rate((cfg.dataset, cfg.model), size[run_id])
+        return {name: sum(map(seconds, dict.fromkeys(ids))) / 3600
+                for name, ids in parts.items()}
 
     def needs_cifar10(self) -> bool:
         return any(cfg.dataset == "cifar10" for cfg in self.runs.values())
@@ -259,6 +275,7 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
     runs: dict[str, RunConfig] = {}
     for cfgs in expanded.values():
         runs.update((c.run_id, c) for c in cfgs)
+    execution.check_parts({(c.dataset, c.model) for c in runs.values()})
     figures_spec = config.get("figures") or {}
     figures = {name: figure_spec(name, spec, expanded) for name, spec in figures_spec.items()
                if spec is not None}
