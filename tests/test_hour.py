@@ -99,6 +99,6 @@ def test_fednorm_plan_prints_the_hour_s_gpu_hours_per_part(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["plan", "config/config.yaml", "config/hour.yaml"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU-hours"))
-    assert line.startswith("GPU-hours at 50,000 images/s (assumed until measured")
+    assert line.startswith("GPU-hours at 50,000 images/s (training images only")
     assert all(f"{part} " in line for part in ("fbn", "fixbn", "fedtan", "compare"))
     assert float(line.rsplit("all ", 1)[1].split()[0]) <= 1.0

@@ -19,6 +19,7 @@ import argparse
 import logging
 import sys
 from collections import Counter
+from collections.abc import Mapping
 
 import torch
 
@@ -76,8 +77,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         rate = (lambda part: args.images_per_second) if args.images_per_second \
             else plan.execution.rate
         hours = plan.gpu_hours(rate)
-        rates = ", ".join(f"{'/'.join(p)} {rate(p):,.0f}" for p in plan.images_by_part())
-        print(f"GPU-hours at {rates} images/s: "
+        rates = f"{given:,.0f}" if not isinstance(given, Mapping) else ", ".join(
+            f"{'/'.join(p)} {rate(p):,.0f}" for p in plan.images_by_part())
+        print(f"GPU-hours at {rates} images/s (training images only; a small bundle trains "
+              f"slower: make gpu-check prices each bundle at its size): "
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
     if plan.claims:
