@@ -40,6 +40,7 @@ from fednorm.config import (
 )
 from fednorm.metrics import FIGURE_METRICS
 from fednorm.plan import EXECUTION_RULES, FIGURE_KEYS, REQUIRED, TOP_KEYS, load_plan
+from fednorm.plan.jobs import Rates
 from fednorm.results import AT
 
 # A valid run at the quick scale: the base that generated keys override.
@@ -67,6 +68,8 @@ def valid(rule: Callable[[Any], str | None]) -> st.SearchStrategy | None:
                              allow_nan=False, allow_infinity=False)
         case Nullable(rule=inner):
             return st.none() | valid(inner)
+        case Rates(number=number):  # the numbers (a mapping's parts depend on the plan)
+            return valid(number)
         case Finite():
             return st.floats(allow_nan=False, allow_infinity=False)
         case Boolean():
@@ -105,6 +108,8 @@ def invalid(rule: Callable[[Any], str | None]) -> st.SearchStrategy:
                                                                    max_size=2))
         case Nullable(rule=inner):
             return invalid(inner).filter(lambda v: v is not None)
+        case Rates(number=number):
+            return invalid(number).filter(lambda v: Rates(number)(v) is not None)
         case Finite():
             return st.sampled_from([math.nan, math.inf, -math.inf, HUGE, None, True]) | other
         case Boolean():

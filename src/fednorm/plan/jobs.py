@@ -120,15 +120,20 @@ def _device(value: Any) -> str | None:
     return None if isinstance(value, str) and value else "a device name: auto, cpu, cuda, cuda:1"
 
 
-def _rates(value: Any) -> str | None:
-    allowed = ("a number in (0, inf], or a mapping dataset/model -> such a number, e.g. "
-               "{cifar10/resnet20: 26670}")
-    positive = number_in(0, math.inf, low_open=True)
-    if isinstance(value, Mapping):
-        ok = value and all(isinstance(k, str) and k.count("/") == 1 and positive(v) is None
-                           for k, v in value.items())
-        return None if ok else allowed
-    return None if positive(value) is None else allowed
+@dataclass(frozen=True)
+class Rates:
+    """A number that ``number`` allows, or a mapping dataset/model -> such a number."""
+
+    number: Callable[[Any], str | None]
+
+    def __call__(self, value: Any) -> str | None:
+        allowed = (f"{self.number(math.nan)}, or a mapping dataset/model -> such a number, "
+                   "e.g. {cifar10/resnet20: 26670}")
+        if isinstance(value, Mapping):
+            ok = value and all(isinstance(k, str) and k.count("/") == 1
+                               and self.number(v) is None for k, v in value.items())
+            return None if ok else allowed
+        return None if self.number(value) is None else allowed
 
 
 EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
@@ -142,7 +147,7 @@ EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "runtime": int_at_least(1),
     "checkpoint_minutes": number_in(0, math.inf, low_open=True),
     "data_workers": int_at_least(0),
-    "images_per_second": Nullable(_rates),
+    "images_per_second": Nullable(Rates(number_in(0, math.inf, low_open=True))),
     "max_runtime": Nullable(int_at_least(1)),
 }
 
