@@ -102,3 +102,19 @@ def test_fednorm_plan_prints_the_hour_s_gpu_hours_per_part(capsys, monkeypatch):
     assert line.startswith("GPU-hours at 50,000 images/s (training images only")
     assert all(f"{part} " in line for part in ("fbn", "fixbn", "fedtan", "compare"))
     assert float(line.rsplit("all ", 1)[1].split()[0]) <= 1.0
+
+
+def test_fednorm_plan_prices_each_part_at_its_own_rate(capsys, monkeypatch, tmp_path):
+    """execution.images_per_second a dataset/model: each part's images at its rate."""
+    from fednorm.cli import main
+
+    monkeypatch.chdir(ROOT)
+    rates = {"cifar10/fbn_cnn": 60_000, "cifar10/resnet20": 20_000}
+    extra = tmp_path / "rates.yaml"
+    extra.write_text(yaml.safe_dump({"execution": {"images_per_second": rates}}))
+    assert main(["plan", "config/config.yaml", "config/hour.yaml", str(extra)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU-hours"))
+    assert line.startswith("GPU-hours at cifar10/fbn_cnn 60,000, cifar10/resnet20 20,000 ")
+    hour = _plan("config/config.yaml", "config/hour.yaml")
+    want = hour.gpu_hours(lambda part: rates["/".join(part)])
+    assert float(line.rsplit("all ", 1)[1].split()[0]) == pytest.approx(want["all"], rel=1e-2)
