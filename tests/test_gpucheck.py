@@ -100,6 +100,22 @@ def test_a_check_prices_the_hour_from_earlier_reports_at_each_parts_slowest_shap
     got = {r["part"]: r["gpu_hours_measured"] for r in result["rows"]
            if r["config"].startswith("config/hour.yaml")}
     assert got == pytest.approx(hour.gpu_hours(rate))
+    # its curves, pasted into the paper scale's config, price it as it did (rates rounded)
+    curves = yaml.safe_load(result["text"].split("\n\n", 1)[1])
+    measured = {part: {int(r): v for r, v in curve.items()}  # JSON keys are strings
+                for part, curve in result["images_per_second"].items()}
+    assert curves == {"execution": {"images_per_second": measured}}
+    # ResNet-20 a size, its slowest shape among those timed at that size or below: at 1 none
+    # was (E = 2's 1,000 at 4 and E = 100's 500 a quarter each; E = 1's 8,000 at 64 a 64th),
+    # at 4 E = 100's 500, at 16 E = 2's log-log midpoint of 1,000 and 4,000 and E = 100's
+    # 2,000, at 64 E = 100's 3,000
+    assert curves["execution"]["images_per_second"]["cifar10/resnet20"] == {
+        1: 125, 4: 500, 16: 2000, 64: 3000}
+    rated = load_plan(merge(paper, curves))
+    paper_row = next(r for r in result["rows"]
+                     if r["config"].startswith("config/config.yaml") and r["part"] == "all")
+    assert rated.gpu_hours_in_bundles(rated.execution.rate)["all"] == pytest.approx(
+        paper_row["gpu_hours_in_its_bundles"], rel=1e-3)
     sizes = {r["shape"]: r["best_runs"] for r in result["bundle_sizes"]}
     assert sizes == {"fbn_cnn": 16, "resnet20_E2": 64, "resnet20_E100": 64, "resnet20_E1": 64,
                      "resnet18": 4}
@@ -116,7 +132,7 @@ def test_a_check_refuses_bad_bundle_sizes_and_a_missing_report(tmp_path, capsys)
 
 
 def test_a_bundles_rate_is_interpolated_between_measured_sizes_log_log():
-    from fednorm.gpucheck import rate_at
+    from fednorm.plan.jobs import rate_at
 
     curve = {1: 1000.0, 4: 4000.0, 16: 8000.0}
     assert rate_at(curve, 4) == 4000.0

@@ -2,6 +2,7 @@
 comparison on CIFAR-10 within one GPU-hour at its stated rate, and its shapes train."""
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,26 @@ def test_fednorm_plan_prices_each_part_at_its_own_rate(capsys, monkeypatch, tmp_
     hour = _plan("config/config.yaml", "config/hour.yaml")
     want = hour.gpu_hours(lambda part: rates["/".join(part)])
     assert float(line.rsplit("all ", 1)[1].split()[0]) == pytest.approx(want["all"], rel=1e-2)
+
+
+def test_fednorm_plan_prices_each_bundle_at_its_size_given_curves(capsys, monkeypatch,
+                                                                   tmp_path):
+    """execution.images_per_second a curve (bundle size -> images/s, as make gpu-check writes
+    it): each run at its bundle size's rate, e.g. 10 times as fast at 16 runs as at 1."""
+    from fednorm.cli import main
+
+    monkeypatch.chdir(ROOT)
+    curves = {"cifar10/fbn_cnn": {1: 4_000, 16: 40_000}, "cifar10/resnet20": {1: 2_000,
+                                                                             16: 20_000}}
+    extra = tmp_path / "curves.yaml"
+    extra.write_text(yaml.safe_dump({"execution": {"images_per_second": curves}}))
+    assert main(["plan", "config/config.yaml", "config/hour.yaml", str(extra)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU-hours"))
+    assert line.startswith("GPU-hours in its own bundles, each at its bundle size's images/s")
+    hour = _plan("config/config.yaml", "config/hour.yaml")
+    size = {r: len(ids) for ids in hour.bundles.values() for r in ids}
+    # at R <= 16 the log-log line through (1, a) and (16, 10a) is a * R**(log 10 / log 16)
+    want = sum(c.training_images / (curves[f"{c.dataset}/{c.model}"][1]
+                                    * size[r] ** (math.log(10) / math.log(16)))
+               for r, c in hour.runs.items()) / 3600
+    assert float(line.rsplit("all ", 1)[1].split()[0]) == pytest.approx(want, rel=1e-2)

@@ -402,6 +402,10 @@ def test_a_training_job_takes_consecutive_bundles_and_only_their_unfinished_runs
     ({"images_per_second": {"cifar10": 100}}, r"key 'images_per_second' has value "
                                               r"\{'cifar10': 100\}; allowed: null or a number"),
     ({"images_per_second": {"cifar10/resnet20": -1}}, r"key 'images_per_second' has value"),
+    ({"images_per_second": {"cifar10/fbn_cnn": {0: 100}}}, r"key 'images_per_second' has "
+                                                          r"value"),
+    ({"images_per_second": {"cifar10/fbn_cnn": {"16": 100}}}, r"a mapping bundle size -> such"),
+    ({"images_per_second": {"cifar10/fbn_cnn": {}}}, r"key 'images_per_second' has value"),
     # every dataset/model of the plan needs its rate
     ({"images_per_second": {"cifar10/resnet20": 100}},
      r"execution: key 'images_per_second' has no rate for 'cifar10/fbn_cnn', a dataset/model "
@@ -449,6 +453,10 @@ def test_a_jobs_runtime_comes_from_its_images_and_the_rate_capped_by_max_runtime
     (part,) = {(rated.runs[r].dataset, rated.runs[r].model) for r in trio}
     mapped = load_plan(_bundle_config(3, images_per_second={"/".join(part): 10}))
     assert (mapped.job_runtime(trio), mapped.job_runtime(trio[:1])) == (37, 16)
+    # a curve: each run at its bundle's size, here 3 runs at 30 images/s (log-log between 1
+    # and 9): 15,000 images in 500 s -> 5 + ceil(1.25 x 8.33) = 16; one of them 5 + 4 = 9
+    curve = load_plan(_bundle_config(3, images_per_second={"/".join(part): {1: 10, 9: 90}}))
+    assert (curve.job_runtime(trio), curve.job_runtime(trio[:1])) == (16, 9)
 
 
 def test_resume_points_lie_outside_every_job_output():

@@ -73,7 +73,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"{dataset} / {model}: {images / 1e9:.3g} G training images (each run's counted "
               f"once)")
     given = args.images_per_second or plan.execution.images_per_second
-    if given:
+    if given and not args.images_per_second and plan.execution.by_bundle_size:
+        hours = plan.gpu_hours_in_bundles(plan.execution.rate)
+        print("GPU-hours in its own bundles, each at its bundle size's images/s "
+              "(execution.images_per_second's curves; training images only): "
+              + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
+              + f"; all {hours['all']:.3g} (each run once)")
+    elif given:
         rate = (lambda part: args.images_per_second) if args.images_per_second \
             else plan.execution.rate
         hours = plan.gpu_hours(rate)

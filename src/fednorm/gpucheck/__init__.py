@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import math
 import os
 import platform
 import re
@@ -41,6 +40,7 @@ import torch
 
 from fednorm.gpucheck import throughput as tp
 from fednorm.gpucheck.steps import Check, Result
+from fednorm.plan.jobs import rate_at
 
 ASSUMED_RATE = 50_000  # images/s that config/hour.yaml is planned at, until measured
 BUDGET_S = 450  # the check's steps start within this; `make gpu-check` kills it at 540 s
@@ -106,23 +106,6 @@ class Measured:
                     if row.get("images_per_s"):
                         self.offer(shape, {**row, "part": part, "image_size": size,
                                            "report": str(path)})
-
-
-def rate_at(curve: dict[int, float], runs: int) -> float:
-    """Images/s of a bundle of ``runs`` from ``curve`` (bundle size -> images/s measured):
-    log-log between two measured sizes; below the smallest, that size's rate a run (no run
-    faster than there, a pessimistic guess); above the largest, the largest's rate."""
-    sizes = sorted(curve)
-    if runs <= sizes[0]:
-        return curve[sizes[0]] * runs / sizes[0]
-    if runs >= sizes[-1]:
-        return curve[sizes[-1]]
-    lo = max(r for r in sizes if r <= runs)
-    hi = min(r for r in sizes if r >= runs)
-    if lo == hi:
-        return curve[lo]
-    w = (math.log(runs) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    return math.exp((1 - w) * math.log(curve[lo]) + w * math.log(curve[hi]))
 
 
 def release(device: torch.device) -> None:
@@ -328,6 +311,12 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
     rows = []
     paper = yaml.safe_load((config_dir / "config.yaml").read_text())
     hour = merge(paper, yaml.safe_load((config_dir / "hour.yaml").read_text()))
+    paper_plan = load_plan(paper)
+    measured_sizes = sorted({r for curve in measured.curves.values() for r in curve})
+    # execution.images_per_second for config.yaml: each part's curve, bundle size -> images/s
+    curves = {"/".join(part): {r: _readable(rate_for(paper_plan)(part, r))
+                               for r in measured_sizes}
+              for part in paper_plan.images_by_part()}
     for name, config in (("config/config.yaml (paper scale)", paper),
                          ("config/hour.yaml (one GPU-hour)", hour)):
         plan = load_plan(config)
@@ -353,13 +342,22 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
                        f"{hour_all['gpu_hours_in_its_bundles']:.2f} in its bundles; at the "
                        f"rates measured {where}; config.yaml's bundle_size: "
                        f"{min(s['bundle_size'] for s in sizes)}",
-            "rows": rows, "bundle_sizes": sizes,
+            "rows": rows, "bundle_sizes": sizes, "images_per_second": curves,
+            "text": "execution.images_per_second measured (a config's `execution:` section; "
+                    "fednorm plan and the cluster's runtime requests price each bundle at its "
+                    "size):\n\n" + yaml.safe_dump({"execution": {"images_per_second": curves}},
+                                                  default_flow_style=None, sort_keys=False),
             "notes": {f"{d}/{m}": t for (d, m), t in notes.items()},
             "tables": {"rates used (images/s, the best bundle of each part's slowest shape)": rates,
                        "GPU-hours per paper part": rows,
                        "bundle size per shape (fastest measured, capped by auto)": sizes,
                        "rates not measured": [{"part": f"{d}/{m}", "rate": t}
                                               for (d, m), t in notes.items()]}}
+
+
+def _readable(rate: float) -> float | int:
+    """A rate to 4 significant digits at least (an integer from 1,000 on)."""
+    return round(rate) if rate >= 1000 else float(f"{rate:.4g}")
 
 
 def _sizes(text: str) -> tuple[int, ...]:

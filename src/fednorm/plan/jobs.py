@@ -72,10 +72,11 @@ class Execution:
         device's memory), or None (all of them)."""
         return "auto" if self.bundle_size == "auto" else None
 
-    def rate(self, part: tuple[str, str]) -> float | None:
-        """The training images/s of ``part`` (dataset, model): ``images_per_second``'s, or
-        None without one. A part that a mapping does not name is a ConfigError
-        (:meth:`check_parts` says so when the plan is built)."""
+    def rate(self, part: tuple[str, str], runs: int | None = None) -> float | None:
+        """The training images/s of a bundle of ``runs`` runs of ``part`` (dataset, model):
+        ``images_per_second``'s (a curve's at ``runs``, :func:`rate_at`; its fastest where
+        ``runs`` is None), or None without one. A part that a mapping does not name is a
+        ConfigError (:meth:`check_parts` says so when the plan is built)."""
         rate = self.images_per_second
         if rate is None or not isinstance(rate, Mapping):
             return rate
@@ -84,20 +85,30 @@ class Execution:
             raise ConfigError(
                 f"execution: key 'images_per_second' has no rate for {key!r}, a dataset/model "
                 f"of this plan; given: {', '.join(rate) or 'none'}")
-        return float(rate[key])
+        if not isinstance(rate[key], Mapping):
+            return float(rate[key])
+        curve = {int(r): float(v) for r, v in rate[key].items()}
+        return max(curve.values()) if runs is None else rate_at(curve, runs)
+
+    @property
+    def by_bundle_size(self) -> bool:
+        """Whether some part's rate is a curve (bundle size -> images/s)."""
+        rate = self.images_per_second
+        return isinstance(rate, Mapping) and any(isinstance(v, Mapping) for v in rate.values())
 
     def check_parts(self, parts: Iterable[tuple[str, str]]) -> None:
         for part in parts:
             self.rate(part)
 
-    def job_runtime(self, images: Mapping[tuple[str, str], int]) -> int:
-        """The minutes a training job of ``images`` training images a (dataset, model) asks
-        for: ``runtime``, or with ``images_per_second`` RUNTIME_MARGIN times the images' time
-        plus RUNTIME_START_MINUTES; at most ``max_runtime``. A job cut short by its limit saves
-        its state and continues in its next submission (docs/resume.md)."""
+    def job_runtime(self, images: Mapping[tuple[str, str, int], int]) -> int:
+        """The minutes a training job asks for, of ``images`` training images a (dataset,
+        model, size of their bundle): ``runtime``, or with ``images_per_second``
+        RUNTIME_MARGIN times the images' time plus RUNTIME_START_MINUTES; at most
+        ``max_runtime``. A job cut short by its limit saves its state and continues in its next
+        submission (docs/resume.md)."""
         minutes = self.runtime
         if self.images_per_second is not None:
-            seconds = sum(n / self.rate(part) for part, n in images.items())
+            seconds = sum(n / self.rate((d, m), runs) for (d, m, runs), n in images.items())
             minutes = RUNTIME_START_MINUTES + math.ceil(RUNTIME_MARGIN * seconds / 60)
         return minutes if self.max_runtime is None else min(minutes, self.max_runtime)
 
@@ -120,20 +131,46 @@ def _device(value: Any) -> str | None:
     return None if isinstance(value, str) and value else "a device name: auto, cpu, cuda, cuda:1"
 
 
+def rate_at(curve: Mapping[int, float], runs: int) -> float:
+    """Images/s of a bundle of ``runs`` from ``curve`` (bundle size -> images/s measured):
+    log-log between two measured sizes; below the smallest, that size's rate a run (no run
+    faster than there, a pessimistic guess); above the largest, the largest's rate."""
+    sizes = sorted(curve)
+    if runs <= sizes[0]:
+        return curve[sizes[0]] * runs / sizes[0]
+    if runs >= sizes[-1]:
+        return curve[sizes[-1]]
+    lo = max(r for r in sizes if r <= runs)
+    hi = min(r for r in sizes if r >= runs)
+    if lo == hi:
+        return curve[lo]
+    w = (math.log(runs) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return math.exp((1 - w) * math.log(curve[lo]) + w * math.log(curve[hi]))
+
+
 @dataclass(frozen=True)
 class Rates:
-    """A number that ``number`` allows, or a mapping dataset/model -> such a number."""
+    """A number that ``number`` allows, or a mapping dataset/model -> such a number or a
+    curve: bundle size (an integer >= 1) -> such a number (what make gpu-check measures)."""
 
     number: Callable[[Any], str | None]
 
     def __call__(self, value: Any) -> str | None:
-        allowed = (f"{self.number(math.nan)}, or a mapping dataset/model -> such a number, "
-                   "e.g. {cifar10/resnet20: 26670}")
+        allowed = (f"{self.number(math.nan)}, or a mapping dataset/model -> such a number or "
+                   "a mapping bundle size -> such a number, e.g. {cifar10/resnet20: 26670} "
+                   "or {cifar10/resnet20: {1: 2399, 16: 16573}}")
         if isinstance(value, Mapping):
-            ok = value and all(isinstance(k, str) and k.count("/") == 1
-                               and self.number(v) is None for k, v in value.items())
+            ok = value and all(isinstance(k, str) and k.count("/") == 1 and self._rate(v)
+                               for k, v in value.items())
             return None if ok else allowed
         return None if self.number(value) is None else allowed
+
+    def _rate(self, value: Any) -> bool:
+        if isinstance(value, Mapping):
+            return bool(value) and all(
+                isinstance(r, int) and not isinstance(r, bool) and r >= 1
+                and self.number(v) is None for r, v in value.items())
+        return self.number(value) is None
 
 
 EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {

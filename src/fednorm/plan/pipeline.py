@@ -109,7 +109,17 @@ class Plan:
 
     def job_runtime(self, run_ids: Iterable[str]) -> int:
         """The minutes a training job of these runs asks a cluster for (`runtime`)."""
-        return self.execution.job_runtime(self.images_by_part(run_ids))
+        size = self.bundle_sizes()
+        images: dict[tuple[str, str, int], int] = {}
+        for run_id in dict.fromkeys(run_ids):
+            cfg = self.runs[run_id]
+            key = (cfg.dataset, cfg.model, size[run_id])
+            images[key] = images.get(key, 0) + cfg.training_images
+        return self.execution.job_runtime(images)
+
+    def bundle_sizes(self) -> dict[str, int]:
+        """Run id -> the number of runs of its bundle (the R it trains at)."""
+        return {r: len(ids) for ids in self.bundles.values() for r in ids}
 
     def run_files(self, run_ids: tuple[str, ...]) -> list[str]:
         """The files the runs write, run by run in ``RUN_FILES`` order."""
@@ -177,7 +187,7 @@ class Plan:
         R)`` training images per second of a bundle of R runs (the engine trains a bundle's
         runs together, and a small bundle trains far fewer images a second than a large one:
         docs/speed.md, GPU check)."""
-        size = {r: len(ids) for ids in self.bundles.values() for r in ids}
+        size = self.bundle_sizes()
         parts = {**(self.paper_parts() if parts is None else parts), "all": tuple(self.runs)}
 
         def seconds(run_id: str) -> float:
