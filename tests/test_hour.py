@@ -105,35 +105,37 @@ def test_fednorm_plan_prints_the_hour_s_gpu_hours_per_part(capsys, monkeypatch):
     assert float(line.rsplit("all ", 1)[1].split()[0]) <= 1.0
 
 
-def test_fednorm_plan_prices_each_part_at_its_own_rate(capsys, monkeypatch, tmp_path):
-    """execution.images_per_second a dataset/model: each part's images at its rate."""
+def _hour_line(capsys, tmp_path, rates) -> tuple[str, float]:
+    """fednorm plan's GPU-hours line for the hour profile with these
+    execution.images_per_second, and its total."""
     from fednorm.cli import main
 
-    monkeypatch.chdir(ROOT)
-    rates = {"cifar10/fbn_cnn": 60_000, "cifar10/resnet20": 20_000}
     extra = tmp_path / "rates.yaml"
     extra.write_text(yaml.safe_dump({"execution": {"images_per_second": rates}}))
     assert main(["plan", "config/config.yaml", "config/hour.yaml", str(extra)]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU-hours"))
+    return line, float(line.rsplit("all ", 1)[1].split()[0])
+
+
+def test_fednorm_plan_prices_each_part_at_its_own_rate(capsys, monkeypatch, tmp_path):
+    """execution.images_per_second a dataset/model: each part's images at its rate."""
+    monkeypatch.chdir(ROOT)
+    rates = {"cifar10/fbn_cnn": 60_000, "cifar10/resnet20": 20_000}
+    line, total = _hour_line(capsys, tmp_path, rates)
     assert line.startswith("GPU-hours at cifar10/fbn_cnn 60,000, cifar10/resnet20 20,000 ")
     hour = _plan("config/config.yaml", "config/hour.yaml")
     want = hour.gpu_hours(lambda part: rates["/".join(part)])
-    assert float(line.rsplit("all ", 1)[1].split()[0]) == pytest.approx(want["all"], rel=1e-2)
+    assert total == pytest.approx(want["all"], rel=1e-2)
 
 
 def test_fednorm_plan_prices_each_bundle_at_its_size_given_curves(capsys, monkeypatch,
                                                                    tmp_path):
     """execution.images_per_second a curve (bundle size -> images/s, as make gpu-check writes
     it): each run at its bundle size's rate, e.g. 10 times as fast at 16 runs as at 1."""
-    from fednorm.cli import main
-
     monkeypatch.chdir(ROOT)
     curves = {"cifar10/fbn_cnn": {1: 4_000, 16: 40_000}, "cifar10/resnet20": {1: 2_000,
                                                                              16: 20_000}}
-    extra = tmp_path / "curves.yaml"
-    extra.write_text(yaml.safe_dump({"execution": {"images_per_second": curves}}))
-    assert main(["plan", "config/config.yaml", "config/hour.yaml", str(extra)]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU-hours"))
+    line, total = _hour_line(capsys, tmp_path, curves)
     assert line.startswith("GPU-hours in its own bundles, each at its bundle size's images/s")
     hour = _plan("config/config.yaml", "config/hour.yaml")
     size = {r: len(ids) for ids in hour.bundles.values() for r in ids}
@@ -141,4 +143,4 @@ def test_fednorm_plan_prices_each_bundle_at_its_size_given_curves(capsys, monkey
     want = sum(c.training_images / (curves[f"{c.dataset}/{c.model}"][1]
                                     * size[r] ** (math.log(10) / math.log(16)))
                for r, c in hour.runs.items()) / 3600
-    assert float(line.rsplit("all ", 1)[1].split()[0]) == pytest.approx(want, rel=1e-2)
+    assert total == pytest.approx(want, rel=1e-2)
