@@ -18,30 +18,8 @@ import sys
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from fednorm.gpucheck import throughput as tp
-
-
-def profiled(call, steps: int, device: torch.device) -> dict[str, float]:
-    """``call(k)`` for k < ``steps`` under the profiler: a step's wall ms, operators, kernels
-    and GPU-busy ms (the CUDA kernels' own time)."""
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
-                                           else [])
-    tp.sync(device)
-    with profile(activities=activities) as prof:
-        wall = tp.timed(call, device, 0, steps)
-    events = prof.key_averages()
-    ops = sum(e.count for e in events if e.key.startswith("aten::"))
-    row: dict[str, Any] = {"wall_ms": 1e3 * wall / steps, "aten_ops": ops / steps}
-    if device.type == "cuda":
-        kernels = [e for e in events if e.device_type.name == "CUDA"]
-        busy_us = sum(getattr(e, "self_device_time_total", 0) or
-                      getattr(e, "self_cuda_time_total", 0) for e in kernels)
-        row.update(kernels=sum(e.count for e in kernels) / steps,
-                   gpu_busy_ms=busy_us / 1e3 / steps)
-        row["busy_share"] = row["gpu_busy_ms"] / row["wall_ms"]
-    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,22 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         print("| " + " | ".join(f"{row[k]:.3g}" if isinstance(row.get(k), float)
                                 else str(row.get(k, "")) for k in keys) + " |", flush=True)
 
-    step, _, images = tp.plain_step(shape, data, settings)
-    for k in range(3):
-        step(k)
-    show({"what": "plain loop, centralized", "runs": 1, "images": images,
-          **profiled(step, 5 * args.rounds, device)})
-    for runs in (int(r) for r in args.runs.split(",")):
-        cfgs = tp.configs(shape, runs, settings)
-        trainer = tp.bundle(cfgs, data)
-        E = cfgs[0].local_steps
-        for k in range(2):
-            trainer.round(E * (k + 1))
-        row = profiled(lambda k, t=trainer, E=E: t.round(E * (k + 3)), args.rounds, device)
-        per_step = {k: v / E for k, v in row.items() if k != "busy_share"}
-        show({"what": f"engine, E = {E} (a local step)", "runs": runs,
-              "images": tp.round_images(cfgs[0], runs) // E, **per_step,
-              **({"busy_share": row["busy_share"]} if "busy_share" in row else {})})
+    for row in tp.launch_rows(shape, [int(r) for r in args.runs.split(",")], data, settings,
+                              args.rounds):
+        show(row)
     return 0
 
 

@@ -14,7 +14,7 @@ from fednorm.gpucheck import main
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["environment", "cuda_tests", "peak_matmul", "throughput fbn_cnn",
          "throughput resnet20_E1", "throughput resnet20_E2", "throughput resnet20_E4",
-         "throughput resnet18", "compile", "bundle_size_auto", "gpu_hours"]
+         "throughput resnet18", "compile", "bundle_size_auto", "gpu_hours", "launches"]
 
 
 @pytest.mark.slow
@@ -45,6 +45,12 @@ def test_the_smoke_check_records_every_step_and_a_failure_without_stopping(tmp_p
         assert result["plain_images_per_s"] > 0 and result["floor_images_per_s"] > 0
         assert result["engine"][0]["runs"] == 1
         assert all(r["images_per_s"] > 0 and r["vs_plain"] > 0 for r in result["engine"])
+    # a local step profiled: the plain loop and the engine at the smallest and middle sizes
+    launched = steps["launches"]["result"]["rows"]
+    assert [(r["shape"], r["runs"]) for r in launched] == [
+        ("fbn_cnn", 1), ("fbn_cnn", 1), ("fbn_cnn", 2),
+        ("resnet20_E2", 1), ("resnet20_E2", 1), ("resnet20_E2", 2)]
+    assert all(r["aten_ops"] > 0 and r["wall_ms"] > 0 for r in launched)
     compiled = steps["compile"]["result"]["rows"]
     assert {r["what"] for r in compiled} >= {"plain, eager", "plain, torch.compile"}
     assert any(r["images_per_s"] for r in compiled)

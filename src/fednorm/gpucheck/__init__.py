@@ -15,7 +15,9 @@ report rewritten after each (fednorm.gpucheck.steps) into ``--out``: ``report.md
    reduce-overhead) and the engine's round under ``torch.compile``;
 6. ``bundle_size_auto``: what ``execution.bundle_size: auto`` chooses at each shape;
 7. ``gpu_hours``: each paper part's GPU-hours at the measured rates (fednorm.plan's
-   arithmetic), and the bundle size this card wants.
+   arithmetic), and the bundle size this card wants;
+8. ``launches``: a local step profiled, the engine at small and middle bundles beside the plain
+   loop: operators, kernels and the GPU's busy share (benchmarks/engine_launches.py).
 
 ``--smoke``: the same steps at tiny sizes, for a CPU (``make gpu-check DEVICE=cpu SMOKE=1``).
 It needs PyTorch, PyYAML and pytest only (no Snakemake, no network): ``PYTHONPATH=src``.
@@ -240,6 +242,30 @@ def compiled(shapes: tuple[tp.Shape, ...], device: torch.device, settings: tp.Se
                        f"{failed} failed", "rows": rows, "tables": {"torch.compile": rows}}
 
 
+def launches(shapes: tuple[tp.Shape, ...], device: torch.device, settings: tp.Settings
+             ) -> Result:
+    """Where a small bundle's time goes (benchmarks/engine_launches.py): per local step, the
+    centralized plain loop and the engine at the smallest and the middle bundle size of each
+    shape marked ``launches``, with operators, kernels and the GPU's busy share."""
+    rows = []
+    for shape in (s for s in shapes if s.launches):
+        data = tp.data_for(shape, settings, device)
+        sizes = sorted({shape.sizes[0], shape.sizes[len(shape.sizes) // 2]})
+        try:
+            rows += [{"shape": shape.name, **row}
+                     for row in tp.launch_rows(shape, sizes, data, settings)]
+        finally:
+            release(device)
+    def said(r: dict[str, Any]) -> str:
+        gpu = f", {r['kernels']:,.0f} kernels, GPU busy {r['busy_share']:.0%}" \
+            if "kernels" in r else ""
+        who = "plain" if r["what"].startswith("plain") else f"R = {r['runs']}"
+        return f"{r['shape']} {who}: {r['aten_ops']:,.0f} operators{gpu}"
+
+    return {"summary": "a local step: " + "; ".join(map(said, rows)), "rows": rows,
+            "tables": {"a local step (benchmarks/engine_launches.py)": rows}}
+
+
 def bundle_size_auto(shapes: tuple[tp.Shape, ...], device: torch.device, settings: tp.Settings,
                      measured: Measured) -> Result:
     """What ``execution.bundle_size: auto`` trains together at each shape: its two probe
@@ -433,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     step("compile", lambda: compiled(shapes, device, settings))
     step("bundle_size_auto", lambda: bundle_size_auto(shapes, device, settings, measured))
     step("gpu_hours", lambda: gpu_hours(Path(args.config_dir), measured, device))
+    # last: the profiler's cost on a GPU is unknown, and the steps above need no profile
+    step("launches", lambda: launches(shapes, device, settings))
     failed = [s.name for s in check.steps if s.status != "ok" and s.name not in unasked]
     print(f"{check.out}/report.md: {len(check.steps) - len(failed)} of {len(check.steps)} "
           f"steps ok" + (f"; not ok: {', '.join(failed)}" if failed else ""))

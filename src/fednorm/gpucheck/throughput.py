@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,17 +56,19 @@ class Shape:
     sizes: tuple[int, ...] = (1, 4, 16, 64)
     compile: bool = False  # the plain loop also timed under torch.compile
     compile_engine: bool = False  # the engine's round too (its recompilations make it slow)
+    launches: bool = False  # a local step profiled: operators, kernels, GPU busy share
 
 
 SHAPES = (
     Shape("fbn_cnn", "FBN: CNN, DSGD, 10 clients x 50, 32x32",
           dict(model="fbn_cnn", width=64, hidden=128, n_clients=10, batch_size=50,
                image_size=32, normalizer="fbn", partition="gamma", heterogeneity=0.5),
-          ("cifar10", "fbn_cnn"), compile=True, compile_engine=True),
+          ("cifar10", "fbn_cnn"), compile=True, compile_engine=True, launches=True),
     Shape("resnet20_E1", "FixBN: ResNet-20, FedAvg E = 1, 5 clients x 20, 32x32",
           dict(_FIXBN, image_size=32, local_steps=1), ("cifar10", "resnet20")),
     Shape("resnet20_E2", "FixBN: ResNet-20, FedAvg E = 2, 5 clients x 20, 32x32",
-          dict(_FIXBN, image_size=32, local_steps=2), ("cifar10", "resnet20"), compile=True),
+          dict(_FIXBN, image_size=32, local_steps=2), ("cifar10", "resnet20"), compile=True,
+          launches=True),
     Shape("resnet20_E100", "FixBN: ResNet-20, FedAvg E = 100, 5 clients x 20, 32x32",
           dict(_FIXBN, image_size=32, local_steps=100), ("cifar10", "resnet20")),
     Shape("resnet18", "FixBN Tiny-ImageNet: ResNet-18, 10 clients x 20 (5 a round), 64x64, E = 2",
@@ -78,13 +80,13 @@ SHAPES = (
 SMOKE_SHAPES = (
     Shape("fbn_cnn", SHAPES[0].paper + " (smoke: width 8, 8x8, 10 x 4)",
           {**SHAPES[0].keys, "width": 8, "hidden": 16, "image_size": 8, "batch_size": 4},
-          SHAPES[0].part, sizes=(1, 2, 4), compile=True, compile_engine=True),
+          SHAPES[0].part, sizes=(1, 2, 4), compile=True, compile_engine=True, launches=True),
     Shape("resnet20_E1", SHAPES[1].paper + " (smoke: width 4, 8x8, 5 x 4)",
           {**SHAPES[1].keys, "width": 4, "image_size": 8, "batch_size": 4}, SHAPES[1].part,
           sizes=(1, 2)),
     Shape("resnet20_E2", SHAPES[2].paper + " (smoke: width 4, 8x8, 5 x 4)",
           {**SHAPES[2].keys, "width": 4, "image_size": 8, "batch_size": 4}, SHAPES[2].part,
-          sizes=(1, 2, 4)),
+          sizes=(1, 2, 4), launches=True),
     Shape("resnet20_E4", "ResNet-20, FedAvg E = 4 (smoke: for E = 100; width 4, 8x8, 5 x 4)",
           {**SHAPES[2].keys, "width": 4, "image_size": 8, "batch_size": 4, "local_steps": 4},
           SHAPES[2].part, sizes=(1, 2)),
@@ -256,3 +258,52 @@ def peak_flops(device: torch.device, settings: Settings,
     b = torch.randn(n, n, device=device, dtype=dtype)
     per_s, _ = calls_per_second(lambda k: a @ b, device, settings)
     return per_s * 2 * n**3
+
+
+def profiled(call: Callable[[int], object], steps: int, device: torch.device
+             ) -> dict[str, float]:
+    """``call(k)`` for k < ``steps`` under the profiler: a step's wall ms, PyTorch operators
+    and, on CUDA, kernels launched and GPU-busy ms (the kernels' own time summed)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
+                                           else [])
+    sync(device)
+    with profile(activities=activities) as prof:
+        wall = timed(call, device, 0, steps)
+    events = prof.key_averages()
+    ops = sum(e.count for e in events if e.key.startswith("aten::"))
+    row: dict[str, float] = {"wall_ms": 1e3 * wall / steps, "aten_ops": ops / steps}
+    if device.type == "cuda":
+        kernels = [e for e in events if e.device_type.name == "CUDA"]
+        busy_us = sum(getattr(e, "self_device_time_total", 0)
+                      or getattr(e, "self_cuda_time_total", 0) for e in kernels)
+        row.update(kernels=sum(e.count for e in kernels) / steps,
+                   gpu_busy_ms=busy_us / 1e3 / steps)
+        row["busy_share"] = row["gpu_busy_ms"] / row["wall_ms"]
+    return row
+
+
+def launch_rows(shape: Shape, sizes: list[int], data: Arrays, settings: Settings,
+                rounds: int = 2) -> Iterator[dict[str, Any]]:
+    """Per local step, the centralized plain loop and then the engine at each bundle size:
+    wall ms, operators, and on CUDA kernels and the GPU's busy share (:func:`profiled`), a
+    row at a time (a killed caller keeps the rows it had)."""
+    step, _, images = plain_step(shape, data, settings)
+    for k in range(3):
+        step(k)
+    yield {"what": "plain loop, centralized", "runs": 1, "images": images,
+           **profiled(step, 5 * rounds, data.device)}
+    for runs in sizes:
+        cfgs = configs(shape, runs, settings)
+        trainer = bundle(cfgs, data)
+        E = cfgs[0].local_steps
+        for k in range(2):
+            trainer.round(E * (k + 1))
+        row = profiled(lambda k, t=trainer, E=E: t.round(E * (k + 3)), rounds, data.device)
+        yield {"what": f"engine, E = {E} (a local step)", "runs": runs,
+               "images": round_images(cfgs[0], runs) // E,
+               **{k: v / E for k, v in row.items() if k != "busy_share"},
+               **({"busy_share": row["busy_share"]} if "busy_share" in row else {})}
+        del trainer
+
