@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import json
 import os
 import platform
 import re
@@ -81,8 +82,6 @@ class Measured:
     def load(self, path: Path) -> None:
         """The throughput, peak and bundle_size: auto that the report.json at ``path``
         measured; a shape's part and image size from the report, else from tp.SHAPES."""
-        import json
-
         report = json.loads(Path(path).read_text())
         self.reports.append(Path(path))
         known = {s.name: s for s in tp.SHAPES}
@@ -337,18 +336,19 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
     rows = []
     paper = yaml.safe_load((config_dir / "config.yaml").read_text())
     hour = merge(paper, yaml.safe_load((config_dir / "hour.yaml").read_text()))
-    paper_plan = load_plan(paper)
+    plans = {"config/config.yaml (paper scale)": load_plan(paper),
+             "config/hour.yaml (one GPU-hour)": load_plan(hour)}
+    paper_plan = plans["config/config.yaml (paper scale)"]
+    paper_rate = rate_for(paper_plan)
     measured_sizes = sorted({r for curve in measured.curves.values() for r in curve})
     # execution.images_per_second for config.yaml: each part's curve, bundle size -> images/s
-    curves = {"/".join(part): {r: _readable(rate_for(paper_plan)(part, r))
-                               for r in measured_sizes}
+    curves = {"/".join(part): {r: _readable(paper_rate(part, r)) for r in measured_sizes}
               for part in paper_plan.images_by_part()}
-    for name, config in (("config/config.yaml (paper scale)", paper),
-                         ("config/hour.yaml (one GPU-hour)", hour)):
-        plan = load_plan(config)
+    for name, plan in plans.items():
         parts = {**plan.paper_parts(), "all": tuple(plan.runs)}
-        hours = plan.gpu_hours(rate_for(plan), parts)
-        in_bundles = plan.gpu_hours_in_bundles(rate_for(plan), parts)
+        rate = rate_for(plan)
+        hours = plan.gpu_hours(rate, parts)
+        in_bundles = plan.gpu_hours_in_bundles(rate, parts)
         assumed = plan.gpu_hours(lambda part: ASSUMED_RATE, parts)
         rows += [{"config": name, "part": part, "runs": len(parts[part]),
                   "gpu_hours_measured": h, "gpu_hours_in_its_bundles": in_bundles[part],

@@ -77,22 +77,25 @@ SHAPES = (
           ("tinyimagenet", "resnet18")),
 )
 # The same models at sizes a 2-core CPU trains in seconds (make gpu-check SMOKE=1)
+_PAPER = {s.name: s for s in SHAPES}
+_TINY = {"width": 4, "image_size": 8, "batch_size": 4}  # ResNet-20's smoke sizes
 SMOKE_SHAPES = (
-    Shape("fbn_cnn", SHAPES[0].paper + " (smoke: width 8, 8x8, 10 x 4)",
-          {**SHAPES[0].keys, "width": 8, "hidden": 16, "image_size": 8, "batch_size": 4},
-          SHAPES[0].part, sizes=(1, 2, 4), compile=True, compile_engine=True, launches=True),
-    Shape("resnet20_E1", SHAPES[1].paper + " (smoke: width 4, 8x8, 5 x 4)",
-          {**SHAPES[1].keys, "width": 4, "image_size": 8, "batch_size": 4}, SHAPES[1].part,
-          sizes=(1, 2)),
-    Shape("resnet20_E2", SHAPES[2].paper + " (smoke: width 4, 8x8, 5 x 4)",
-          {**SHAPES[2].keys, "width": 4, "image_size": 8, "batch_size": 4}, SHAPES[2].part,
+    Shape("fbn_cnn", _PAPER["fbn_cnn"].paper + " (smoke: width 8, 8x8, 10 x 4)",
+          {**_PAPER["fbn_cnn"].keys, "width": 8, "hidden": 16, "image_size": 8,
+           "batch_size": 4},
+          _PAPER["fbn_cnn"].part, sizes=(1, 2, 4), compile=True, compile_engine=True,
+          launches=True),
+    Shape("resnet20_E1", _PAPER["resnet20_E1"].paper + " (smoke: width 4, 8x8, 5 x 4)",
+          {**_PAPER["resnet20_E1"].keys, **_TINY}, _PAPER["resnet20_E1"].part, sizes=(1, 2)),
+    Shape("resnet20_E2", _PAPER["resnet20_E2"].paper + " (smoke: width 4, 8x8, 5 x 4)",
+          {**_PAPER["resnet20_E2"].keys, **_TINY}, _PAPER["resnet20_E2"].part,
           sizes=(1, 2, 4), launches=True),
     Shape("resnet20_E4", "ResNet-20, FedAvg E = 4 (smoke: for E = 100; width 4, 8x8, 5 x 4)",
-          {**SHAPES[2].keys, "width": 4, "image_size": 8, "batch_size": 4, "local_steps": 4},
-          SHAPES[2].part, sizes=(1, 2)),
-    Shape("resnet18", SHAPES[4].paper + " (smoke: width 4, 16x16, 10 x 2)",
-          {**SHAPES[4].keys, "width": 4, "image_size": 16, "batch_size": 2}, SHAPES[4].part,
-          sizes=(1, 2)),
+          {**_PAPER["resnet20_E100"].keys, **_TINY, "local_steps": 4},
+          _PAPER["resnet20_E100"].part, sizes=(1, 2)),
+    Shape("resnet18", _PAPER["resnet18"].paper + " (smoke: width 4, 16x16, 10 x 2)",
+          {**_PAPER["resnet18"].keys, "width": 4, "image_size": 16, "batch_size": 2},
+          _PAPER["resnet18"].part, sizes=(1, 2)),
 )
 
 

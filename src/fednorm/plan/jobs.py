@@ -100,16 +100,13 @@ class Execution:
         for part in parts:
             self.rate(part)
 
-    def job_runtime(self, images: Mapping[tuple[str, str, int], int]) -> int:
-        """The minutes a training job asks for, of ``images`` training images a (dataset,
-        model, size of their bundle): ``runtime``, or with ``images_per_second``
-        RUNTIME_MARGIN times the images' time plus RUNTIME_START_MINUTES; at most
-        ``max_runtime``. A job cut short by its limit saves its state and continues in its next
-        submission (docs/resume.md)."""
-        minutes = self.runtime
-        if self.images_per_second is not None:
-            seconds = sum(n / self.rate((d, m), runs) for (d, m, runs), n in images.items())
-            minutes = RUNTIME_START_MINUTES + math.ceil(RUNTIME_MARGIN * seconds / 60)
+    def job_runtime(self, seconds: float | None) -> int:
+        """The minutes a training job asks for whose training takes ``seconds`` at
+        ``images_per_second`` (None: no rate given): ``runtime``, or RUNTIME_MARGIN times its
+        training time plus RUNTIME_START_MINUTES; at most ``max_runtime``. A job cut short by
+        its limit saves its state and continues in its next submission (docs/resume.md)."""
+        minutes = self.runtime if seconds is None \
+            else RUNTIME_START_MINUTES + math.ceil(RUNTIME_MARGIN * seconds / 60)
         return minutes if self.max_runtime is None else min(minutes, self.max_runtime)
 
     def check(self) -> None:

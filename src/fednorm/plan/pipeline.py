@@ -7,6 +7,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from fednorm.config import (
@@ -108,18 +109,25 @@ class Plan:
         return training_images(self.runs[r] for r in run_ids)
 
     def job_runtime(self, run_ids: Iterable[str]) -> int:
-        """The minutes a training job of these runs asks a cluster for (`runtime`)."""
-        size = self.bundle_sizes()
-        images: dict[tuple[str, str, int], int] = {}
-        for run_id in dict.fromkeys(run_ids):
-            cfg = self.runs[run_id]
-            key = (cfg.dataset, cfg.model, size[run_id])
-            images[key] = images.get(key, 0) + cfg.training_images
-        return self.execution.job_runtime(images)
+        """The minutes a training job of these runs asks a cluster for (`runtime`): each run
+        timed at its bundle's size (:meth:`seconds_in_bundles`) when the config gives a rate."""
+        seconds = None if self.execution.images_per_second is None \
+            else self.seconds_in_bundles(run_ids, self.execution.rate)
+        return self.execution.job_runtime(seconds)
 
+    @cached_property
     def bundle_sizes(self) -> dict[str, int]:
         """Run id -> the number of runs of its bundle (the R it trains at)."""
         return {r: len(ids) for ids in self.bundles.values() for r in ids}
+
+    def seconds_in_bundles(self, run_ids: Iterable[str],
+                           rate: Callable[[tuple[str, str], int], float]) -> float:
+        """Seconds that the distinct runs of ``run_ids`` train, each at ``rate((dataset,
+        model), R)`` training images per second of its bundle of R runs."""
+        size = self.bundle_sizes
+        return sum(self.runs[r].training_images
+                   / rate((self.runs[r].dataset, self.runs[r].model), size[r])
+                   for r in dict.fromkeys(run_ids))
 
     def run_files(self, run_ids: tuple[str, ...]) -> list[str]:
         """The files the runs write, run by run in ``RUN_FILES`` order."""
@@ -187,14 +195,8 @@ class Plan:
         R)`` training images per second of a bundle of R runs (the engine trains a bundle's
         runs together, and a small bundle trains far fewer images a second than a large one:
         docs/speed.md, GPU check)."""
-        size = self.bundle_sizes()
         parts = {**(self.paper_parts() if parts is None else parts), "all": tuple(self.runs)}
-
-        def seconds(run_id: str) -> float:
-            cfg = self.runs[run_id]
-            return cfg.training_images / rate((cfg.dataset, cfg.model), size[run_id])
-        return {name: sum(map(seconds, dict.fromkeys(ids))) / 3600
-                for name, ids in parts.items()}
+        return {name: self.seconds_in_bundles(ids, rate) / 3600 for name, ids in parts.items()}
 
     def needs_cifar10(self) -> bool:
         return any(cfg.dataset == "cifar10" for cfg in self.runs.values())
