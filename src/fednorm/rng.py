@@ -24,11 +24,12 @@ hash, not a cryptographic one.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor
+
+from fednorm.scoped import Scoped
 
 _MASK = 0xFFFFFFFF
 _MULT = 0x45D9F3B
@@ -70,19 +71,14 @@ def uniform(key: Tensor, shape: tuple[int, ...] | torch.Size) -> Tensor:
 
 
 # The key a forward pass draws its dropout masks from (set by the engine around each forward).
-_DROPOUT_KEY: contextvars.ContextVar[Tensor | None] = contextvars.ContextVar(
-    "fednorm_dropout_key", default=None
-)
+_DROPOUT_KEY: Scoped[Tensor | None] = Scoped(None)
 
 
 @contextlib.contextmanager
 def dropout_key(key: Tensor) -> Iterator[None]:
     """Within the block, :class:`fednorm.models.dropout.KeyedDropout` layers draw from ``key``."""
-    token = _DROPOUT_KEY.set(key)
-    try:
+    with _DROPOUT_KEY.bound(key):
         yield
-    finally:
-        _DROPOUT_KEY.reset(token)
 
 
 def current_dropout_key() -> Tensor | None:

@@ -181,6 +181,9 @@ def _stack(tensors: list[Tensor]) -> Tensor:
 
 class _Trainer:
     per_client_momenta = False  # momenta (R, *shape); True: (R, n, *shape)
+    # torch.compile's mode for the gradient steps (:meth:`gradient_step`): None runs them
+    # eagerly; "default", "reduce-overhead" (CUDA graphs), "max-autotune" compile each once
+    compile: str | None = None
 
     def __init__(self, cfgs: Sequence[RunConfig], models: Sequence[nn.Module],
                  normalizer: Normalizer, batches: ClientBatches) -> None:
@@ -246,6 +249,25 @@ class _Trainer:
         self.stat_batches = (self.batches.resized(self.cfg.hybridbn_stats_images,
                                                   rng.STATISTICS)
                              if self.normalizer.name == "hybridbn" else None)
+        self._steps: dict[tuple, Callable] = {}  # gradient_step's, built once per key
+
+    def gradient_step(self, key: tuple, build: Callable[[], Callable]) -> Callable:
+        """The gradient step that ``build`` makes (a function of tensors alone), built once
+        for ``key`` (what it closes over that can change between rounds: the rule, the
+        clients that compute) and then the same function object every round, so that
+        torch.compile, when ``compile`` asks for it, traces it once and replays it."""
+        # over_runs differs for one run; a recorder adds the batches' statistics
+        key = (*key, self.runs, self.dynamics is not None)
+        step = self._steps.get(key)
+        if step is None:
+            step = build()
+            if self.compile is not None:  # one graph or an error; static shapes (a
+                # second bundle's shapes would otherwise make the functorch wrappers that
+                # every step shares dynamic, which vmap's convolution cannot take)
+                step = torch.compile(step, mode=None if self.compile == "default"
+                                     else self.compile, fullgraph=True, dynamic=False)
+            self._steps[key] = step
+        return step
 
     @property
     def runs(self) -> int:
@@ -519,7 +541,8 @@ class DSGD(_Trainer):
         rule = self.normalizer.rule_at(first_step)
         start = (self.start_statistics(rule, first_step)
                  if rule is not None and rule.reports_at_round_start and self.layers else None)
-        step = over_runs(self.grad_fn(rule, self.n), self.runs)
+        step = self.gradient_step(("union", rule), lambda: over_runs(
+            self.grad_fn(rule, self.n), self.runs))
         loss = self._fused_step(step, self.state.params, rule, first_step,
                                 self.trainable(first_step), commit=start is None)
         if start is not None:
@@ -573,7 +596,8 @@ class FedAvg(_Trainer):
         # statistics stay the round's global ones while they train
         start = (self.start_statistics(rule, first_step)
                  if rule is not None and rule.reports_at_round_start and self.layers else None)
-        step = over_runs(vmap(self.grad_fn(rule, 1, union_clients=n)), R)
+        step = self.gradient_step(("clients", rule, n), lambda: over_runs(
+            vmap(self.grad_fn(rule, 1, union_clients=n)), R))
         names = self.trainable(first_step)  # FixBN's frozen affine parameters left out
         self.start_round()
         every = self.state.momenta
@@ -745,7 +769,8 @@ class FedTAN(FedAvg):
         E, R = self.cfg.local_steps, self.runs
         rule = self.normalizer.rule_at(first_step)  # the union's statistics
         params = {k: self._per_client(p) for k, p in self.state.params.items()}
-        union_step = over_runs(self.grad_fn(rule, self.n, loss_scale=float(self.n)), R)
+        union_step = self.gradient_step(("clientwise", rule), lambda: over_runs(
+            self.grad_fn(rule, self.n, loss_scale=float(self.n)), R))
         every = self.cfg.fedtan_union == "every_step"
         names = self.trainable(first_step)
         self.start_round()
@@ -756,7 +781,8 @@ class FedTAN(FedAvg):
             self._average_params(params, set(names))
         else:  # the authors' code: E - 1 steps of naive BN, then FedAvg's aggregation
             stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
-            local = over_runs(vmap(self.grad_fn(BatchStats(), 1)), R)
+            local = self.gradient_step(("clients", "naive BN"), lambda: over_runs(
+                vmap(self.grad_fn(BatchStats(), 1)), R))
             for e in range(1, E):
                 total = total + self._local_step(local, params, stats, first_step + e, names)
             self._aggregate(params, stats, BatchStats(), set(names))
@@ -774,18 +800,20 @@ class FedTAN(FedAvg):
 
 def make_trainer(
     cfgs: Sequence[RunConfig], models: Sequence[nn.Module], normalizer: Normalizer,
-    batches: ClientBatches, force_fedavg: bool = False,
+    batches: ClientBatches, force_fedavg: bool = False, compile: str | None = None,
 ) -> _Trainer:
     """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise (and whenever
     the server needs each client's update: ``attack_updates``; or the clients' own state under
     partial participation: ``participation`` < 1; or each client's own gradient, clipped by
     itself: FedWon's adaptive clipping, which the mean of the clients' gradients would not
     reproduce). ``cfgs`` share a bundle key; ``models``
-    are their initialized models, one per run."""
+    are their initialized models, one per run; ``compile``: torch.compile's mode for the
+    gradient steps (None: eager; :meth:`_Trainer.gradient_step`)."""
     cfg = cfgs[0]
-    if normalizer.clientwise:  # FedTAN: one forward over all clients' stacked batches
-        return FedTAN(cfgs, models, normalizer, batches)
     fedavg = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
               or bool(normalizer.local) or normalizer.static or normalizer.agc is not None)
-    cls = FedAvg if force_fedavg or fedavg else DSGD
-    return cls(cfgs, models, normalizer, batches)
+    # FedTAN: one forward over all clients' stacked batches
+    cls = FedTAN if normalizer.clientwise else FedAvg if force_fedavg or fedavg else DSGD
+    trainer = cls(cfgs, models, normalizer, batches)
+    trainer.compile = compile
+    return trainer

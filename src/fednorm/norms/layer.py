@@ -11,7 +11,6 @@ running statistics, so the same layer is a pure function under vmap.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fednorm.norms.rules import StatRule, Stats
+from fednorm.scoped import Scoped
 
 
 @dataclass
@@ -36,18 +36,13 @@ class NormContext:
     batches: dict[str, Stats] | None = None
 
 
-_CONTEXT: contextvars.ContextVar[NormContext | None] = contextvars.ContextVar(
-    "fednorm_norm_context", default=None
-)
+_CONTEXT: Scoped[NormContext | None] = Scoped(None)
 
 
 @contextlib.contextmanager
 def norm_context(ctx: NormContext) -> Iterator[NormContext]:
-    token = _CONTEXT.set(ctx)
-    try:
+    with _CONTEXT.bound(ctx):
         yield ctx
-    finally:
-        _CONTEXT.reset(token)
 
 
 def _per_channel(stat: Tensor, ndim: int) -> Tensor:
