@@ -1,4 +1,4 @@
-"""The engine's gradient step under torch.compile (``make_trainer(..., compile=MODE)``,
+"""The engine's gradient step under torch.compile (``make_trainer(..., compile={"mode": MODE})``,
 fednorm.fl.engine's ``gradient_step``), beside the same bundle run eagerly: images/s, the
 seconds its first two rounds take (the compilation), and how far its parameters move from the
 eager run's (float32: the same math in another order; ``--check`` runs a small bundle in
@@ -27,10 +27,10 @@ from fednorm.gpucheck import throughput as tp
 
 def trainer(shape: tp.Shape, runs: int, data: Arrays, settings: tp.Settings,
             mode: str | None):
-    """A bundle of ``runs`` built as make gpu-check builds it, its steps compiled by ``mode``
-    (what ``make_trainer(..., compile=mode)`` sets)."""
+    """A bundle of ``runs`` built as make gpu-check builds it, its steps compiled in torch.compile's
+    ``mode`` ("default": inductor's default; what ``make_trainer(..., compile=...)`` sets)."""
     built = tp.bundle(tp.configs(shape, runs, settings), data)
-    built.compile = mode
+    built.compile = None if mode is None else {} if mode == "default" else {"mode": mode}
     return built
 
 

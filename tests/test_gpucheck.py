@@ -54,6 +54,9 @@ def test_the_smoke_check_records_every_step_and_a_failure_without_stopping(tmp_p
     compiled = steps["compile"]["result"]["rows"]
     assert {r["what"] for r in compiled} >= {"plain, eager", "plain, torch.compile"}
     assert any(r["images_per_s"] for r in compiled)
+    # the engine's gradient step compiles (one graph: fullgraph) and trains under the check
+    engine = [r for r in compiled if r["what"].startswith("engine")]
+    assert len(engine) == 2 and all(r["images_per_s"] and not r["error"] for r in engine)
     hours = steps["gpu_hours"]["result"]["rows"]
     parts = {(r["config"].split()[0], r["part"]) for r in hours}
     assert {("config/hour.yaml", p) for p in ("fbn", "fixbn", "fedtan", "compare", "all")} <= parts

@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -181,9 +182,10 @@ def _stack(tensors: list[Tensor]) -> Tensor:
 
 class _Trainer:
     per_client_momenta = False  # momenta (R, *shape); True: (R, n, *shape)
-    # torch.compile's mode for the gradient steps (:meth:`gradient_step`): None runs them
-    # eagerly; "default", "reduce-overhead" (CUDA graphs), "max-autotune" compile each once
-    compile: str | None = None
+    # torch.compile's arguments for the gradient steps (:meth:`gradient_step`): None runs
+    # them eagerly; {} compiles each once with inductor, {"mode": "reduce-overhead"} replays
+    # it as CUDA graphs, {"backend": ...} picks another backend
+    compile: dict[str, Any] | None = None
 
     def __init__(self, cfgs: Sequence[RunConfig], models: Sequence[nn.Module],
                  normalizer: Normalizer, batches: ClientBatches) -> None:
@@ -264,8 +266,7 @@ class _Trainer:
             if self.compile is not None:  # one graph or an error; static shapes (a
                 # second bundle's shapes would otherwise make the functorch wrappers that
                 # every step shares dynamic, which vmap's convolution cannot take)
-                step = torch.compile(step, mode=None if self.compile == "default"
-                                     else self.compile, fullgraph=True, dynamic=False)
+                step = torch.compile(step, fullgraph=True, dynamic=False, **self.compile)
             self._steps[key] = step
         return step
 
@@ -800,15 +801,16 @@ class FedTAN(FedAvg):
 
 def make_trainer(
     cfgs: Sequence[RunConfig], models: Sequence[nn.Module], normalizer: Normalizer,
-    batches: ClientBatches, force_fedavg: bool = False, compile: str | None = None,
+    batches: ClientBatches, force_fedavg: bool = False,
+    compile: dict[str, Any] | None = None,
 ) -> _Trainer:
     """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise (and whenever
     the server needs each client's update: ``attack_updates``; or the clients' own state under
     partial participation: ``participation`` < 1; or each client's own gradient, clipped by
     itself: FedWon's adaptive clipping, which the mean of the clients' gradients would not
     reproduce). ``cfgs`` share a bundle key; ``models``
-    are their initialized models, one per run; ``compile``: torch.compile's mode for the
-    gradient steps (None: eager; :meth:`_Trainer.gradient_step`)."""
+    are their initialized models, one per run; ``compile``: torch.compile's arguments for
+    the gradient steps (None: eager; :meth:`_Trainer.gradient_step`)."""
     cfg = cfgs[0]
     fedavg = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
               or bool(normalizer.local) or normalizer.static or normalizer.agc is not None)

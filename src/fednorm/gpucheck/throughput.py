@@ -55,7 +55,7 @@ class Shape:
     part: tuple[str, str]
     sizes: tuple[int, ...] = (1, 4, 16, 64)
     compile: bool = False  # the plain loop also timed under torch.compile
-    compile_engine: bool = False  # the engine's round too (its recompilations make it slow)
+    compile_engine: bool = False  # the engine's gradient step too (a compile a mode)
     launches: bool = False  # a local step profiled: operators, kernels, GPU busy share
 
 
@@ -176,22 +176,23 @@ def round_images(cfg: RunConfig, runs: int) -> int:
 
 
 def engine_rate(shape: Shape, runs: int, data: Arrays, settings: Settings,
-                compiled: bool = False) -> dict[str, Any]:
+                compiled: dict[str, Any] | None = None) -> dict[str, Any]:
     """Images/s of a bundle of ``runs``, and its peak memory per run (the bundle's state built
-    and a round trained, beyond what the device held before)."""
+    and a round trained, beyond what the device held before); ``compiled``: torch.compile's
+    arguments for its gradient steps (fednorm.fl.engine, ``gradient_step``), compiled in the
+    first round."""
     cfgs, device = configs(shape, runs, settings), data.device
     built: list[_Trainer] = []
 
     def build_and_step() -> None:
         built.append(bundle(cfgs, data))
+        built[0].compile = compiled
         built[0].round(0)
 
     peak = memory.peak_bytes(build_and_step, device)
     trainer = built[0]
     E = cfgs[0].local_steps
-    step = torch.compile(trainer.round, backend=settings.compile_backend) if compiled \
-        else trainer.round
-    per_s, one = calls_per_second(lambda k: step(E * (k + 1)), device, settings)
+    per_s, one = calls_per_second(lambda k: trainer.round(E * (k + 1)), device, settings)
     return {"runs": runs, "images_per_s": per_s * round_images(cfgs[0], runs),
             "round_s": one, "peak_mb_per_run": None if peak is None else peak / runs / 2**20}
 
