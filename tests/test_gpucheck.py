@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from fednorm.gpucheck import main
+from tests.fl.test_compile import TRACES
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["environment", "cuda_tests", "peak_matmul", "throughput fbn_cnn",
@@ -56,7 +57,9 @@ def test_the_smoke_check_records_every_step_and_a_failure_without_stopping(tmp_p
     assert any(r["images_per_s"] for r in compiled)
     # the engine's gradient step compiles (one graph: fullgraph) and trains under the check
     engine = [r for r in compiled if r["what"].startswith("engine")]
-    assert len(engine) == 2 and all(r["images_per_s"] and not r["error"] for r in engine)
+    assert len(engine) == 2 and engine[0]["images_per_s"]
+    if TRACES:  # else its row records the error (torch 2.4.1: Dynamo's Unsupported)
+        assert engine[1]["images_per_s"] and not engine[1]["error"]
     hours = steps["gpu_hours"]["result"]["rows"]
     parts = {(r["config"].split()[0], r["part"]) for r in hours}
     assert {("config/hour.yaml", p) for p in ("fbn", "fixbn", "fedtan", "compare", "all")} <= parts

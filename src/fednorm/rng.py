@@ -23,8 +23,7 @@ hash, not a cryptographic one.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 import torch
 from torch import Tensor
@@ -74,11 +73,9 @@ def uniform(key: Tensor, shape: tuple[int, ...] | torch.Size) -> Tensor:
 _DROPOUT_KEY: Scoped[Tensor | None] = Scoped(None)
 
 
-@contextlib.contextmanager
-def dropout_key(key: Tensor) -> Iterator[None]:
+def dropout_key(key: Tensor) -> AbstractContextManager[Tensor | None]:
     """Within the block, :class:`fednorm.models.dropout.KeyedDropout` layers draw from ``key``."""
-    with _DROPOUT_KEY.bound(key):
-        yield
+    return _DROPOUT_KEY.bound(key)
 
 
 def current_dropout_key() -> Tensor | None:

@@ -9,9 +9,7 @@ graph (fednorm.fl.engine, ``compile``). Training runs in one thread, which is al
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -23,13 +21,22 @@ class Scoped(Generic[T]):
     def __init__(self, default: T) -> None:
         self._stack: list[T] = [default]
 
-    @contextlib.contextmanager
-    def bound(self, value: T) -> Iterator[T]:
-        self._stack.append(value)
-        try:
-            yield value
-        finally:
-            self._stack.pop()
+    def bound(self, value: T) -> _Bound[T]:
+        """``with scoped.bound(value) as v:``: ``value`` for the block. torch 2.14's
+        torch.compile traces it; torch 2.4.1's does not (nor a ``contextlib`` generator)."""
+        return _Bound(self._stack, value)
 
     def get(self) -> T:
         return self._stack[-1]
+
+
+class _Bound(Generic[T]):
+    def __init__(self, stack: list[T], value: T) -> None:
+        self.stack, self.value = stack, value
+
+    def __enter__(self) -> T:
+        self.stack.append(self.value)
+        return self.value
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stack.pop()

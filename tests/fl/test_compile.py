@@ -27,6 +27,12 @@ def test_scoped_values_nest_and_restore():
     assert value.get() == "outside"
 
 
+# The oldest torch seen to trace the step whole; torch 2.4.1 stops at the layers' context (a
+# `with` on a user object; a contextlib generator; functional_call passed as a value)
+TRACES = torch.__version__ >= "2.14"
+
+
+@pytest.mark.skipif(not TRACES, reason="torch.compile traces the engine's step from torch 2.14")
 @pytest.mark.parametrize("local_steps", [1, 2], ids=["dsgd", "fedavg-E2"])
 def test_a_compiled_step_is_one_graph_and_trains_as_the_eager_one(local_steps):
     """Dynamo's capture, run by a backend that counts the graphs and runs them as captured

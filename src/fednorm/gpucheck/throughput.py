@@ -203,8 +203,9 @@ def plain_model(cfg: RunConfig, n_classes: int) -> nn.Module:
     if cfg.model == "fbn_cnn":
         model = FBNCNN(norm, cfg.width, cfg.hidden, cfg.dropout, cfg.image_size, n_classes)
         for name, module in list(model.named_modules()):  # PyTorch's own dropout
-            if isinstance(module, KeyedDropout):
-                model.set_submodule(name, nn.Dropout(module.p))
+            if isinstance(module, KeyedDropout):  # (nn.Module.set_submodule: torch >= 2.5)
+                parent, _, child = name.rpartition(".")
+                setattr(model.get_submodule(parent), child, nn.Dropout(module.p))
         return model
     if cfg.model == "resnet20":
         return ResNet20(norm, cfg.width, n_classes)

@@ -10,8 +10,7 @@ running statistics, so the same layer is a pure function under vmap.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
@@ -39,10 +38,9 @@ class NormContext:
 _CONTEXT: Scoped[NormContext | None] = Scoped(None)
 
 
-@contextlib.contextmanager
-def norm_context(ctx: NormContext) -> Iterator[NormContext]:
-    with _CONTEXT.bound(ctx):
-        yield ctx
+def norm_context(ctx: NormContext) -> AbstractContextManager[NormContext]:
+    """``with norm_context(ctx):`` the layers of the forward pass inside read ``ctx``."""
+    return _CONTEXT.bound(ctx)
 
 
 def _per_channel(stat: Tensor, ndim: int) -> Tensor:
