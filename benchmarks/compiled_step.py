@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 
 import torch
 
@@ -25,36 +24,24 @@ from fednorm.data.arrays import Arrays
 from fednorm.gpucheck import throughput as tp
 
 
-def trainer(shape: tp.Shape, runs: int, data: Arrays, settings: tp.Settings,
-            mode: str | None):
-    """A bundle of ``runs`` built as make gpu-check builds it, its steps compiled in torch.compile's
-    ``mode`` ("default": inductor's default; what ``make_trainer(..., compile=...)`` sets)."""
-    built = tp.bundle(tp.configs(shape, runs, settings), data)
-    built.compile = None if mode is None else {} if mode == "default" else {"mode": mode}
-    return built
-
-
-def timed_rounds(t, E: int, first: int, rounds: int, device: torch.device) -> float:
-    tp.sync(device)
-    start = time.perf_counter()
-    for r in range(first, first + rounds):
-        t.round(E * r)
-    tp.sync(device)
-    return time.perf_counter() - start
+def compile_args(mode: str | None) -> dict[str, str] | None:
+    """torch.compile's arguments for ``mode`` ("default": inductor's default; None: eager)."""
+    return None if mode is None else {} if mode == "default" else {"mode": mode}
 
 
 def compare(shape: tp.Shape, runs: int, data: Arrays, settings: tp.Settings, mode: str,
             rounds: int) -> dict[str, float]:
     """Eager and compiled bundles trained side by side for 2 + ``rounds`` rounds."""
-    cfg = tp.configs(shape, runs, settings)[0]
-    E, images = cfg.local_steps, tp.round_images(cfg, runs)
+    cfgs = tp.configs(shape, runs, settings)
+    E, images = cfgs[0].local_steps, tp.round_images(cfgs[0], runs)
     out: dict[str, float] = {}
     trainers = {}
     for name, m in (("eager", None), (mode, mode)):
-        t = trainer(shape, runs, data, settings, m)
-        out[f"{name}: first 2 rounds, s"] = timed_rounds(t, E, 0, 2, data.device)
-        out[f"{name}: images/s"] = images * rounds / timed_rounds(t, E, 2, rounds, data.device)
-        trainers[name] = t
+        t = trainers[name] = tp.bundle(cfgs, data, compile_args(m))
+        out[f"{name}: first 2 rounds, s"] = tp.timed(lambda k, t=t: t.round(E * k),
+                                                       data.device, 0, 2)
+        seconds = tp.timed(lambda k, t=t: t.round(E * k), data.device, 2, rounds)
+        out[f"{name}: images/s"] = images * rounds / seconds
     a, b = (trainers[k].state.params for k in ("eager", mode))
     out["max |param difference|"] = max((a[k] - b[k]).abs().max().item() for k in a)
     return out

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 
 import torch
@@ -36,35 +35,17 @@ SHAPES = ((16, 32), (32, 16), (64, 8))  # ResNet-20's stages: channels, side
 IMAGES = 20  # a client's batch (FixBN's recipe)
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def ms_per_call(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Milliseconds of one call, after two warm-up calls (fednorm.gpucheck's timer)."""
     fn()
     fn()
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    sync(device)
-    return 1e3 * (time.perf_counter() - start) / repeats
+    return 1e3 * tp.timed(lambda k: fn(), device, 0, repeats) / repeats
 
 
 def kernels_per_call(fn: Callable[[], object], device: torch.device) -> float:
-    """Kernels launched by one call on CUDA (the profiler's device events); operators on a CPU."""
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        fn()
-        sync(device)
-    events = prof.key_averages()
-    if cuda:
-        return float(sum(e.count for e in events if e.device_type.name == "CUDA"))
-    return float(sum(e.count for e in events if e.key.startswith("aten::")))
+    """Kernels launched by one call on CUDA; operators on a CPU (fednorm.gpucheck's profile)."""
+    row = tp.profiled(lambda k: fn(), 1, device)
+    return row.get("kernels", row["aten_ops"])
 
 
 def im2col_conv(x: torch.Tensor, w: torch.Tensor, G: int) -> torch.Tensor:
@@ -92,7 +73,7 @@ def top_kernels(fn: Callable[[], object], device: torch.device, n: int = 4) -> s
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
-        sync(device)
+        tp.sync(device)
     kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
     kernels.sort(key=lambda e: -e.count)
     return "; ".join(f"{e.count} x {e.key[:70]}" for e in kernels[:n])

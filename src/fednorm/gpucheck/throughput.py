@@ -160,15 +160,18 @@ def configs(shape: Shape, runs: int, settings: Settings) -> list[RunConfig]:
     return [run_config({**keys, "seed": seed}) for seed in range(runs)]
 
 
-def bundle(cfgs: list[RunConfig], data: Arrays) -> _Trainer:
-    """The trainer of a bundle, built as fednorm.fl.train builds a job's."""
+def bundle(cfgs: list[RunConfig], data: Arrays, compile: dict[str, Any] | None = None
+           ) -> _Trainer:
+    """The trainer of a bundle, built as fednorm.fl.train builds a job's; ``compile``:
+    torch.compile's arguments for its gradient steps (fednorm.fl.engine.make_trainer)."""
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)
         models.append(build_model(c, data.n_classes).to(data.device, data.dtype))
     parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
              for c in cfgs]
-    return make_trainer(cfgs, models, normalizer_for(cfgs[0]), training_batches(cfgs, data, parts))
+    return make_trainer(cfgs, models, normalizer_for(cfgs[0]), training_batches(cfgs, data, parts),
+                        compile=compile)
 
 
 def round_images(cfg: RunConfig, runs: int) -> int:
@@ -185,8 +188,7 @@ def engine_rate(shape: Shape, runs: int, data: Arrays, settings: Settings,
     built: list[_Trainer] = []
 
     def build_and_step() -> None:
-        built.append(bundle(cfgs, data))
-        built[0].compile = compiled
+        built.append(bundle(cfgs, data, compiled))
         built[0].round(0)
 
     peak = memory.peak_bytes(build_and_step, device)
