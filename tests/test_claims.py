@@ -23,8 +23,9 @@ from fednorm.claims import (
     selects,
     write_ledger,
 )
+from fednorm.claims.ledger import words_ledger
 from fednorm.claims.words import NOT_RUN as WORDS_NOT_RUN
-from fednorm.claims.words import Words, planned_runs, words_ledger
+from fednorm.claims.words import Words, planned_runs
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan, merge
 from fednorm.results import in_experiments
@@ -299,8 +300,9 @@ def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
     side and of the baselines on the other, at FedAvg's largest E of the comparison (the
     small-batch claims: at the smallest batch of their experiment): with the method's runs
     there (FedFN's: those that normalize their feature) 40 points above every other run, every
-    claim holds (by more than the 5 points one quick seed needs), and with all runs equal
-    none does."""
+    claim holds at paper scale (3 seeds) and is inconclusive on the quick profile's one seed
+    (no firm verdict from one seed: the second stage's seeds decide, `needs` seeds), and with
+    all runs equal none holds."""
     plan, both = _profile(*profile)
     assert not [c for c in both.numbers if c.paper in NEW_METHODS]
     claims = tuple(c for c in both.words.claims if c.paper in NEW_METHODS)
@@ -314,17 +316,21 @@ def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
     there = (runs.local_steps == largest) | (small & (runs.batch_size == 2))
     better = runs.assign(test_accuracy=0.5 + 0.4 * (method & there))
     table = words_ledger(Words(claims=claims), better).set_index("id")
-    assert (table.verdict == "holds").all(), table.detail.to_dict()
+    one_seed = len(profile) > 1
+    expected = "inconclusive" if one_seed else "holds"
+    assert (table.verdict == expected).all(), table.detail.to_dict()
+    assert (table.needs.fillna("") == ("seeds" if one_seed else "")).all()
     splits = len(runs[in_experiments(runs, ["compare"])]
                  .drop_duplicates(["partition", "heterogeneity"]))  # 4; quick: 2
-    assert (table.n_units == [splits if c.for_each else 1 for c in claims]).all()
+    assert (table.n_units == [(splits if c.for_each else 1) * max(len(c.others), 1)
+                              for c in claims]).all()
     equal = words_ledger(Words(claims=claims), runs).set_index("id")
     assert (equal.verdict == "inconclusive").all()
     # with a validation accuracy, the claims at Dir(0.1) and the largest E are judged on the
     # tuning experiment's runs at each method's chosen rate (the tuning sweeps that setting);
     # the small-batch ones keep the common rate, and say why
     tuned = words_ledger(Words(claims=claims), better.assign(val_accuracy=0.5)).set_index("id")
-    assert (tuned.verdict == "holds").all(), tuned.detail.to_dict()
+    assert (tuned.verdict == expected).all(), tuned.detail.to_dict()
     skew = ["hybridbn-best-bn-variant-label-skew", "fedwon-tackles-label-skew",
             "fedfn-beats-fedavg-label-skew", "fedfn-with-bn-beats-bn-label-skew"]
     assert tuned.loc[skew, "rates"].str.contains("(chosen)", regex=False).all()

@@ -1,25 +1,25 @@
-"""Claims in words: each relation's margin is paired by seed, each verdict follows from the
-margin against the seed spread, and a bad claim is refused naming the claim, key and value."""
+"""Claims in words: each relation's margin is paired by seed, each verdict is a stated test
+(one-sided t, TOST, the exact sign test, Holm over a claim's units) recomputed here with
+scipy, and a bad claim is refused naming the claim, key and value."""
 
 import math
-import statistics
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
+from fednorm.claims.ledger import WORDS_COLUMNS, budget_checked, words_ledger, write_words
+from fednorm.claims.stats import pooled
 from fednorm.claims.words import (
+    BUDGET_LIMITED,
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
     NOT_RUN,
-    WORDS_COLUMNS,
     Words,
     check_plan,
-    family_bar,
     parse_words,
-    unit_verdict,
-    words_ledger,
-    write_words,
 )
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan
@@ -28,26 +28,30 @@ from fednorm.summarize import config_columns
 TINY = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, "width": 4,
         "hidden": 8, "batch_size": 8, "steps": 20, "lr": [0.1], "lr_milestones": [],
         "partition": "gamma", "heterogeneity": 0, "gn_groups": 2}
+POINTS = (4, 8, 12, 16, 20)  # settling's window: the last quarter, steps 16 and 20
+ALPHA = 0.05
 
 
 def _summary(runs, experiment="e"):
-    """A summary: ``runs`` is a list of (run keys, final test accuracy in %, status[, the
-    accuracy at the first point]); each run has two evaluation points, at half and all of its
-    budget, the first equal to the final unless given (a run that has settled)."""
+    """A summary: ``runs`` is a list of (run keys, final test accuracy in %, status[, rise]);
+    each run is evaluated at POINTS on a line that gains ``rise`` points over the last quarter
+    of its budget (steps 16 to 20), flat unless given (a run that has settled)."""
     rows = []
-    for keys, accuracy, status, *before in runs:
+    for keys, accuracy, status, *rise in runs:
         cfg = run_config({**TINY, **keys})
-        for step, value in ((10, before[0] if before else accuracy), (20, accuracy)):
+        for step in POINTS:
+            value = accuracy - (rise[0] if rise else 0.0) * (20 - step) / 4
             rows.append({**config_columns(cfg), "run_id": cfg.run_id, "figure_group": experiment,
                          "step": step, "test_accuracy": value / 100, "status": status})
     return pd.DataFrame(rows)
 
 
-def _pairs(a, b, values_a, values_b, **status):
-    """Runs of groups ``a`` and ``b`` (run keys), seed i with values_a[i], values_b[i]."""
-    runs = [({**a, "seed": s}, v, status.get(f"a{s}", "ok")) for s, v in enumerate(values_a)]
-    runs += [({**b, "seed": s}, v, status.get(f"b{s}", "ok")) for s, v in enumerate(values_b)]
-    return runs
+def _pairs(a, b, values_a, values_b, rise_a=0.0, rise_b=0.0):
+    """Runs of groups ``a`` and ``b`` (run keys), seed i with values_a[i], values_b[i]; a NaN
+    value is a diverged run."""
+    return [({**keys, "seed": s}, v, "diverged" if math.isnan(v) else "ok", rise)
+            for keys, values, rise in ((a, values_a, rise_a), (b, values_b, rise_b))
+            for s, v in enumerate(values)]
 
 
 def _claim(**more):
@@ -61,253 +65,345 @@ def _bare():
     return {k: v for k, v in _claim().items() if k not in ("a", "b")}
 
 
-def _judge(runs, floor=5.0, least=0.0, **claim):
-    words = parse_words({"claims": [_claim(**claim)], "single_seed_spread": floor,
-                         "min_spread": least})
-    return words_ledger(words, _summary(runs)).iloc[0]
+def _judge(runs, rule=None, looks=1, **claim):
+    words = parse_words({"claims": [_claim(**claim)], **(rule or {})})
+    return words_ledger(words, _summary(runs), looks).iloc[0]
 
 
-FBN, BN = {"normalizer": "fbn"}, {"normalizer": "bn"}
+def _interval(margins, alpha=ALPHA):
+    """The one-sided (1 − α) bounds of a plain paired t test on ``margins``."""
+    m = np.asarray(margins, dtype=float)
+    se = m.std(ddof=1) / math.sqrt(len(m))
+    half = stats.t.ppf(1 - alpha, len(m) - 1) * se
+    return m.mean() - half, m.mean() + half, se
+
+
+FBN, BN, GN, LN = ({"normalizer": n} for n in ("fbn", "bn", "gn", "ln"))
 
 
 def test_margins_are_paired_by_seed():
-    """Each group alone spreads 20 points over seeds; the paired margin is 5 at every seed."""
-    row = _judge(_pairs(FBN, BN, [50, 70, 90], [45, 65, 85]))
-    assert (row.verdict, row.n_seeds) == (HOLDS, 3)
-    assert row.margin == pytest.approx(5) and row.spread == pytest.approx(0, abs=1e-9)
+    """Each group alone spreads 20 points over seeds (unpaired, nothing is shown); the paired
+    margin is 5 at every seed: holds, with an interval of zero width."""
+    a, b = [50, 70, 90], [45, 65, 85]
+    assert stats.ttest_ind(a, b, alternative="greater").pvalue > 0.3
+    row = _judge(_pairs(FBN, BN, a, b))
+    assert (row.verdict, row.n_seeds, row.df) == (HOLDS, 3, 2)
+    assert row.low == pytest.approx(5) and row.high == pytest.approx(5) and row.se == 0
     assert row.ours == "normalizer=fbn: 70.0; normalizer=bn: 65.0"
 
 
-def test_each_verdict_of_a_sign_relation():
+def test_a_sign_holds_or_is_contradicted_by_the_one_sided_t_test():
+    """One claim of one unit: the pool has no other unit, so its test is scipy's paired t."""
     margins = [3.0, 5.0, 4.0]
     row = _judge(_pairs(FBN, BN, [53, 55, 54], [50, 50, 50]))
+    p = stats.ttest_1samp(margins, 0, alternative="greater").pvalue
+    low, high, se = _interval(margins)
+    assert p < ALPHA and row.verdict == HOLDS and row.needs == ""
+    assert (row.margin, row.df, row.sesoi) == (pytest.approx(4), 2, 2)
+    assert row.p == pytest.approx(p, abs=1e-12) and row.se == pytest.approx(se, abs=1e-12)
+    assert (row.low, row.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
+    # below zero but not by sesoi = 2 with confidence: not contradicted
+    row = _judge(_pairs(FBN, BN, [48.5, 48.4, 48.6], [50, 50, 50]))
+    assert (row.verdict, row.needs) == (INCONCLUSIVE, "seeds") and -2 < row.high < 0
+    against, runs = [-4.0, -4.1, -3.9], _pairs(FBN, BN, [46, 45.9, 46.1], [50, 50, 50])
+    row = _judge(runs)
+    assert row.verdict == CONTRADICTED and row.high < -2
+    assert row.p == pytest.approx(stats.ttest_1samp(against, -2, alternative="less").pvalue,
+                                  abs=1e-12)
+    # a larger smallest effect (the paper's, or the claim's own, which wins) spares it
+    assert _judge(runs, rule={"sesoi": {"fbn": 5, "default": 1}}).verdict == INCONCLUSIVE
+    row = _judge(runs, rule={"sesoi": {"fbn": 5}}, sesoi=1)
+    assert (row.verdict, row.sesoi) == (CONTRADICTED, 1)
+    # slack: a > b − 5 holds on margins of −4 (their p recomputed against −5)
+    row = _judge(runs, slack=5)
     assert row.verdict == HOLDS
-    assert row.margin == pytest.approx(statistics.mean(margins))
-    assert row.spread == pytest.approx(statistics.stdev(margins))
-    assert _judge(_pairs(FBN, BN, [40, 41, 42], [50, 50, 50])).verdict == CONTRADICTED
-    # within the noise: mean 2 < spread 2.65, seeds disagree
-    assert _judge(_pairs(FBN, BN, [55, 49, 52], [50, 50, 50])).verdict == INCONCLUSIVE
-    # every seed positive, but the mean (1.33) is within the spread (1.53)
-    assert _judge(_pairs(FBN, BN, [50.5, 50.5, 53], [50, 50, 50])).verdict == INCONCLUSIVE
-    assert _judge(_pairs(FBN, BN, [50, 50], [60, 60]), b={"normalizer": "gn"}).verdict == NOT_RUN
+    assert row.p == pytest.approx(stats.ttest_1samp(against, -5, alternative="greater").pvalue)
+    assert _judge(_pairs(FBN, BN, [50, 50], [60, 60]), b=GN).verdict == NOT_RUN
 
 
-def test_a_single_seed_uses_the_floor_and_says_so():
-    row = _judge(_pairs(FBN, BN, [58], [50]), floor=5)
-    assert (row.verdict, row.spread, row.n_seeds) == (HOLDS, 5, 1)
-    assert "1 seed (spread: the 5-point floor)" in row.detail
-    assert _judge(_pairs(FBN, BN, [54], [50]), floor=5).verdict == INCONCLUSIVE
+def test_one_seed_never_gives_a_firm_verdict():
+    row = _judge(_pairs(FBN, BN, [100], [50]))
+    assert (row.verdict, row.n_seeds, row.margin, row.needs) == (INCONCLUSIVE, 1, 50, "seeds")
+    assert "+50.0, 1 seed: inconclusive" in row.detail and math.isnan(row.low)
+    assert _judge(_pairs(FBN, BN, [0], [50])).verdict == INCONCLUSIVE
+    two = _pairs(FBN, BN, [60, 61], [50, 50])  # p = 0.015 on 1 df
+    assert _judge(two).verdict == HOLDS
+    assert _judge(two, rule={"min_seeds": 3}).verdict == INCONCLUSIVE
 
 
-def test_a_sign_takes_its_spread_at_least_min_spread():
-    """Two seeds' std is often far below the true spread (a quarter of the time under 0.3 of
-    it): with min_spread the mean margin must clear that many points, and the detail says so."""
-    close = _pairs(FBN, BN, [53.0, 53.2], [50, 50])  # +3.1 ± 0.14
-    assert _judge(close).verdict == HOLDS
-    row = _judge(close, least=5)
-    assert (row.verdict, row.spread) == (INCONCLUSIVE, 5)
-    assert "2 seeds (spread: at least 5 points)" in row.detail
-    assert _judge(_pairs(FBN, BN, [44, 43.5], [50, 50]), least=5).verdict == CONTRADICTED
-    wide = _judge(_pairs(FBN, BN, [60, 70], [50, 50]), least=5)  # +15 ± 7.1: its own spread
-    assert (wide.verdict, wide.spread) == (HOLDS, pytest.approx(statistics.stdev([10, 20])))
-    assert "at least" not in wide.detail
-    # a near-equality keeps its seeds' spread: |m̄| + σ ≤ δ stays reachable for δ < min_spread
-    assert _judge(close, least=5, relation="within", delta=4).verdict == HOLDS
-    assert unit_verdict([3.0, 3.2], 0, 0, least=5)[0] == INCONCLUSIVE
-    assert unit_verdict([3.0, 3.2], 0, 0)[0] == HOLDS
+def _two_units(duplicate=False):
+    """Claims on experiment e: c (FBN > BN, margins 3, 5, 4) and d (GN > BN, margins 2, 3.2,
+    1.6); with ``duplicate``, c again under another id (the same comparison)."""
+    claims = [_claim(), _claim(id="d", a=GN)] + ([_claim(id="c2")] if duplicate else [])
+    runs = _pairs(FBN, BN, [53, 55, 54], [50, 50, 50]) + [
+        ({**GN, "seed": s}, v, "ok") for s, v in enumerate([52, 53.2, 51.6])]
+    return words_ledger(parse_words({"claims": claims}), _summary(runs)).set_index("id")
 
 
-def test_a_near_equality_is_contradicted_only_beyond_delta_plus_a_signs_least_spread():
-    """A gap beyond δ is a sign: where |m̄| > δ, σ is taken at least min_spread, so that
-    two seeds that happen to agree (std 0.5) cannot contradict a near-equality that other
-    seeds confirm (GN's gap to central BN at E = 1, fixbn-s4-gn-no-gap-to-central-E1:
-    contradicted on seeds 0, 2, holding on others, before this floor)."""
-    gap = [7.0, 7.7]  # +7.35 ± 0.49: beyond δ = 3 by 9 of its own spreads, by 0.87 of 5
-    assert unit_verdict(gap, 0, 0, delta=3)[0] == CONTRADICTED
-    assert unit_verdict(gap, 0, 0, delta=3, least=5) == (INCONCLUSIVE, pytest.approx(7.35), 5.0)
-    row = _judge(_pairs(FBN, BN, [57, 57.7], [50, 50]), least=5, relation="within", delta=3)
-    assert (row.verdict, row.spread) == (INCONCLUSIVE, 5)  # the row says why: ± 5
-    assert "2 seeds (spread: at least 5 points): inconclusive" in row.detail
-    far = unit_verdict([9.0, 9.6], 0, 0, delta=3, least=5)  # 9.3 − 5 > 3
-    assert far == (CONTRADICTED, pytest.approx(9.3), 5.0)
-    row = _judge(_pairs(FBN, BN, [59, 58.5], [50, 50]), least=5, relation="within", delta=3)
-    assert (row.verdict, row.spread) == (CONTRADICTED, 5)
-    assert "2 seeds (spread: at least 5 points)" in row.detail
-    # within δ, the seeds' own spread (a floor of 5 would make every δ < 5 unreachable)
-    assert unit_verdict([1.0, 1.5], 0, 0, delta=3, least=5) == (
-        HOLDS, 1.25, pytest.approx(statistics.stdev([1.0, 1.5])))
-    assert unit_verdict([2.0, 3.0], 0, 0, delta=3, least=5)[1:] == (
-        2.5, pytest.approx(statistics.stdev([2.0, 3.0])))  # inconclusive, its own spread
+def test_the_units_of_one_experiment_share_a_pool_once():
+    c, d = np.array([3.0, 5.0, 4.0]), np.array([2.0, 3.2, 1.6])
+    # variances within chance of each other (2 units, 2 df each): the plain pooled variance
+    pool = pooled([c.var(ddof=1) / 2, d.var(ddof=1) / 2], [2, 2])
+    assert (pool.df, pool.units) == (4, 2)
+    assert pool.variance == pytest.approx((c.var(ddof=1) + d.var(ddof=1)) / 2 / 2)
+    alone = _judge(_pairs(FBN, BN, [53, 55, 54], [50, 50, 50]))
+    table = _two_units()
+    assert alone.df == 2 and table.loc["c", "df"] > 2  # d's seeds lend c degrees of freedom
+    assert table.loc["c", "df"] == table.loc["d", "df"]
+    twice = _two_units(duplicate=True)  # c's unit measured by two claims enters the pool once
+    assert twice.loc["c", "df"] == table.loc["c", "df"]
+    assert twice.loc["c", ["se", "p"]].tolist() == table.loc["c", ["se", "p"]].tolist()
+    assert twice.loc["c2", ["se", "p"]].tolist() == table.loc["c", ["se", "p"]].tolist()
 
 
-def test_a_diverged_run_of_one_seed_alone_decides_nothing():
-    """A run may diverge on some seeds only (FBN under an undefended sign flip: 2 of 5 quick
-    seeds): one diverged run and no margin is one draw, inconclusive; two, a verdict."""
-    one = _judge(_pairs(FBN, BN, [math.nan], [50], a0="diverged"))
-    assert (one.verdict, one.n_diverged) == (INCONCLUSIVE, 1)
-    assert _judge(_pairs(FBN, BN, [50], [math.nan], b0="diverged")).verdict == INCONCLUSIVE
-    assert unit_verdict([], 0, 1)[0] == INCONCLUSIVE
-    assert unit_verdict([], 1, 0)[0] == INCONCLUSIVE
-    assert unit_verdict([], 2, 0)[0] == HOLDS
-    assert unit_verdict([], 1, 1)[0] == INCONCLUSIVE
-    # a claims file may let one diverged run decide (diverged_seeds: 1, the tiny DAG's)
-    assert unit_verdict([], 0, 1, diverged_seeds=1)[0] == CONTRADICTED
-    words = parse_words({"claims": [_claim()], "diverged_seeds": 1})
-    row = words_ledger(words, _summary(_pairs(FBN, BN, [math.nan], [50], a0="diverged")))
-    assert row.iloc[0].verdict == CONTRADICTED
+def test_the_same_runs_at_max_and_at_final_are_two_units_of_the_pool():
+    runs = [({**FBN, "seed": s}, v, "ok", rise) for s, (v, rise) in
+            enumerate([(53, -2), (55, 0), (54, -0.25)])]  # falling: max 61, 55, 55
+    runs += [({**BN, "seed": s}, 50, "ok") for s in range(3)]
+    claims = [_claim(), _claim(id="m", at="max")]
+    table = words_ledger(parse_words({"claims": claims}), _summary(runs)).set_index("id")
+    assert table.loc["m", "margin"] == pytest.approx(7)
+    # a pool per measure: the final's unit is not pooled with the best's (its df its own 2)
+    assert (table.loc["c", "df"], table.loc["m", "df"]) == (2, 2)
 
 
-def test_a_diverged_run_of_the_better_side_is_against_the_claim():
-    # seed 2 of FBN diverged: the other two seeds' margins are +10, yet the claim cannot hold
-    row = _judge(_pairs(FBN, BN, [60, 60, math.nan], [50, 50, 50], a2="diverged"))
-    assert (row.verdict, row.n_seeds, row.n_diverged) == (INCONCLUSIVE, 2, 1)
-    assert "1 run diverged (1 seed(s) against, 0 for)" in row.detail
-    assert "†1" in row.ours
-    # all of FBN diverged: contradicted; all of BN diverged: holds
-    dead = {"a0": "diverged", "a1": "diverged"}
-    assert _judge(_pairs(FBN, BN, [math.nan] * 2, [50, 50], **dead)).verdict == CONTRADICTED
-    dead = {"b0": "diverged", "b1": "diverged"}
-    assert _judge(_pairs(FBN, BN, [50, 50], [math.nan] * 2, **dead)).verdict == HOLDS
-    # a diverged run on the worse side leaves the others to decide, and cannot contradict
-    row = _judge(_pairs(FBN, BN, [60, 61, 62], [50, 50, math.nan], b2="diverged"))
-    assert (row.verdict, row.n_seeds) == (HOLDS, 2)
-    row = _judge(_pairs(FBN, BN, [40, 41, 42], [50, 50, math.nan], b2="diverged"))
-    assert row.verdict == INCONCLUSIVE
+def test_a_pooled_unit_is_tested_on_the_pooled_variance_and_its_degrees_of_freedom():
+    """Two units of equal variance: the plain pooled variance on Σ d = 4 degrees of freedom
+    (the pooled two-sample t test's), not the unit's own counted twice on 6."""
+    c, d = np.array([3.0, 5.0, 4.0]), np.array([2.0, 3.2, 1.6])
+    s2 = (c.var(ddof=1) + d.var(ddof=1)) / 2
+    row = _two_units().loc["c"]
+    assert row.df == 4
+    assert row.se == pytest.approx(math.sqrt(s2 / 3))
+    assert row.p == pytest.approx(stats.t.sf(c.mean() / math.sqrt(s2 / 3), 4))
 
 
-def test_within_delta():
+def test_within_delta_is_schuirmanns_two_one_sided_tests():
     near = {"relation": "within", "delta": 3}
-    row = _judge(_pairs(FBN, BN, [51, 50, 52], [50, 50, 50]), **near)  # 1 ± 1 <= 3
-    assert (row.verdict, row.delta) == (HOLDS, 3)
-    assert _judge(_pairs(FBN, BN, [60, 61, 59], [50, 50, 50]), **near).verdict == CONTRADICTED
+    margins = np.array([0.2, -0.1, 0.1])
+    row = _judge(_pairs(FBN, BN, 50 + margins, [50, 50, 50]), **near)
+    se = margins.std(ddof=1) / math.sqrt(3)
+    p = max(stats.t.sf((margins.mean() + 3) / se, 2), stats.t.cdf((margins.mean() - 3) / se, 2))
+    assert (row.verdict, row.delta) == (HOLDS, 3) and math.isnan(row.sesoi)
+    assert row.p == pytest.approx(p, rel=1e-9)
+    far = np.array([10.0, 10.2, 9.8])  # 10 ± 0.1: outside ±3 with confidence
+    row = _judge(_pairs(FBN, BN, 50 + far, [50, 50, 50]), **near)
+    se = far.std(ddof=1) / math.sqrt(3)
+    assert row.verdict == CONTRADICTED and row.low > 3
+    # Bonferroni over the two sides on which a near-equality can fail
+    assert row.p == pytest.approx(2 * stats.t.sf((far.mean() - 3) / se, 2), rel=1e-9)
+    # a wide spread straddles δ: neither
     assert _judge(_pairs(FBN, BN, [53, 50, 56], [50, 50, 50]), **near).verdict == INCONCLUSIVE
-    # a diverged run is a seed against equality
-    row = _judge(_pairs(FBN, BN, [50, 50, math.nan], [50, 50, 50], a2="diverged"), **near)
-    assert row.verdict == INCONCLUSIVE
+    # a diverged run is a seed against equality: no holds
+    row = _judge(_pairs(FBN, BN, [50.2, 49.9, 50.1, math.nan], [50] * 4), **near)
+    assert (row.verdict, row.n_diverged) == (INCONCLUSIVE, 1)
 
 
-def test_unit_verdict_rule():
-    assert unit_verdict([2.0, 2.0], 0, 0)[0] == HOLDS
-    assert unit_verdict([2.0, 2.0], 0, 1)[0] == INCONCLUSIVE
-    assert unit_verdict([-1.0, -2.0, -3.0], 1, 0)[0] == INCONCLUSIVE  # a seed for it
-    assert unit_verdict([-1.0, -2.0, -3.0], 0, 0)[0] == CONTRADICTED
-    assert unit_verdict([-1.0, -1.5], 0, 0, slack=2)[0] == HOLDS  # a > b - 2
-    assert unit_verdict([4.0], 0, 0, floor=5)[1:] == (4.0, 5.0)
-    assert unit_verdict([], 0, 2)[0] == CONTRADICTED
+def _e_runs(norm, values_by_e):
+    return [({"normalizer": norm, "local_steps": e, "steps": 5000, "seed": s}, v, "ok")
+            for e, vs in values_by_e.items() for s, v in enumerate(vs)]
 
 
-def test_the_family_bar_keeps_a_claims_chance_of_a_false_contradiction():
-    """Bonferroni, checked against its definition: k units, each contradicting a true margin
-    of zero at the bar's chance, contradict the claim at most as often as one unit at σ."""
-    alpha = statistics.NormalDist().cdf(-math.sqrt(2))  # two seeds: m̄ < −σ, m̄ ~ N(0, σ²/2)
-    assert family_bar(1) == 1.0
-    bars = [family_bar(k) for k in range(1, 12)]
-    assert bars == sorted(bars) and len(set(bars)) == len(bars)
-    for k in (2, 3, 10):
-        chance = statistics.NormalDist().cdf(-math.sqrt(2) * family_bar(k))
-        assert k * chance == pytest.approx(alpha)
-    assert unit_verdict([-6.0, -6.0], 0, 0, least=5)[0] == CONTRADICTED
-    assert unit_verdict([-6.0, -6.0], 0, 0, least=5, bar=1.37)[0] == INCONCLUSIVE
-    assert unit_verdict([-7.0, -7.0], 0, 0, least=5, bar=1.37)[0] == CONTRADICTED
-    # within: |m̄| − bar·σ > δ
-    assert unit_verdict([6.0, 8.0], 0, 0, delta=3)[0] == CONTRADICTED  # 7 − 1.41 > 3
-    assert unit_verdict([6.0, 8.0], 0, 0, delta=3, bar=3)[0] == INCONCLUSIVE  # 7 − 4.24
-
-
-def test_family_wise_raises_the_bar_of_a_contradiction_by_the_claims_units():
-    """One unit of ten contradicting alone by −6 ± 5 does not contradict the claim when the
-    bar is family-wise (b_10 = 1.71), and the detail says so; the same unit alone, or a unit
-    far beyond the bar, still contradicts; holds is unchanged."""
-    def runs(hs, first):
-        return [({"normalizer": n, "heterogeneity": h, "seed": s}, v, "ok")
-                for h in hs for n, vals in (("fbn", (first if h == hs[0] else [70, 71])),
-                                            ("bn", [60, 60]))
-                for s, v in enumerate(vals)]
-    ten = [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1]
-
-    def judge(runs, family, **claim):
-        words = parse_words({"claims": [_claim(for_each="heterogeneity", **claim)],
-                             "min_spread": 5, "family_wise": family})
-        return words_ledger(words, _summary(runs)).iloc[0]
-
-    near = runs(ten, [54, 54])  # γ = 0: −6 ± 5 (the least spread); the nine others +10.5 ± 5
-    assert judge(near, False).verdict == CONTRADICTED
-    row = judge(near, True)
-    assert (row.verdict, row.n_units) == (INCONCLUSIVE, 10)
-    assert ("heterogeneity=0: -6.0 ± 5.0, 2 seeds (spread: at least 5 points): inconclusive "
-            "(contradicted alone; one of 10 units, it must pass 1.71 σ") in row.detail
-    assert judge(runs([0], [54, 54]), True).verdict == CONTRADICTED  # one unit: b_1 = 1
-    assert judge(runs(ten, [50, 51]), True).verdict == CONTRADICTED  # −9.5 < −8.55
-    assert judge(runs(ten, [70, 71]), True).verdict == HOLDS
-    with pytest.raises(ConfigError, match=r"qualitative: key 'family_wise' has value 1; "
-                                          r"allowed: true or false"):
-        parse_words({"claims": [_claim()], "family_wise": 1})
-    assert parse_words({"claims": [_claim()]}).noise.family_wise is False
-
-
-def _e_runs(norm, values_by_e, seeds=(0, 1)):
-    return [({"normalizer": norm, "local_steps": e, "steps": 5000, "seed": s}, v[s], "ok")
-            for e, v in values_by_e.items() for s in seeds]
-
-
-def test_a_trend_along_an_axis_by_neighbours_or_ends():
+def test_a_trend_is_the_least_squares_change_from_first_to_last():
     trend = {**_bare(), "relation": "trend", "over": "local_steps", "direction": "decreasing",
-             "where": {"normalizer": "gn"}}
-    smooth = _e_runs("gn", {1: [60, 62], 5: [50, 51], 25: [40, 42]})
-    row = words_ledger(parse_words({"claims": [trend]}), _summary(smooth)).iloc[0]
-    assert (row.verdict, row.n_units) == (HOLDS, 2)
-    assert "1 → 5" in row.detail and "5 → 25" in row.detail
-    # E = 5 above E = 1: the neighbours contradict the claim, the ends still fall
-    bumpy = _e_runs("gn", {1: [60, 62], 5: [70, 71], 25: [40, 42]})
-    words = parse_words({"claims": [trend, {**trend, "id": "ends", "steps": "ends"}]})
-    table = words_ledger(words, _summary(bumpy))
-    assert list(table.verdict) == [CONTRADICTED, HOLDS]
-    assert table.n_units.tolist() == [2, 1]
-    rising = parse_words({"claims": [{**trend, "direction": "increasing"}]})
-    assert words_ledger(rising, _summary(smooth)).verdict[0] == CONTRADICTED
+             "where": GN}
+    values = {1: [60, 62, 61], 5: [50, 55, 49], 25: [52, 50, 54], 100: [40, 39, 42]}
+    ranked = np.array([values[e] for e in (100, 25, 5, 1)], dtype=float)  # decreasing in E
+    slopes = [np.polyfit(np.arange(4), ranked[:, s], 1)[0] * 3 for s in range(3)]
+    words = parse_words({"claims": [trend, {**trend, "id": "ends", "steps": "ends"},
+                                    {**trend, "id": "up", "direction": "increasing"}]})
+    table = words_ledger(words, _summary(_e_runs("gn", values))).set_index("id")
+    assert table.loc["c", "margin"] == pytest.approx(np.mean(slopes))
+    assert table.loc["ends", "margin"] == pytest.approx(np.mean(ranked[3] - ranked[0]))
+    assert table.loc["c", "margin"] != pytest.approx(table.loc["ends", "margin"])
+    assert table.loc["up", "margin"] == pytest.approx(-np.mean(slopes))
+    assert table.n_units.tolist() == [1, 1, 1]
+    assert table.verdict.tolist() == [HOLDS, HOLDS, CONTRADICTED]
+    three = {e: values[e] for e in (1, 5, 25)}  # 3 values: the slope x 2 is last − first
+    row = words_ledger(parse_words({"claims": [trend]}), _summary(_e_runs("gn", three))).iloc[0]
+    ranked = np.array([three[e] for e in (25, 5, 1)], dtype=float)
+    fits = [np.polyfit(np.arange(3), ranked[:, s], 1)[0] * 2 for s in range(3)]
+    assert row.margin == pytest.approx(np.mean(fits))
+    assert row.margin == pytest.approx(np.mean(ranked[2] - ranked[0]))
 
 
-def test_symbolic_max_and_min_are_the_experiments_largest_and_smallest():
-    def runs(es):
-        return (_e_runs("bn", dict(zip(es, ([50, 50], [52, 53], [70, 71]), strict=True)))
-                + _e_runs("gn", dict(zip(es, ([60, 60], [52, 52], [40, 41]), strict=True))))
-    bn, gn = {"normalizer": "bn"}, {"normalizer": "gn"}
-    for es in ((1, 5, 25), (1, 100, 2500)):
-        words = parse_words({"claims": [
-            _claim(id="max", a=bn, b=gn, where={"local_steps": "max"}),
-            _claim(id="min", a=gn, b=bn, where={"local_steps": "min"})]})
-        table = words_ledger(words, _summary(runs(es))).set_index("id")
-        assert table.loc["max", "margin"] == pytest.approx(30)  # 70.5 - 40.5
-        assert table.loc["min", "margin"] == pytest.approx(10)
-        assert set(table.verdict) == {HOLDS}
-
-
-def test_best_is_above_the_largest_of_the_others_per_seed():
-    runs = (_pairs(FBN, BN, [60, 62, 61], [50, 59, 40])
-            + [({"normalizer": "gn", "seed": s}, v, "ok") for s, v in enumerate([58, 50, 55])])
+def _best(others, **values):
+    runs = [({**g, "seed": s}, v, "ok") for g in (FBN, *others)
+            for s, v in enumerate(values[g["normalizer"]])]
     words = parse_words({"claims": [{**_bare(), "relation": "best", "a": FBN,
-                                     "others": [BN, {"normalizer": "gn"}]}]})
-    row = words_ledger(words, _summary(runs)).iloc[0]
-    margins = [60 - 58, 62 - 59, 61 - 55]  # against GN, BN, GN
-    assert row.margin == pytest.approx(statistics.mean(margins))
-    assert row.spread == pytest.approx(statistics.stdev(margins))
-    assert row.verdict == HOLDS  # 3.67 > 2.08, every seed > 0
+                                     "others": list(others)}]})
+    return words_ledger(words, _summary(runs)).iloc[0]
 
 
-def test_for_each_holds_only_when_every_value_does():
-    runs = [({"normalizer": n, "heterogeneity": h, "seed": s}, v, "ok")
-            for h, (fbn, bn) in {0: ([80, 82], [40, 45]), 1: ([90, 91], [89, 91.5])}.items()
-            for n, vals in (("fbn", fbn), ("bn", bn)) for s, v in enumerate(vals)]
-    row = _judge(runs, for_each="heterogeneity")
-    assert (row.verdict, row.n_units) == (INCONCLUSIVE, 2)
-    assert "heterogeneity=0: +38.5 ± 2.1, 2 seeds: holds" in row.detail
-    assert "heterogeneity=1: +0.2 ± 1.1, 2 seeds: inconclusive" in row.detail
-    row = _judge(runs, for_each="heterogeneity", relation="within", delta=3)
-    assert row.verdict == CONTRADICTED  # at γ = 0, |38.5| - 2.1 > 3
+def test_best_is_one_unit_per_other_group_with_holm_over_them():
+    fbn = [60, 62, 61]
+    row = _best([BN, GN], fbn=fbn, bn=[50, 51, 50], gn=[55, 56, 55.5])
+    assert (row.verdict, row.n_units) == (HOLDS, 2)
+    row = _best([BN, GN], fbn=fbn, bn=[50, 51, 50], gn=[70, 71, 70.5])
+    assert row.verdict == CONTRADICTED and "vs normalizer=gn: -9.5" in row.detail
+    # BN beats FBN by 4.5 ± 0.6: p_against in (α/3, α); GN and LN lose by exactly 10 (no
+    # variance: the pool is BN's unit alone, so its raw p is scipy's)
+    against = [-3.5, -4.5, -5.5]
+    raw = stats.ttest_1samp(against, -2, alternative="less").pvalue
+    assert ALPHA / 3 < raw < ALPHA
+    values = {"fbn": [50, 50, 50], "bn": [53.5, 54.5, 55.5], "gn": [40] * 3, "ln": [40] * 3}
+    alone = _best([BN], **values)
+    assert (alone.verdict, alone.p) == (CONTRADICTED, pytest.approx(raw, abs=1e-12))
+    three = _best([BN, GN, LN], **values)
+    assert (three.verdict, three.n_units) == (INCONCLUSIVE, 3)
+    assert three.p_against == pytest.approx(3 * raw, abs=1e-12)  # Holm: k x the smallest p
+
+
+def test_diverged_runs():
+    # FBN's seed 3 diverged: three seeds' margins hold by t, yet a seed is against the claim
+    row = _judge(_pairs(FBN, BN, [60, 61, 62, math.nan], [50] * 4))
+    assert (row.verdict, row.n_seeds, row.n_diverged) == (INCONCLUSIVE, 3, 1)
+    assert "1 run diverged (1 seed(s) against, 0 for)" in row.detail and "†1" in row.ours
+    # seeds with only diverged runs: the exact sign test (two seeds: p 1/4 at best)
+    assert _judge(_pairs(FBN, BN, [math.nan] * 2, [50] * 2)).verdict == INCONCLUSIVE
+    assert _judge(_pairs(FBN, BN, [50] * 2, [math.nan] * 2)).verdict == INCONCLUSIVE
+    row = _judge(_pairs(FBN, BN, [math.nan] * 5, [50] * 5))
+    assert (row.verdict, row.p) == (CONTRADICTED, pytest.approx(1 / 32))
+    assert _judge(_pairs(FBN, BN, [50] * 5, [math.nan] * 5)).verdict == HOLDS
+    # a diverged run on the worse side leaves the others to decide, and cannot contradict
+    assert _judge(_pairs(FBN, BN, [60, 61, 62], [50, 50, math.nan])).verdict == HOLDS
+    assert _judge(_pairs(FBN, BN, [40, 41, 42], [50, 50, math.nan])).verdict == INCONCLUSIVE
+
+
+def test_one_losing_margin_beside_diverged_seeds_is_no_weaker_than_none():
+    row = _judge(_pairs(FBN, BN, [math.nan] * 4 + [40], [50] * 5))
+    assert row.verdict == CONTRADICTED
+
+
+def test_a_claim_that_holds_by_the_sign_test_reports_its_p():
+    row = _judge(_pairs(FBN, BN, [50] * 5, [math.nan] * 5))
+    assert (row.verdict, row.p) == (HOLDS, pytest.approx(1 / 32))
+
+
+def test_a_side_behind_still_climbing_blocks_the_verdict_it_would_decide():
+    """BN (behind) gains 5 points over the last quarter on every seed: FBN's lead may yet
+    vanish, so the would-be holds waits on budget; FBN (ahead) climbing only widens it."""
+    fbn, bn = [60, 61, 62], [50, 50, 50]
+    row = _judge(_pairs(FBN, BN, fbn, bn, rise_b=5))
+    assert (row.verdict, row.needs, row.settled) == (INCONCLUSIVE, "budget", "no")
+    assert ("not settled: normalizer=bn +5.0 points over the last quarter of the budget; "
+            "else holds") in row.detail
+    row = _judge(_pairs(FBN, BN, fbn, bn, rise_a=5))
+    assert (row.verdict, row.needs, row.settled) == (HOLDS, "", "no")
+    assert "the side behind settled" in row.detail
+    # a gain under the 1-point floor is settled
+    assert _judge(_pairs(FBN, BN, fbn, bn, rise_b=0.5)).verdict == HOLDS
+    # a contradiction rests on the side the claim says is better
+    row = _judge(_pairs(FBN, BN, bn, [60, 61, 62], rise_a=5))
+    assert (row.verdict, row.needs) == (INCONCLUSIVE, "budget")
+    assert _judge(_pairs(FBN, BN, bn, [60, 61, 62], rise_b=5)).verdict == CONTRADICTED
+
+
+def test_q_is_benjamini_hochberg_over_the_ledgers_p():
+    claims = [_claim(), _claim(id="d", a=GN), _claim(id="e", a=LN, b=FBN),
+              _claim(id="f", b={"normalizer": "in"})]
+    runs = (_pairs(FBN, BN, [53, 55, 54], [50, 50, 50])
+            + [({**g, "seed": s}, v, "ok") for g, vs in ((GN, [50, 51, 49]), (LN, [54, 50, 52]))
+               for s, v in enumerate(vs)])
+    table = words_ledger(parse_words({"claims": claims}), _summary(runs))
+    known = table.p.notna()
+    assert known.tolist() == [True, True, True, False]  # f: not run
+    assert table.q[known].to_numpy() == pytest.approx(
+        stats.false_discovery_control(table.p[known].to_numpy()), abs=1e-12)
+    assert math.isnan(table.q[3])
+
+
+def test_two_looks_judge_each_at_half_alpha():
+    margins = [1.0, 3.0, 2.0]
+    p = stats.ttest_1samp(margins, 0, alternative="greater").pvalue
+    assert ALPHA / 2 < p < ALPHA
+    runs = _pairs(FBN, BN, [51, 53, 52], [50, 50, 50])
+    assert _judge(runs).verdict == HOLDS
+    row = _judge(runs, looks=2)
+    assert (row.verdict, row.p) == (INCONCLUSIVE, pytest.approx(p, abs=1e-12))
+    low, _, _ = _interval(margins, ALPHA / 2)
+    assert row.low == pytest.approx(low, abs=1e-12)
+
+
+def _row(id, verdict, margin, needs="", detail="d"):
+    row = dict.fromkeys(WORDS_COLUMNS, "")
+    return {**row, "id": id, "verdict": verdict, "margin": margin, "needs": needs,
+            "detail": detail, "own_method": False,
+            "p_for": 0.01 if verdict == HOLDS else 0.4,
+            "p_against": 0.01 if verdict == CONTRADICTED else 0.4}
+
+
+def test_a_contradiction_stands_only_where_twice_the_budget_confirms_it():
+    first = pd.DataFrame([_row("a", CONTRADICTED, -5.0), _row("b", CONTRADICTED, -5.0),
+                          _row("c", CONTRADICTED, -5.0), _row("d", CONTRADICTED, -5.0),
+                          _row("e", INCONCLUSIVE, 3.0, "budget"),
+                          _row("f", INCONCLUSIVE, 1.0, "seeds")], columns=list(WORDS_COLUMNS))
+    doubled = pd.DataFrame([_row("a", CONTRADICTED, -6.0), _row("b", HOLDS, 4.0),
+                            _row("c", INCONCLUSIVE, -1.0), _row("e", HOLDS, 5.0),
+                            _row("f", HOLDS, 5.0)], columns=list(WORDS_COLUMNS))
+    out = budget_checked(first, doubled).set_index("id")
+    assert out.verdict.tolist() == [CONTRADICTED, BUDGET_LIMITED, BUDGET_LIMITED, CONTRADICTED,
+                                    HOLDS, INCONCLUSIVE]
+    assert out.loc["b", "detail"].startswith("at 1× the budget: -5.0, contradicted; at 2×: "
+                                             "+4.0, holds")
+    assert "at 2×: -1.0, inconclusive" in out.loc["c", "detail"]
+    assert out.loc["d", "detail"] == "d (not rechecked at twice the budget)"
+    assert (out.loc["e", "margin"], out.loc["f", "margin"]) == (5.0, 1.0)
+    for side in ("for", "against"):
+        assert out[f"q_{side}"].to_numpy() == pytest.approx(
+            stats.false_discovery_control(out[f"p_{side}"].astype(float).to_numpy()))
+
+
+def _tuned_summary(common, tuned):
+    """The claim's runs (experiment e, every method at lr × 1) and a tuning experiment's
+    (10 % held out; ``tuned``: normalizer -> lr_scale -> {seed: final accuracy}, the
+    validation accuracy equal to the test's)."""
+    runs = [({"normalizer": n, "seed": s}, v, "ok") for n, vs in common.items()
+            for s, v in enumerate(vs)]
+    sweep = [({"normalizer": n, "lr_scale": scale, "val_fraction": 0.1, "seed": s}, v, "ok")
+             for n, scales in tuned.items() for scale, vs in scales.items()
+             for s, v in vs.items()]
+    tuning = _summary(sweep, experiment="tuning")
+    return pd.concat([_summary(runs), tuning.assign(val_accuracy=tuning["test_accuracy"])],
+                     ignore_index=True)
+
+
+def _seeds(*values):
+    return dict(enumerate(values))
+
+
+def test_a_method_claim_is_judged_at_each_methods_chosen_rate():
+    """At the common rate FBN loses by 9.5 points; at the rates chosen on held-out data (FBN
+    × 4, BN × 1) it wins by 10.5: holds, with the common rate's verdict in the detail."""
+    common = {"fbn": [40, 41], "bn": [50, 50]}
+    fbn = {1: _seeds(40, 41), 4: _seeds(60, 61)}
+    summary = _tuned_summary(common, {"fbn": fbn, "bn": {1: _seeds(50, 50), 4: _seeds(30, 30)}})
+    words = parse_words({"claims": [_claim()]})
+    row = words_ledger(words, summary).iloc[0]
+    assert (row.verdict, row.margin) == (HOLDS, pytest.approx(10.5))
+    assert row.rates == "normalizer=fbn: lr × 4↑ (chosen); normalizer=bn: lr × 1↓ (chosen)"
+    assert "at lr × 1 (common): -9.5 [" in row.detail and ": contradicted" in row.detail
+    assert row.ours == "normalizer=fbn: 60.5; normalizer=bn: 50.0"
+    # a seed added at the chosen rate only (a second stage's) does not move the choice, though
+    # it would pull × 4's mean (40.3) under × 1's (40.5); one that every rate has does
+    bn = {1: _seeds(50, 50, 50), 4: _seeds(30, 30, 30)}
+    added = _tuned_summary(common, {"fbn": {1: fbn[1], 4: {**fbn[4], 2: 0}}, "bn": bn})
+    assert words_ledger(words, added).rates[0].startswith("normalizer=fbn: lr × 4↑ (chosen)")
+    both = _tuned_summary(common, {"fbn": {1: {**fbn[1], 2: 45}, 4: {**fbn[4], 2: 0}}, "bn": bn})
+    assert words_ledger(words, both).rates[0].startswith("normalizer=fbn: lr × 1↓ (chosen)")
+    # no tuning run for BN: the common rate, said so
+    summary = _tuned_summary(common, {"fbn": fbn})
+    row = words_ledger(words, summary).iloc[0]
+    assert row.verdict == CONTRADICTED
+    assert row.rates == ("normalizer=fbn: lr × 1; normalizer=bn: lr × 1 (common: no tuning run "
+                         "at normalizer=bn)")
+    # tuning: null in the claims file: lr × 1
+    assert words_ledger(parse_words({"claims": [_claim()], "tuning": None}),
+                        summary).verdict[0] == CONTRADICTED
 
 
 def test_runs_that_differ_in_more_than_the_seed_are_refused():
-    runs = [({"normalizer": n, "bn_momentum": m, "seed": s}, 50 + 10 * (n == "fbn"), "ok")
+    runs = [({"normalizer": n, "bn_momentum": m, "seed": s}, 50 + 10 * (n == "fbn") + s, "ok")
             for n in ("fbn", "bn") for m in (0.1, 0.01) for s in (0, 1)]
     row = _judge(runs)
     assert row.verdict == INCONCLUSIVE and math.isnan(row.margin)
@@ -315,92 +411,22 @@ def test_runs_that_differ_in_more_than_the_seed_are_refused():
     assert _judge(runs, where={"bn_momentum": 0.1}).verdict == HOLDS
 
 
-def test_a_claim_whose_losing_side_is_still_climbing_is_inconclusive():
-    """FBN (the side the claim says is better) is 10 points behind BN; when FBN still gains
-    10 points over the last quarter of its budget it may catch up: inconclusive."""
-    climbing = [({**FBN, "seed": s}, v, "ok", v - 10) for s, v in enumerate([40, 41])]
-    settled = [({**BN, "seed": s}, 50, "ok") for s in (0, 1)]
-    row = _judge(climbing + settled)
-    assert (row.verdict, row.settled) == (INCONCLUSIVE, "no")
-    assert ("not settled: normalizer=fbn +10.0 points over the last quarter of the budget; "
-            "else contradicted") in row.detail
-    row = _judge(_pairs(FBN, BN, [40, 41], [50, 50]))  # the same claim on settled runs
-    assert (row.verdict, row.settled) == (CONTRADICTED, "yes")
-    # BN, ahead, still climbing only widens its lead: still contradicted
-    row = _judge([({**FBN, "seed": s}, v, "ok") for s, v in enumerate([40, 41])]
-                 + [({**BN, "seed": s}, 50, "ok", 40) for s in (0, 1)])
-    assert (row.verdict, row.settled) == (CONTRADICTED, "no")
-    assert "normalizer=bn +10.0 points" in row.detail and "the side behind settled" in row.detail
-
-
-def test_a_winner_still_climbing_holds_only_when_the_loser_has_settled():
-    winner = [({**FBN, "seed": s}, v, "ok", v - 5) for s, v in enumerate([60, 61])]
-    assert _judge(winner + [({**BN, "seed": s}, 50, "ok") for s in (0, 1)]).verdict == HOLDS
-    loser = [({**BN, "seed": s}, 50, "ok", 45) for s in (0, 1)]
-    row = _judge(winner + loser)
-    assert row.verdict == INCONCLUSIVE and "else holds" in row.detail
-    # a gain within max(1 point, the seed spread) is settled: BN's finals spread 7.1 points
-    spread = [({**BN, "seed": s}, v, "ok", v - 5) for s, v in enumerate([45, 55])]
-    assert _judge([({**FBN, "seed": s}, 70, "ok") for s in (0, 1)] + spread).verdict == HOLDS
-    # near-equality rests on both sides
-    near = {"relation": "within", "delta": 3}
-    assert _judge(_pairs(FBN, BN, [50, 51], [50, 50]), **near).verdict == HOLDS
-    row = _judge([({**FBN, "seed": s}, v, "ok", v - 2) for s, v in enumerate([50, 51])]
-                 + [({**BN, "seed": s}, 50, "ok") for s in (0, 1)], **near)
-    assert row.verdict == INCONCLUSIVE and "normalizer=fbn +2.0 points" in row.detail
-
-
-def _tuned_summary(common, tuned):
-    """The claim's runs (experiment e, every method at lr × 1) and a tuning experiment's
-    (10 % held out; ``tuned``: normalizer -> lr_scale -> final accuracies per seed, the
-    validation accuracy equal to the test's)."""
-    runs = [({"normalizer": n, "seed": s}, v, "ok") for n, vs in common.items()
-            for s, v in enumerate(vs)]
-    sweep = [({"normalizer": n, "lr_scale": scale, "val_fraction": 0.1, "seed": s}, v, "ok")
-             for n, scales in tuned.items() for scale, vs in scales.items()
-             for s, v in enumerate(vs)]
-    tuning = _summary(sweep, experiment="tuning")
-    return pd.concat([_summary(runs), tuning.assign(val_accuracy=tuning["test_accuracy"])],
-                     ignore_index=True)
-
-
-def test_a_method_claim_is_judged_at_each_methods_chosen_rate():
-    """At the common rate FBN loses by 9.5 points; at the rates chosen on held-out data (FBN
-    × 4, BN × 1) it wins by 10.5: holds, with the common rate's verdict in the detail."""
-    summary = _tuned_summary({"fbn": [40, 41], "bn": [50, 50]},
-                             {"fbn": {1: [40, 41], 4: [60, 61]}, "bn": {1: [50, 50], 4: [30, 30]}})
-    words = parse_words({"claims": [_claim()]})
-    row = words_ledger(words, summary).iloc[0]
-    assert (row.verdict, row.margin) == (HOLDS, pytest.approx(10.5))
-    assert row.rates == "normalizer=fbn: lr × 4↑ (chosen); normalizer=bn: lr × 1↓ (chosen)"
-    assert "at lr × 1 (common): -9.5 ± 0.7, contradicted" in row.detail
-    assert row.ours == "normalizer=fbn: 60.5; normalizer=bn: 50.0"
-    # no tuning run for BN: the common rate, said so
-    summary = _tuned_summary({"fbn": [40, 41], "bn": [50, 50]}, {"fbn": {1: [40, 41], 4: [60, 61]}})
-    row = words_ledger(words, summary).iloc[0]
-    assert row.verdict == CONTRADICTED
-    assert row.rates == ("normalizer=fbn: lr × 1; normalizer=bn: lr × 1 (common: no tuning run "
-                         "at normalizer=bn)")
-    # tuning: null in the claims file, or a claim that does not compare methods: lr × 1
-    assert words_ledger(parse_words({"claims": [_claim()], "tuning": None}),
-                        summary).verdict[0] == CONTRADICTED
-
-
 def test_the_ledger_is_written_with_counts_per_verdict_and_paper(tmp_path):
-    words = parse_words({"claims": [_claim(), _claim(id="d", paper="fixbn",
-                                                     b={"normalizer": "gn"})]})
-    runs = _pairs(FBN, BN, [60, 61], [50, 50])
-    paths = write_words(words, _summary(runs), tmp_path / "claims_words")
+    words = parse_words({"claims": [_claim(), _claim(id="d", paper="fixbn", b=GN)]})
+    table = words_ledger(words, _summary(_pairs(FBN, BN, [60, 61], [50, 50])))
+    paths = write_words(table, words, tmp_path / "claims_words", looks=2,
+                        null_lines=["The null: 0 of 2 claims hold."])
     assert [p.name for p in paths] == [f"claims_words.{e}" for e in ("csv", "md", "pdf", "png")]
-    table = pd.read_csv(paths[0])
-    assert list(table.columns) == list(WORDS_COLUMNS)
-    assert list(table.verdict) == [HOLDS, NOT_RUN]
+    written = pd.read_csv(paths[0])
+    assert list(written.columns) == list(WORDS_COLUMNS)
+    assert list(written.verdict) == [HOLDS, NOT_RUN]  # p 0.015 < α / 2
     md = paths[1].read_text()
-    assert "Verdicts: 1 holds, 0 contradicted, 0 inconclusive, 1 not run." in md
-    assert "| FBN | 1 | 1 | 0 | 0 | 0 |" in md and "| FixBN | 1 | 0 | 0 | 0 | 1 |" in md
+    assert "Verdicts: 1 holds, 0 contradicted, 0 budget-limited, 0 inconclusive, 1 not run." in md
+    assert "| FBN | 1 | 1 | 0 | 0 | 0 | 0 |" in md and "| FixBN | 1 | 0 | 0 | 0 | 0 | 1 |" in md
+    assert "(α/2 = 0.025 a look, 2 looks)" in md and "\nThe null: 0 of 2 claims hold.\n" in md
     assert "| c | §4 | “FBN beats BN.” |" in md
-    assert paths[3].stat().st_size > 0
-    empty = write_words(Words(), _summary(runs), tmp_path / "none")
+    assert paths[2].stat().st_size > 0 and paths[3].stat().st_size > 0
+    empty = write_words(words_ledger(Words(), pd.DataFrame()), Words(), tmp_path / "none")
     assert pd.read_csv(empty[0]).empty
 
 
@@ -422,6 +448,7 @@ WHERE = r"qualitative: claim 'c'"
     ({"for_each": "colour"}, WHERE + r": key 'for_each' has value 'colour'; allowed: a summary "
                              r"column"),
     ({"words": ""}, WHERE + r": key 'words' has value ''; allowed: a non-empty text"),
+    ({"sesoi": -1}, WHERE + r": key 'sesoi' has value -1; allowed: a finite number >= 0"),
     ({"relation": "within", "delta": -1}, WHERE + r": key 'delta' has value -1; allowed: a "
                                           r"finite number >= 0"),
     ({"relation": "within"}, WHERE + r": key 'delta' is missing; relation 'within' needs "
@@ -433,10 +460,21 @@ WHERE = r"qualitative: claim 'c'"
 def test_a_malformed_claim_is_refused_naming_the_claim_the_key_and_the_value(change, expected):
     with pytest.raises(ConfigError, match=expected):
         parse_words({"claims": [{**_claim(), **change}]})
-    trend = {**_bare(), "relation": "trend", "over": "local_steps", "direction": "up"}
-    with pytest.raises(ConfigError, match=WHERE + r": key 'direction' has value 'up'; allowed: "
-                                              r"one of \['increasing', 'decreasing'\]"):
-        parse_words({"claims": [trend]})
+
+
+@pytest.mark.parametrize(("section", "expected"), [
+    ({"alpha": 0.7}, r"qualitative: key 'alpha' has value 0.7; allowed: a number in \(0, 0.5\)"),
+    ({"sesoi": {"nope": 2}}, r"qualitative: key 'sesoi' has value 'nope'; allowed: points"),
+    ({"sesoi": {"fbn": -1}}, r"qualitative, sesoi: key 'fbn' has value -1; allowed: a finite"),
+    ({"min_seeds": 1}, r"qualitative: key 'min_seeds' has value 1; allowed: an integer >= 2"),
+    ({"single_seed_spread": 5}, r"qualitative: unknown key 'single_seed_spread'; allowed keys: "
+                                r"\['claims', 'alpha', 'sesoi', 'min_seeds', 'tuning'\]"),
+    ({"family_wise": True}, r"qualitative: unknown key 'family_wise'"),
+    (None, r"a mapping of \['claims', 'alpha', 'sesoi', 'min_seeds', 'tuning'\]"),
+])
+def test_a_malformed_rule_is_refused_naming_the_key_and_the_value(section, expected):
+    with pytest.raises(ConfigError, match=expected):
+        parse_words([_claim()] if section is None else {"claims": [_claim()], **section})
 
 
 def test_missing_fields_and_a_second_id_are_refused():
@@ -445,17 +483,10 @@ def test_missing_fields_and_a_second_id_are_refused():
         parse_words({"claims": [{k: v for k, v in entry.items() if k != "words"}]})
     with pytest.raises(ConfigError, match=r"key 'id' has value 'c'; allowed: an id no other"):
         parse_words({"claims": [entry, entry]})
-    with pytest.raises(ConfigError, match=r"qualitative: unknown key 'spread'"):
-        parse_words({"claims": [entry], "spread": 5})
-    with pytest.raises(ConfigError, match=r"qualitative: key 'min_spread' has value -1; "
-                                          r"allowed: a finite number >= 0"):
-        parse_words({"claims": [entry], "min_spread": -1})
-    assert parse_words({"claims": [entry]}).noise.min_spread == 0
-    for bad in (0, 1.5, True):
-        with pytest.raises(ConfigError, match=rf"qualitative: key 'diverged_seeds' has value "
-                                              rf"{bad!r}; allowed: an integer >= 1"):
-            parse_words({"claims": [entry], "diverged_seeds": bad})
-    assert parse_words({"claims": [entry]}).noise.diverged_seeds == 2
+    trend = {**_bare(), "relation": "trend", "over": "local_steps", "direction": "up"}
+    with pytest.raises(ConfigError, match=WHERE + r": key 'direction' has value 'up'; allowed: "
+                                              r"one of \['increasing', 'decreasing'\]"):
+        parse_words({"claims": [trend]})
 
 
 def _plan():
@@ -491,7 +522,7 @@ def test_a_claim_on_experiments_an_override_dropped_is_not_run():
     assert plan.dropped == {"f"}
     words = parse_words({"claims": [_claim(experiment="f")]})
     check_plan(words, plan)
-    assert words_ledger(words, _summary(_pairs(FBN, BN, [60, 60], [50, 50]))).iloc[0].verdict \
+    assert words_ledger(words, _summary(_pairs(FBN, BN, [60, 61], [50, 50]))).iloc[0].verdict \
         == NOT_RUN
     with pytest.raises(ConfigError, match=WHERE + r": key 'experiment' has value 'g'"):
         check_plan(parse_words({"claims": [_claim(experiment="g")]}), plan)

@@ -1,17 +1,23 @@
 """fednorm.results on a results folder written by hand: each number below is computed by hand
-from the rows, not by the code under test."""
+from the rows, or independently of the code under test (a least-squares fit by numpy, a
+rejection rate by simulation), never by it."""
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from fednorm.plots import curve_data
 from fednorm.results import (
+    ALPHA,
+    SETTLED_FLOOR,
     experiments,
     final_points,
     load_norm_error,
     load_summary,
+    lr_milestones,
     run_values,
     seed_stats,
     select,
@@ -155,29 +161,131 @@ def test_varying_keys_are_the_config_keys_the_runs_differ_in_beyond_seeds(result
     assert varying_keys(bn) == [] and varying_keys(bn, but=()) == ["seed"]
 
 
-def _curves(runs):
-    """A summary of runs (run_id -> (group, status, accuracies at steps 0, 10, 20, 30, 40))."""
-    return pd.DataFrame([{"run_id": r, "group": g, "status": status, "step": 10 * i,
-                          "test_accuracy": a} for r, (g, status, accs) in runs.items()
-                         for i, a in enumerate(accs)])
+def _frame(runs, milestones="[]"):
+    """A summary (run_id -> (group, status, steps, accuracies)), each run with the
+    ``lr_milestones`` text the summary writes."""
+    return pd.DataFrame([{"run_id": r, "group": g, "status": status, "step": step,
+                          "test_accuracy": a, "lr_milestones": milestones}
+                         for r, (g, status, steps, accs) in runs.items()
+                         for step, a in zip(steps, accs, strict=True)])
 
 
-def test_a_group_has_settled_when_its_last_quarter_gains_at_most_max_1_point_its_spread():
-    summary = _curves({
-        "climbing-0": ("climbing", "ok", (0.1, 0.5, 0.6, 0.70, 0.74)),  # +4 points after 30
-        "climbing-1": ("climbing", "ok", (0.1, 0.5, 0.6, 0.70, 0.72)),  # +2: group +3
-        "flat": ("flat", "ok", (0.1, 0.5, 0.6, 0.80, 0.805)),  # +0.5 < 1 point, one seed
-        "noisy-0": ("noisy", "ok", (0.1, 0.5, 0.6, 0.57, 0.60)),  # +3, but the seeds'
-        "noisy-1": ("noisy", "ok", (0.1, 0.5, 0.6, 0.67, 0.70)),  # finals spread 7.1 points
-        "dead": ("dead", "diverged", (0.1, 0.5, math.nan, math.nan, math.nan)),
+STEPS = np.arange(0, 401, 20)  # a 400-step budget: its last quarter holds 300, 320, ..., 400
+
+
+def _group(name, rise, noise, rng, runs=3, steps=STEPS, jump_at=300):
+    """``runs`` seeds of a setting flat at 0.6 until ``jump_at``, then rising linearly by
+    ``rise`` up to the end, with Gaussian noise of sd ``noise``."""
+    trend = rise * np.clip((steps - jump_at) / (steps[-1] - jump_at), 0, 1)
+    return {f"{name}-{i}": (name, "ok", steps, 0.6 + trend + rng.normal(0, noise, len(steps)))
+            for i in range(runs)}
+
+
+@pytest.mark.parametrize(("value", "steps"), [
+    ("[100, 200]", (100, 200)), ("[]", ()), ("(340,)", (340,)), ("100", (100,)),
+    ((100, 200), (100, 200)), ([1000], (1000,)), (np.array([5, 7]), (5, 7)), (250.0, (250,)),
+    (None, ()), (math.nan, ()), ("", ()),
+])
+def test_lr_milestones_read_from_the_summary_text_a_sequence_or_nothing(value, steps):
+    assert lr_milestones(value) == steps
+
+
+@pytest.mark.parametrize("value", ["[100, x]", "[12.5]", [-3], "{'a': 1}"])
+def test_lr_milestones_that_are_not_steps_are_an_error_naming_the_value(value):
+    with pytest.raises(ValueError, match=r"lr_milestones has value .*allowed: a list of steps"):
+        lr_milestones(value)
+
+
+def test_a_rise_of_5_points_climbs_and_a_flat_noisy_group_has_settled():
+    rng = np.random.default_rng(0)
+    summary = _frame({**_group("rising", 0.05, 0.003, rng), **_group("flat", 0.0, 0.03, rng),
+                      "dead": ("flat", "diverged", STEPS, np.linspace(0.0, 1.0, len(STEPS)))})
+    out = settling(summary, ["group"]).set_index("group")
+    assert dict(out["settled"]) == {"flat": True, "rising": False}
+    assert out.loc["rising", "gain"] == pytest.approx(0.05, abs=3 * out.loc["rising", "gain_se"])
+    assert out.loc["rising", "p"] < 0.05 < out.loc["flat", "p"]
+    # 3 runs x 6 points, one intercept per run and a slope; the diverged run adds nothing
+    assert (out["df"] == 6 * 3 - 3 - 1).all() and (out["window"] == 100).all()
+    assert out.loc["flat", "n_seeds"] == 3
+    # the best point's spread is of the runs' best values; the trend is of the accuracy
+    best = settling(summary, ["group"], at="max").set_index("group")
+    assert best["gain"].tolist() == out["gain"].tolist()
+    assert best.loc["flat", "spread"] != out.loc["flat", "spread"]
+
+
+def test_a_rise_below_the_floor_has_settled_and_one_above_it_climbs():
+    rng = np.random.default_rng(1)
+    summary = _frame({**_group("half", 0.005, 0.0002, rng), **_group("two", 0.02, 0.0002, rng)})
+    out = settling(summary, ["group"]).set_index("group")
+    assert out.loc["half", "gain"] == pytest.approx(0.005, abs=0.0005)
+    assert dict(out["settled"]) == {"half": True, "two": False}  # H0 is gain <= 1 point
+    assert out.loc["half", "p"] > 0.99 and out.loc["two", "p"] < 1e-6
+    assert not settling(summary, ["group"], floor=0.001).set_index("group").loc["half",
+                                                                               "settled"]
+
+
+def test_a_jump_at_an_lr_drop_in_the_last_quarter_is_left_out_of_the_window():
+    rng = np.random.default_rng(2)
+    runs = {f"drop-{i}": ("drop", "ok", STEPS, np.where(STEPS > 340, 0.7, 0.6)
+                          + rng.normal(0, 0.003, len(STEPS))) for i in range(3)}
+    after = settling(_frame(runs, "[100, 340]"))  # 340 trained at the old rate: a step
+    assert after["settled"].iloc[0] and after["window"].iloc[0] == 400 - 360
+    as_tuples = _frame(runs).assign(lr_milestones=[(100, 340)] * len(STEPS) * 3)
+    assert settling(as_tuples).equals(after)  # as a frame built from RunConfigs holds them
+    without = settling(_frame(runs, "[100]"))  # the same points, the drop unknown
+    assert not without["settled"].iloc[0] and without["gain"].iloc[0] > 0.05
+
+
+def test_slope_and_standard_error_equal_least_squares_with_one_intercept_per_run():
+    rng = np.random.default_rng(3)
+    windows = {"a": np.arange(150, 201, 10), "b": np.arange(120, 161, 20),
+               "c": np.arange(300, 401, 25)}  # each run's last quarter, ends 200, 160, 400
+    accs = {r: 0.5 + 0.001 * steps + rng.normal(0, 0.02, len(steps))
+            for r, steps in windows.items()}
+    summary = _frame({r: ("g", "ok", np.r_[0, steps], np.r_[0.0, accs[r]])  # step 0: outside
+                      for r, steps in windows.items()})
+    out = settling(summary).iloc[0]
+    design = np.vstack([np.c_[np.eye(3)[[i] * len(s)], s] for i, s in enumerate(windows.values())])
+    y = np.concatenate(list(accs.values()))
+    beta, rss, *_ = np.linalg.lstsq(design, y, rcond=None)
+    df = len(y) - 3 - 1
+    se = math.sqrt(rss[0] / df * np.linalg.inv(design.T @ design)[-1, -1])
+    length = np.mean([s[-1] - s[0] for s in windows.values()])
+    assert out["df"] == df and out["window"] == length
+    assert out["gain"] / length == pytest.approx(beta[-1], rel=1e-12)
+    assert out["gain_se"] / length == pytest.approx(se, rel=1e-12)
+    assert out["p"] == pytest.approx(stats.t.sf((out["gain"] - 0.01) / out["gain_se"], df))
+
+
+def test_at_the_floor_the_test_calls_climbing_at_the_rate_alpha():
+    """2000 groups of 2 runs x 5 window points (steps 120 ... 160), gaining exactly the floor
+    over the window with Gaussian noise: a level-α test rejects at rate α. Monte Carlo error:
+    √(α(1 − α) / 2000) = 0.0049; the bound is 3 of those."""
+    rng = np.random.default_rng(4)
+    groups, steps = 2000, np.arange(120, 161, 10)
+    accs = 0.6 + SETTLED_FLOOR * (steps - 120) / 40 + rng.normal(0, 0.01, (groups, 2, 5))
+    summary = pd.DataFrame({
+        "group": np.repeat(np.arange(groups), 10), "run_id": np.repeat(np.arange(2 * groups), 5),
+        "status": "ok", "step": np.tile(steps, 2 * groups), "test_accuracy": accs.ravel()})
+    out = settling(summary, ["group"])
+    assert (out["df"] == 10 - 2 - 1).all()
+    error = math.sqrt(ALPHA * (1 - ALPHA) / groups)
+    assert abs((~out["settled"]).mean() - ALPHA) < 3 * error
+
+
+def test_without_a_slope_to_test_a_group_settles_unless_its_gain_shows_a_climb():
+    summary = _frame({
+        "dead": ("dead", "diverged", (0, 10, 20), (0.1, 0.5, math.nan)),
+        "end-only": ("end-only", "ok", (40,), (0.7,)),
+        "sparse": ("sparse", "ok", (0, 50, 100), (0.1, 0.5, 0.6)),  # the last 2: +10 points
+        "flat-two": ("flat-two", "ok", (0, 50, 100), (0.1, 0.6, 0.605)),
     })
     out = settling(summary, ["group"]).set_index("group")
-    assert out.loc["climbing", "gain"] == pytest.approx(0.03)
-    assert out.loc["noisy", "spread"] == pytest.approx(math.sqrt(2) * 0.05)
-    assert dict(out["settled"]) == {"climbing": False, "dead": True, "flat": True,
-                                    "noisy": True}
-    # the best point: the climbing runs' best also rose by 3 points on average
-    best = settling(summary, ["group"], at="max").set_index("group")
-    assert best.loc["climbing", "gain"] == pytest.approx(0.03)
-    # a run evaluated only at its end shows no climb
-    assert settling(summary[summary.step == 40], ["group"])["settled"].all()
+    assert dict(out["settled"]) == {"dead": True, "end-only": True, "flat-two": True,
+                                    "sparse": False}
+    assert out.loc[["dead", "end-only"], "gain"].isna().all()
+    assert out.loc["sparse", "gain"] == pytest.approx(0.1) and out.loc["sparse", "df"] == 0
+    assert out.loc["dead", "n_seeds"] == 0 and math.isnan(out.loc["sparse", "p"])
+    # after a drop at 50 only the point at 100 is left: too few for a slope
+    after_drop = _frame({"s": ("s", "ok", (0, 50, 100), (0.1, 0.5, 0.6))}, "[50]")
+    assert math.isnan(settling(after_drop)["gain"].iloc[0])

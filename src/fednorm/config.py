@@ -840,6 +840,19 @@ class Paths:
     def summary(self) -> str:
         return f"{self.results}/summary.csv"
 
+    def first_summary(self) -> str:
+        """The first stage's runs alone, which the claims' second stage reads
+        (fednorm.claims.stage2); with no second stage, the summary is the first stage's."""
+        return f"{self.results}/stage2/summary_first.csv"
+
+    def stage2_plan(self) -> str:
+        """The second stage's runs and why each was added (a Snakemake checkpoint's output)."""
+        return f"{self.results}/stage2/plan.json"
+
+    def stage2_job(self, job_id: str) -> str:
+        """The record of one training job of the second stage: the runs it trained."""
+        return f"{self.results}/stage2/jobs/{job_id}.json"
+
     def figure(self, name: str, ext: str) -> str:
         return f"{self.figures}/{name}.{ext}"
 

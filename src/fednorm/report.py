@@ -336,12 +336,13 @@ def words_caption(plan: Plan, words: Words, ext: str) -> str:
     counts = pd.Series([c.paper for c in words.claims], dtype=object).value_counts()
     papers = ", ".join(f"{PAPERS[p].split(':')[0]} {counts[p]}" for p in PAPERS if p in counts)
     shows_text = ("one row per claim: its deciding margin (the side the claim says is better "
-                  "minus the other, runs paired by seed) ± its spread over seeds, against 0, "
+                  "minus the other, runs paired by seed) and its t interval, against 0, "
                   "or the ±δ band of a near-equality, coloured by verdict (holds, "
-                  "contradicted, inconclusive, not run)" if ext == "png" else
-                  "the count of each verdict per paper, then one table per paper: the paper's "
-                  "words, the relation, each side's learning rate, our values per group, "
-                  "margin ± spread, whether the groups settled, verdict and detail")
+                  "contradicted, budget-limited, inconclusive, not run)" if ext == "png" else
+                  "the count of each verdict per paper, the ledger's own permutation null, then "
+                  "one table per paper: the paper's words, the relation, each side's learning "
+                  "rate, our values per group, the margin and its interval, seeds, p and q, "
+                  "whether the groups settled, verdict and detail")
     names = sorted({e for c in words.claims for e in c.experiments})
     runs = planned_runs(plan)
     ids = set(runs[in_experiments(runs, names)]["run_id"])
@@ -351,12 +352,9 @@ def words_caption(plan: Plan, words: Words, ext: str) -> str:
                              + (f": {papers})" if papers else ")")),
               ("Shows", shows_text),
               ("Runs", f"{len(judged)} runs of the experiments "
-                       f"{', '.join(map(_literal, names)) or '(none)'}; one seed: a spread of "
-                       f"{words.noise.single_seed_spread:g} points is assumed, and a sign's "
-                       f"spread (a near-equality's gap beyond δ is one) is at least "
-                       f"{words.noise.min_spread:g} points"
-                       + ("; a claim of k units is contradicted only by a unit beyond a bar "
-                          "raised for k (Bonferroni)" if words.noise.family_wise else "")),
+                       f"{', '.join(map(_literal, names)) or '(none)'}; each verdict a "
+                       f"one-sided test at α = {words.rule.alpha:g} (docs/claims.md), no firm "
+                       f"verdict from fewer than {words.rule.min_seeds} seeds"),
               ("Scale", scale_text(judged or list(plan.runs.values())))]
     title = "The claims in words: " + ("plot" if ext == "png" else "tables")
     return rst(title, f"{WORDS_NAME}.{ext}", fields)

@@ -16,9 +16,11 @@ them and answers the questions every figure asks, in one place:
   group of keys. **A diverged run** (status ``diverged``) has no value: it is left out of the
   statistics and counted in ``n_diverged``, so a seed that diverged is never averaged in and
   never silently dropped. ``n_seeds`` counts the runs that contribute a number;
-- :func:`settling`: whether a group of runs has settled at the end of its budget (its seed
-  mean gains at most max(1 point, its seed spread) over the last quarter of the budget), the
-  rule the claims ledgers judge final and best accuracies by.
+- :func:`settling`: whether a group of runs is still climbing at the end of its budget: a
+  one-sided t test (α = 0.05) that the slope of its runs over the last quarter of the budget
+  (after the last lr drop; one intercept per run) gains more than 1 point there; a group that
+  the test does not show climbing has settled. The rule the claims ledgers judge final and
+  best accuracies by.
 
 Values are as the summary stores them (an accuracy is a fraction); the figures show % where
 they say so.
@@ -26,13 +28,16 @@ they say so.
 
 from __future__ import annotations
 
+import math
 import numbers
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from fednorm.config import FIELDS, Paths
 from fednorm.metrics import RUN_METRICS, RUN_STATUS, SUMMARY_METRICS
@@ -247,31 +252,136 @@ def final_points(summary: pd.DataFrame, *, at: str = "final", last: int = 1,
 
 LAST_PART = 0.25  # the end of a budget that settling looks at: its last quarter
 SETTLED_FLOOR = 0.01  # 1 point of accuracy (as the summary stores it: a fraction)
+ALPHA = 0.05  # the level of settling's one-sided t test
+
+
+def lr_milestones(value: Any) -> tuple[int, ...]:
+    """A run's ``lr_milestones`` as steps, from any way a frame holds them: the summary's
+    text (:func:`fednorm.summarize.config_columns` writes a list as ``'[100, 200]'``, ``'[]'``
+    for none), a list or tuple (a frame built from a RunConfig), one number, or empty (None,
+    NaN: a frame without the key). Raises ValueError naming a value that is not steps."""
+    if isinstance(value, str):
+        parts = re.split(r"[\s,]+", value.strip().strip("[]()"))
+        items: list[Any] = [p for p in parts if p]
+    elif isinstance(value, Iterable):
+        items = list(value)
+    else:
+        items = [] if pd.isna(value) else [value]
+    try:
+        steps = [float(v) for v in items]
+    except (TypeError, ValueError):
+        steps = [math.nan]
+    if not all(math.isfinite(v) and v == int(v) and v >= 0 for v in steps):
+        raise ValueError(f"lr_milestones has value {value!r}; allowed: a list of steps such as "
+                         "'[100, 200]'")
+    return tuple(int(v) for v in steps)
+
+
+def last_drop(rows: pd.DataFrame) -> pd.Series:
+    """Per run of ``rows`` (by ``run_id``): its last lr milestone before its last step in
+    ``rows``; -inf for a run without one, or for a frame without ``lr_milestones``."""
+    run = rows.groupby("run_id")
+    ends = run["step"].max()
+    if "lr_milestones" not in rows.columns:
+        return pd.Series(-math.inf, index=ends.index)
+    marks = run["lr_milestones"].first().reindex(ends.index)
+    return pd.Series([max((m for m in lr_milestones(v) if m < e), default=-math.inf)
+                      for v, e in zip(marks, ends, strict=True)], index=ends.index)
+
+
+def window_points(df: pd.DataFrame, y: str, part: float = LAST_PART) -> pd.DataFrame:
+    """The rows of ``df``'s non-diverged runs, with a ``y``, in each run's settling window.
+
+    A run's window ends at its last evaluated step (``end``) and starts at (1 − ``part``) x end
+    and after its last lr milestone m < end: the evaluation at step m follows steps 0 ... m − 1,
+    all at the old rate (RunConfig.lr_at: step ≥ m takes the new one), so the window takes
+    only points after m, and the jump a drop makes is never inside it. A run with fewer than
+    2 points there keeps its last 2 after m; one with fewer, none.
+    """
+    dead = df["run_id"].isin(df.loc[df["status"].eq("diverged"), "run_id"])
+    rows = df[df[y].notna() & ~dead]
+    end = rows.groupby("run_id")["step"].transform("max")
+    drop = last_drop(rows).reindex(rows["run_id"]).to_numpy()
+    after = rows["step"] > drop
+    inside = after & (rows["step"] >= (1 - part) * end)
+    from_end = rows["step"].where(after).groupby(rows["run_id"]).rank(ascending=False)
+    enough = inside.groupby(rows["run_id"]).transform("sum") >= 2
+    kept = rows[inside.where(enough, from_end <= 2)]
+    return kept[kept.groupby("run_id")["step"].transform("count") >= 2]
+
+
+def trend(points: pd.DataFrame, group: pd.Series, y: str) -> pd.DataFrame:
+    """Per ``group`` (a label per row) of window points (:func:`window_points`): the
+    least-squares slope of ``y`` on ``step`` with one intercept per run, and its standard
+    error, by within-run centring: slope = Σ(x − x̄_r)(y − ȳ_r) / Σ(x − x̄_r)², s² = Σe² / df
+    with df = N − R − 1 (N points, R runs), SE = s / √Σ(x − x̄_r)² (NaN where df < 1).
+    Returns, indexed by group, ``slope``, ``se``, ``df`` and ``window``: the mean over the runs
+    of the length of their window in steps (its last point's step less its first's)."""
+    run = points.groupby("run_id")
+    x = points["step"] - run["step"].transform("mean")
+    z = points[y] - run[y].transform("mean")
+    sums = pd.DataFrame({"xx": x * x, "xz": x * z}).groupby(group).sum()
+    slope = sums["xz"] / sums["xx"]
+    residual = z - x * group.map(slope)
+    runs = group.groupby(points["run_id"]).first()
+    df = group.value_counts() - runs.value_counts() - 1
+    se = np.sqrt((residual**2).groupby(group).sum() / df.where(df >= 1) / sums["xx"])
+    span = run["step"].max() - run["step"].min()
+    return pd.DataFrame({"slope": slope, "se": se, "df": df, "window": span.groupby(runs).mean()})
+
+
+def climbing(gain: pd.Series, se: pd.Series, df: pd.Series, floor: float, alpha: float
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The one-sided t test of H0: gain ≤ ``floor`` against gain > floor, at level ``alpha``:
+    its p and whether it rejects, (gain − floor) / se > t_{1−α, df}. A zero ``se`` (the points
+    on a line) makes t ±∞ by the sign of gain − floor; where df < 1 (no SE) the gain alone
+    decides (it climbs when gain > floor); a NaN gain (no slope) never climbs."""
+    excess = (gain - floor).to_numpy(dtype=float)
+    se, df = se.to_numpy(dtype=float), df.to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(se == 0, np.sign(excess) * np.inf, excess / se)
+    tested = df >= 1
+    p = np.where(tested, stats.t.sf(t, np.where(tested, df, 1)), np.nan)
+    rejects = t > stats.t.ppf(1 - alpha, np.where(tested, df, 1))
+    return p, np.where(tested, rejects, excess > 0)
 
 
 def settling(df: pd.DataFrame, keys: Sequence[str] = (), *, y: str = "test_accuracy",
-             at: str = "final", floor: float = SETTLED_FLOOR, part: float = LAST_PART
-             ) -> pd.DataFrame:
-    """Per group of ``keys`` (no keys: one group of every run): has its seed mean settled?
+             at: str = "final", floor: float = SETTLED_FLOOR, part: float = LAST_PART,
+             alpha: float = ALPHA) -> pd.DataFrame:
+    """Per group of ``keys`` (no keys: one group of every run): is it still climbing at the
+    end of its budget, or has it settled?
 
-    A run's *gain* is its value ``at`` the end (:func:`run_values`: the final point, or the
-    best) less that value over its evaluation points up to (1 − ``part``) of its last
-    evaluated step (the last quarter of its budget). A group's ``gain`` is the mean of its
-    runs' gains (the gain of their seed mean), its ``spread`` the std (ddof 1) of their values
-    (NaN with one seed), and it has ``settled`` when gain ≤ max(``floor``, spread). A
-    diverged run is left out (it has no value); a group with no gain to measure (every run
-    diverged, or evaluated only at its end) counts as settled: nothing shows it climbing.
-    Returns ``keys``, ``gain``, ``spread``, ``n_seeds`` and ``settled``.
+    The group's window points (:func:`window_points`: each run's last ``part`` of its budget,
+    after its last lr drop) give the least-squares slope of ``y`` on step, one intercept per
+    run (:func:`trend`); ``gain`` = slope x ``window`` (the runs' mean window length, in steps)
+    is what it gains over the window, ``gain_se`` its standard error. It is *climbing* when
+    the one-sided t test of that slope (:func:`climbing`; ``p``, ``df`` = N − R − 1) rejects
+    H0: gain ≤ ``floor`` (1 point) at α = ``alpha``; ``settled`` = not climbing, i.e. not
+    shown to gain more than the floor (not a proof of a plateau: no equivalence test). The
+    test assumes the residuals around a linear trend within the window independent and
+    Gaussian, with one variance across the group's runs. Without a test: df < 1 (one run,
+    two points) climbs when gain > floor, as a zero SE does; a group without window points
+    (every run diverged, evaluated only at its end, or without two points after its last
+    drop) has gain NaN and settles: nothing shows it climbing.
+
+    The trend is of ``y`` itself whatever ``at`` is (a running best has no independent
+    residuals); ``at`` picks the runs' values (:func:`run_values`) behind ``spread`` (their
+    std, ddof 1; NaN with one seed) and ``n_seeds`` (their count). A diverged run is left out
+    of all of them. Returns ``keys``, ``gain``, ``gain_se``, ``df``, ``p``, ``window``,
+    ``spread``, ``n_seeds`` and ``settled``.
     """
     keys = list(keys)
     runs = run_values(df, keys, y=y, at=at)
-    measured = df[df[y].notna()]
-    end = measured.groupby("run_id")["step"].transform("max")
-    early = run_values(measured[measured["step"] <= (1 - part) * end], y=y, at=at)
-    before = early.set_index("run_id")["value"].reindex(runs["run_id"]).to_numpy()
-    runs["gain"] = runs["value"] - before
-    grouped = runs.groupby([runs[k] for k in keys] or np.zeros(len(runs)), sort=True)
-    out = grouped.agg(gain=("gain", "mean"), spread=("value", "std"),
-                      n_seeds=("value", "count")).reset_index(drop=not keys)
-    out["settled"] = ~(out["gain"] > np.maximum(floor, out["spread"].fillna(0.0)))
-    return out
+    label = runs.groupby(keys, dropna=False).ngroup() if keys else pd.Series(0, runs.index)
+    points = window_points(df, y, part)
+    group = points["run_id"].map(pd.Series(label.to_numpy(), index=runs["run_id"]))
+    grouped = runs.groupby(label)
+    out = grouped[keys].first()
+    fit = trend(points, group, y).reindex(out.index)
+    out["gain"], out["gain_se"] = fit["slope"] * fit["window"], fit["se"] * fit["window"]
+    out["p"], rising = climbing(out["gain"], out["gain_se"], fit["df"], floor, alpha)
+    out = out.assign(df=fit["df"], window=fit["window"], spread=grouped["value"].std(),
+                     n_seeds=grouped["value"].count(), settled=~rising)
+    return out[[*keys, "gain", "gain_se", "df", "p", "window", "spread", "n_seeds",
+                "settled"]].reset_index(drop=True)

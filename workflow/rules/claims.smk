@@ -1,15 +1,17 @@
 rule claims:
     """The claims ledgers: each paper number beside ours, with a verdict (fednorm.claims), and
-    each claim in words with a verdict that knows the seed noise (fednorm.claims.words)."""
+    each claim in words with a verdict that is a test of stated error rate
+    (fednorm.claims.verdicts), checked at twice the budget where the second stage trained it
+    (fednorm.claims.ledger), and the ledger's own permutation null (fednorm.claims.null)."""
     input:
-        summary=PLAN.paths.summary(),
-        claims=PLAN.claims,
+        unpack(claims_inputs),
     output:
         reported(ledger_files(PLAN)),
+        null_file(PLAN),
     params:
         claims=CLAIMS,
         stem=output_stem,  # figures/claims: the numbers' stem
-        words_stem=lambda wildcards, output: os.path.splitext(output[-1])[0],  # claims_words
+        words_stem=lambda wildcards, output: os.path.splitext(output[-2])[0],  # claims_words
         runs=RUN_IDS,  # each must have rows in the summary (fednorm.integrity)
     log:
         f"{RESULTS}/logs/claims.log",

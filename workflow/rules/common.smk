@@ -68,3 +68,21 @@ def caption_texts(wildcards):
     report_captions job is planned (a function: parsing the workflow does not pay for it)."""
     texts = captions(PLAN, CLAIMS)
     return [texts[entry.caption] for entry in REPORT.values()]
+
+
+def stage2_jobs(wildcards):
+    """The second stage's training jobs, once its checkpoint has chosen its runs (an input
+    function: Snakemake evaluates it again after the checkpoint)."""
+    from fednorm.claims.stage2 import read_record
+
+    record = read_record(checkpoints.stage2_plan.get().output[0])
+    return [PLAN.paths.stage2_job(job) for job in record["jobs"]]
+
+
+def claims_inputs(wildcards):
+    """The claims rule's inputs: the summary, the claims file and, with a second stage, its
+    record (which runs it trained and why)."""
+    inputs = {"summary": PLAN.paths.summary(), "claims": PLAN.claims}
+    if PLAN.stage2:
+        inputs["plan"] = PLAN.paths.stage2_plan()
+    return inputs

@@ -1,14 +1,94 @@
-rule summarize:
-    """results/summary.csv: one tidy row per run x evaluation point."""
-    input:
-        # every file of every run: the job reads metrics.csv and run.json and checks them all
-        # (fednorm.integrity), so a run file newer than the summary makes it run again
-        PLAN.run_files(tuple(PLAN.runs)),
-    output:
-        PLAN.paths.summary(),
-    log:
-        f"{RESULTS}/logs/summarize.log",
-    conda:
-        ENV
-    script:
-        "../scripts/summarize.py"
+# The summary: one tidy row per run x evaluation point (fednorm.summarize). With a second stage
+# of the claims (config `stage2`, fednorm.claims.stage2), the first stage's runs are summarized
+# first, a checkpoint chooses the runs that the verdicts need (more seeds, twice the budget),
+# jobs train them, and the summary holds both stages' runs.
+if not PLAN.stage2:
+
+    rule summarize:
+        """results/summary.csv: one tidy row per run x evaluation point."""
+        input:
+            # every file of every run: the job reads metrics.csv and run.json and checks them
+            # all (fednorm.integrity), so a run file newer than the summary makes it run again
+            runs=PLAN.run_files(tuple(PLAN.runs)),
+        output:
+            PLAN.paths.summary(),
+        log:
+            f"{RESULTS}/logs/summarize.log",
+        conda:
+            ENV
+        script:
+            "../scripts/summarize.py"
+
+else:
+
+    rule summarize_first:
+        """The first stage's runs alone: what the claims' checkpoint reads."""
+        input:
+            runs=PLAN.run_files(tuple(PLAN.runs)),
+        output:
+            PLAN.paths.first_summary(),
+        log:
+            f"{RESULTS}/logs/summarize_first.log",
+        conda:
+            ENV
+        script:
+            "../scripts/summarize.py"
+
+    checkpoint stage2_plan:
+        """The runs the claims' verdicts need: the ledger judged on the first stage at alpha / 2,
+        each unit without a firm verdict given more seeds, each contradiction and each side still
+        climbing twice the budget, within stage2.max_images (fednorm.claims.stage2)."""
+        input:
+            summary=PLAN.paths.first_summary(),
+            claims=PLAN.claims,
+        output:
+            PLAN.paths.stage2_plan(),
+        params:
+            claims=CLAIMS,
+        log:
+            f"{RESULTS}/logs/stage2_plan.log",
+        conda:
+            ENV
+        script:
+            "../scripts/stage2_plan.py"
+
+    rule train_stage2:
+        """One training job of the second stage: its bundles, as the plan's (fednorm.run)."""
+        input:
+            bundle_dataset(RUN_IDS),
+            plan=PLAN.paths.stage2_plan(),
+        output:
+            PLAN.paths.stage2_job("{job}"),
+        params:
+            data_dir=data_dir,
+            device=EXECUTION.device,
+            checkpoint_minutes=EXECUTION.checkpoint_minutes,
+            together=EXECUTION.together,
+            data_workers=EXECUTION.data_workers,
+        threads: EXECUTION.threads
+        resources:
+            gpu=EXECUTION.gpus_per_job,
+            cpus_per_gpu=EXECUTION.cpus_per_gpu,
+            mem_mb=EXECUTION.mem_mb,
+            runtime=EXECUTION.runtime,
+        log:
+            f"{RESULTS}/logs/train/stage2/{{job}}.log",
+        conda:
+            ENV
+        script:
+            "../scripts/train_stage2.py"
+
+    rule summarize:
+        """results/summary.csv: both stages' runs."""
+        input:
+            runs=PLAN.run_files(tuple(PLAN.runs)),
+            stage2=stage2_jobs,
+            plan=PLAN.paths.stage2_plan(),
+        output:
+            PLAN.paths.summary(),
+        log:
+            f"{RESULTS}/logs/summarize.log",
+        conda:
+            ENV
+        script:
+            "../scripts/summarize.py"

@@ -1,19 +1,34 @@
 """Snakemake script: the claims ledgers from the summary, the numbers' and the words' (logic in
-fednorm.claims and fednorm.claims.words; a summary cut short is removed and named, and the job
-fails: fednorm.integrity.read_summary)."""
+fednorm.claims and fednorm.claims.ledger; a summary cut short is removed and named, and the job
+fails: fednorm.integrity.read_summary), and the words ledger's own null (fednorm.claims.null)."""
 import logging
+from pathlib import Path
 
 from fednorm.claims import write_ledger
-from fednorm.claims.words import write_words
+from fednorm.claims.ledger import staged_ledger, write_words
+from fednorm.claims.null import null_lines, null_shares
+from fednorm.claims.stage2 import read_record
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary
+from fednorm.io import write_csv
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
 with user_errors():
     summary = read_summary(snakemake.input.summary, snakemake.params.runs)  # noqa: F821
 claims = snakemake.params.claims  # noqa: F821
+words = claims.words
+record = read_record(snakemake.input.plan) if "plan" in snakemake.input.keys() else None  # noqa: F821
+looks = int(record["looks"]) if record else 1
 paths = write_ledger(claims.numbers, summary, snakemake.params.stem)  # noqa: F821
-paths += write_words(claims.words, summary, snakemake.params.words_stem)  # noqa: F821
+table = staged_ledger(words, summary, record)
+# the null on the first stage's runs (the second stage's were chosen by the real labels)
+first = {e["run_id"] for e in record["runs"]} if record else set()
+null = null_shares(words, summary[~summary["run_id"].isin(first)], looks=looks)
+lines = null_lines(null, words.rule.alpha / looks, table["verdict"])
+paths += write_words(table, words, snakemake.params.words_stem, looks=looks,  # noqa: F821
+                     null_lines=lines)
+write_csv(snakemake.output[-1], null)  # noqa: F821
+paths.append(Path(snakemake.output[-1]))  # noqa: F821
 if sorted(map(str, paths)) != sorted(snakemake.output):  # noqa: F821
     raise RuntimeError(f"wrote {paths}, the rule declares {list(snakemake.output)}")  # noqa: F821
 logging.info("wrote %s", [str(p) for p in paths])

@@ -1,12 +1,14 @@
 """The claims ledgers: each number a paper states beside ours, with a verdict, and each claim it
 makes in words judged on our runs with the seed noise.
 
-The rooms, each importing only those listed before it: ``common`` (the papers, the runs a
-setting selects, values as a config writes them), ``numbers`` (the numeric ledger: the
-``recipes`` and ``claims`` of a claims file) and ``words`` (its ``qualitative`` claims), then
-``file`` (:func:`load_claims`: a claims file read and checked, both ledgers at once, and the
-files they write). The numeric ledger's names and the file's are importable from
-``fednorm.claims``; the claims in words' from ``fednorm.claims.words``.
+The rooms, each importing only those listed before it: ``stats`` (the tests, from
+scipy.stats), ``common`` (the papers, the runs a setting selects, values as a config writes
+them), ``numbers`` (the numeric ledger: the ``recipes`` and ``claims`` of a claims file),
+``words`` (its ``qualitative`` claims, read and checked), ``verdicts`` (their verdicts),
+``ledger`` (the words ledger and its files), ``null`` (the ledger's own permutation null),
+``stage2`` (the second stage: more seeds, twice the budget), then ``file``
+(:func:`load_claims`: a claims file read and checked, both ledgers at once, and the files they
+write). The numeric ledger's names and the file's are importable from ``fednorm.claims``.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from fednorm.claims.common import PAPERS, VARIANT_KEYS, Pairs, ambiguity, config
 from fednorm.claims.file import (
     EXTENSIONS,
     NAME,
+    NULL_NAME,
     WORDS_NAME,
     Claims,
     check_plan,
     ledger_files,
     load_claims,
+    null_file,
 )
 from fednorm.claims.numbers import (
     DIFFERS,
@@ -46,10 +50,40 @@ from fednorm.claims.numbers import (
 )
 
 __all__ = [
-    "DIFFERS", "EXTENSIONS", "LEDGER_COLUMNS", "NAME", "NOT_COMPARABLE", "NOT_RUN", "PAPERS",
-    "PAPER_MARKERS", "REPRODUCED", "SCALE_KEYS", "SECTIONS", "TOLERANCE", "VARIANT_KEYS",
-    "VERDICTS", "VERDICT_COLOURS", "WORDS_NAME", "Claim", "Claims", "Pairs", "ambiguity",
-    "check_plan", "config_text", "ledger", "ledger_figure", "ledger_files", "ledger_row",
-    "load_claims", "markdown", "parse_claim", "parse_claims", "selects", "setting_text",
-    "verdict", "write_ledger",
+    "DIFFERS",
+    "EXTENSIONS",
+    "LEDGER_COLUMNS",
+    "NAME",
+    "NOT_COMPARABLE",
+    "NOT_RUN",
+    "NULL_NAME",
+    "PAPERS",
+    "PAPER_MARKERS",
+    "REPRODUCED",
+    "SCALE_KEYS",
+    "SECTIONS",
+    "TOLERANCE",
+    "VARIANT_KEYS",
+    "VERDICTS",
+    "VERDICT_COLOURS",
+    "WORDS_NAME",
+    "Claim",
+    "Claims",
+    "Pairs",
+    "ambiguity",
+    "check_plan",
+    "config_text",
+    "ledger",
+    "ledger_figure",
+    "ledger_files",
+    "ledger_row",
+    "load_claims",
+    "markdown",
+    "null_file",
+    "parse_claim",
+    "parse_claims",
+    "selects",
+    "setting_text",
+    "verdict",
+    "write_ledger",
 ]

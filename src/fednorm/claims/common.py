@@ -20,6 +20,11 @@ PAPERS = {
     "fedwon": "FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
     "fedfn": "FedFN: Kim, Lee, Oh, Yun, FL@FM-NeurIPS 2023, arXiv 2311.13267",
 }
+# Each paper's own method, as a group names it: a contradiction of a claim about it must survive
+# twice the budget (fednorm.claims.ledger.budget_checked)
+OWN_METHODS = {"fbn": ("normalizer", "fbn"), "fixbn": ("normalizer", "fixbn"),
+               "fedtan": ("normalizer", "fedtan"), "hybridbn": ("normalizer", "hybridbn"),
+               "fedwon": ("normalizer", "fedwon"), "fedfn": ("feature_norm", True)}
 # Keys that make a run a variant no paper ran: the penultimate feature normalized (FedFN),
 # training images held out for validation, the learning rate rescaled (the tuning grid). A claim
 # that does not name one matches only runs at its default, so that those runs never join the

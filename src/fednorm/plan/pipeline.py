@@ -37,9 +37,10 @@ from fednorm.plan.jobs import (
     training_images,
     training_jobs,
 )
+from fednorm.plan.stage2 import Stage2, load_stage2
 
 TOP_KEYS = ("paths", "execution", "run", "experiments", "figures", "toy", "claims",
-            "seed_offset")
+            "seed_offset", "stage2")
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
 # each written atomically; run.json last
 RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
@@ -70,6 +71,22 @@ class Plan:
     # experiments an override set to null (the quick profile's Tiny-ImageNet): a claim on them
     # only is not checked and is judged 'not run' (fednorm.claims.words.check_plan)
     dropped: frozenset[str] = frozenset()
+    # the claims' second stage (fednorm.plan.stage2; None: one stage)
+    stage2: Stage2 | None = None
+
+    def with_runs(self, extra: Mapping[str, tuple[RunConfig, tuple[str, ...]]]) -> Plan:
+        """The plan with ``extra`` runs (run id -> (config, the experiments it joins): the
+        claims' second stage, fednorm.plan.stage2.stage2_runs), each in its experiments (an
+        experiment none of the plan's has is new); bundles, jobs and figures unchanged."""
+        runs = {**self.runs, **{r: cfg for r, (cfg, _) in extra.items()}}
+        experiments = {name: list(ids) for name, ids in self.experiments.items()}
+        for run_id, (_, groups) in extra.items():
+            for name in groups:
+                members = experiments.setdefault(name, [])
+                if run_id not in members:
+                    members.append(run_id)
+        return dataclasses.replace(self, runs=runs, experiments={
+            name: tuple(ids) for name, ids in experiments.items()})
 
     def groups(self, run_id: str) -> str:
         """The experiments a run belongs to, joined by '|' (the summary's figure_group)."""
@@ -303,4 +320,5 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         toy=_toy(config.get("toy")),
         claims=_claims_path(config.get("claims")),
         dropped=frozenset(k for k, v in (config.get("experiments") or {}).items() if v is None),
+        stage2=load_stage2(config.get("stage2"), offset),
     )

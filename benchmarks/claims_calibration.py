@@ -1,0 +1,283 @@
+"""The claims' verdicts' error rates by simulation: margins with a known truth, judged as
+fednorm.claims.verdicts judges them (tests/test_claims_calibration.py asserts the rates).
+
+    python benchmarks/claims_calibration.py                 # about a minute on one core
+    python benchmarks/claims_calibration.py --experiments 1000
+
+An *experiment* is ``UNITS`` units sharing one run spread σ; a unit is ``n`` seeds, each seed
+one run per side (its common part ``BLOCK`` cancels in the margin, as a seed's partition and
+initialization do). Its margins are pooled over the experiment's units by
+fednorm.claims.stats.pooled (the real function, one call per experiment) and tested as
+fednorm.claims.stats.sign_test / equivalence_test and verdicts._verdict do, vectorized over the
+experiments (the test checks the vectorized verdicts against verdicts.judge_claim).
+
+Prints, per relation, σ and seeds: the rate of false ``holds`` at the truth on the boundary of
+holds' null (greater: margin 0; within: |margin| = δ; trend: total change 0), of false
+``contradicted`` at the boundary of its null (greater, trend: −sesoi; within: δ), each over
+experiments × units draws with its Monte Carlo standard error (the larger of the binomial SE
+at α and the SE of the experiments' rates, whose units share a pool); then a claim of five
+units (Holm), two looks at α / 2 (the second with two more seeds where the first is not firm),
+and the rule where its variance model is strained (few units; one unit noisier than the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special, stats
+
+from fednorm.claims.stats import MIN_SEEDS, pooled, trend_contrast
+
+ALPHA, SESOI, DELTA = 0.05, 2.0, 3.0  # one-sided α; points
+UNITS = 12  # units an experiment pools: a quick experiment's
+SIGMAS = (1.0, 5.0, 20.0)  # points: the run spreads the quick profile shows
+SEEDS = (1, 2, 3, 6)
+BLOCK = 10.0  # points: the spread of a seed's common part, which a paired margin cancels
+HOLDS, CONTRADICTED = 1, -1  # verdict codes; 0: inconclusive
+
+
+@dataclass(frozen=True)
+class Case:
+    """A relation: its kind, the contrast of its sides' runs that is its margin, and the true
+    margins on the boundary of the null of ``holds`` and of ``contradicted``."""
+
+    kind: str
+    coefs: tuple[float, ...]
+    holds_null: float
+    contradicted_null: float
+
+    @property
+    def scale(self) -> float:
+        return float(np.sum(np.square(self.coefs)))
+
+    def levels(self, margin: float) -> np.ndarray:
+        """Each side's true mean with contrast ``margin``: linear in the sides' ranks."""
+        return margin * np.asarray(self.coefs) / self.scale
+
+
+CASES = {
+    "greater": Case("greater", (1.0, -1.0), 0.0, -SESOI),
+    "within": Case("within", (1.0, -1.0), DELTA, DELTA),
+    "trend": Case("trend", tuple(float(c) for c in trend_contrast(3)), 0.0, -SESOI),
+}
+
+
+def runs(rng: np.random.Generator, case: Case, experiments: int, seeds: int,
+         sigma: float | np.ndarray, units: int = UNITS) -> np.ndarray:
+    """Runs with no effect, (experiments, units, seeds, sides): a seed's common part plus each
+    run's noise of std ``sigma`` (a float, or one per unit)."""
+    spread = np.broadcast_to(np.asarray(sigma, dtype=float), (units,))[:, None, None]
+    common = BLOCK * rng.standard_normal((experiments, units, seeds, 1))
+    return common + spread * rng.standard_normal((experiments, units, seeds, len(case.coefs)))
+
+
+def _moments(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seeds, mean, sample variance with ddof 1, NaN under two) of margins padded with NaN."""
+    n = np.sum(~np.isnan(m), axis=-1)
+    mean = np.nansum(m, axis=-1) / np.maximum(n, 1)
+    squares = np.nansum(np.square(m - mean[..., None]), axis=-1)
+    return n, mean, np.where(n > 1, squares / np.maximum(n - 1, 1), np.nan)
+
+
+def _trigamma_inverse(x: np.ndarray) -> np.ndarray:
+    """stats._trigamma_inverse elementwise: the same Newton steps and stops."""
+    y = 0.5 + 1 / x
+    active = (x <= 1e7) & (x >= 1e-6)
+    for _ in range(50):
+        if not active.any():
+            break
+        tri = special.polygamma(1, y[active])
+        step = tri * (1 - tri / x[active]) / special.polygamma(2, y[active])
+        y[active] += step
+        active[active] = -step / y[active] >= 1e-8
+    return np.where(x > 1e7, 1 / np.sqrt(x), np.where(x < 1e-6, 1 / x, y))
+
+
+def pools(m: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """(s0², d0) per unit (experiments, units) of margins (experiments, units, seeds; NaN: no
+    such seed): stats.pooled of the *other* units' variances / scale on n − 1 degrees of
+    freedom, as verdicts.pools pools them (a unit left out of its own prior), vectorized."""
+    n, _, variance = _moments(m)
+    s2, d = variance / scale, np.maximum(n - 1, 0).astype(float)
+    keep = (d > 0) & (s2 > 1e-12) & np.isfinite(s2)
+    half = np.where(keep, d, 2.0) / 2  # a placeholder where left out, masked below
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.log(np.where(keep, s2, 1.0)) - special.digamma(half) + np.log(half)
+    units = s2.shape[1]
+    others = np.array([[j for j in range(units) if j != u] for u in range(units)])
+    keep = keep[:, others]  # (experiments, unit, its others)
+    e = np.where(keep, e[:, others], 0.0)
+    k = keep.sum(axis=-1)
+    total = np.where(keep, d[:, others], 0.0).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_e = e.sum(axis=-1) / np.maximum(k, 1)
+        var_e = (np.where(keep, np.square(e - mean_e[..., None]), 0.0).sum(axis=-1)
+                 / np.maximum(k - 1, 1))
+        chance = np.where(keep, special.polygamma(1, half)[:, others], 0.0).sum(axis=-1)
+        spread = var_e - chance / np.maximum(k, 1)
+        plain = np.where(keep, (d * s2)[:, others], 0.0).sum(axis=-1) / total
+        fitted = spread > 0
+        d0 = np.minimum(2 * _trigamma_inverse(np.where(fitted, spread, 1.0)), total)
+        s0 = np.exp(mean_e + special.digamma(d0 / 2) - np.log(d0 / 2))
+    # no other unit: no pool; one: its variance, plainly (its spread is 0 − chance: not fitted)
+    return (np.where(k > 0, np.where(fitted, s0, plain), np.nan),
+            np.where(k > 0, np.where(fitted, d0, total), 0.0))
+
+
+def real_pools(m: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pools` by stats.pooled itself, one call per unit (slow: the reference)."""
+    n, _, variance = _moments(m)
+    s0, d0 = np.empty(n.shape), np.empty(n.shape)
+    for e, u in np.ndindex(n.shape):
+        rest = np.arange(n.shape[1]) != u
+        pool = pooled(variance[e, rest] / scale, np.maximum(n[e, rest] - 1, 0))
+        s0[e, u], d0[e, u] = pool.variance, pool.df
+    return s0, d0
+
+
+def p_values(m: np.ndarray, case: Case, pool: tuple[np.ndarray, np.ndarray]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seeds, p_for, p_against) per unit: stats.sign_test (slack 0, sesoi SESOI) or
+    stats.equivalence_test (δ DELTA) under the unit's ``pool`` (Pool.moderated), vectorized;
+    a unit under MIN_SEEDS margins gets p 1 (verdicts._ps's sign test on one seed gives 1/2 or
+    1: at α < 1/2 no firm verdict either way)."""
+    scale = case.scale
+    s0, d0 = pool
+    n, mean, variance = _moments(m)
+    d = np.maximum(n - 1, 0)
+    own = np.where(n > 1, variance / scale, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mixed = np.where(d > 0, (d0 * s0 + d * own) / (d0 + d), s0)
+        var = np.where(d0 == 0, own, mixed)
+        df = np.where(d0 == 0, d, d0 + d)
+        se = np.where(df > 0, np.sqrt(var * scale / np.maximum(n, 1)), np.nan)
+        if case.kind == "within":
+            p_for = np.maximum(stats.t.sf((mean + DELTA) / se, df),
+                               stats.t.cdf((mean - DELTA) / se, df))
+            p_against = np.minimum(1.0, 2 * np.minimum(stats.t.sf((mean - DELTA) / se, df),
+                                                       stats.t.cdf((mean + DELTA) / se, df)))
+        else:
+            p_for = stats.t.sf(mean / se, df)
+            p_against = stats.t.cdf((mean + SESOI) / se, df)
+    untested = np.isnan(se) | (n < MIN_SEEDS)
+    return n, np.where(untested, 1.0, p_for), np.where(untested, 1.0, p_against)
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjustment along the last axis (stats.holm, vectorized)."""
+    k = p.shape[-1]
+    order = np.argsort(p, axis=-1, kind="stable")
+    stepped = np.maximum.accumulate((k - np.arange(k)) * np.take_along_axis(p, order, -1), -1)
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, np.minimum(stepped, 1.0), -1)
+    return out
+
+
+def verdicts(m: np.ndarray, case: Case, pool: tuple[np.ndarray, np.ndarray] | None = None,
+             claim: int = 1, alpha: float = ALPHA) -> np.ndarray:
+    """Verdict codes (experiments, claims, ``claim`` units) of margins ``m``: the experiment's
+    first units in claims of ``claim`` units each, Holm over a claim's units
+    (verdicts.judge_claim, _verdict); ``pool``: the units' (s0², d0), else pooled here."""
+    _, p_for, p_against = p_values(m, case, pools(m, case.scale) if pool is None else pool)
+    experiments, units = p_for.shape
+    shape = (experiments, units // claim, claim)
+    p_for = p_for[:, :shape[1] * claim].reshape(shape)
+    adjusted = holm(p_against[:, :shape[1] * claim].reshape(shape))
+    return np.where(p_for <= alpha, HOLDS, np.where(adjusted <= alpha, CONTRADICTED, 0))
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A rate over ``draws`` (experiments × claims) and its Monte Carlo standard error: the
+    larger of the binomial SE at α and the SE of the experiments' own rates."""
+
+    rate: float
+    draws: int
+    se: float
+
+    @classmethod
+    def of(cls, hits: np.ndarray) -> Rate:
+        per_experiment = hits.reshape(len(hits), -1).mean(axis=1)
+        binomial = math.sqrt(ALPHA * (1 - ALPHA) / hits.size)
+        cluster = float(per_experiment.std(ddof=1)) / math.sqrt(len(hits))
+        return cls(float(hits.mean()), hits.size, max(binomial, cluster))
+
+    def bound(self) -> float:
+        """α plus three standard errors: the most a rate at or under α reads as."""
+        return ALPHA + 3 * self.se
+
+    def __str__(self) -> str:
+        return f"{self.rate:.4f} ± {self.se:.4f} (MC SE, {self.draws} draws)"
+
+
+def noise_margins(rng: np.random.Generator, case: Case, experiments: int, seeds: int,
+                  sigma: float | np.ndarray, units: int = UNITS) -> np.ndarray:
+    """Margins with no effect (experiments, units, seeds)."""
+    return runs(rng, case, experiments, seeds, sigma, units) @ np.asarray(case.coefs)
+
+
+def error_rates(case: Case, noise: np.ndarray, claim: int = 1) -> tuple[Rate, Rate]:
+    """(false holds, false contradicted) of claims of ``claim`` units on ``noise`` margins
+    shifted to the boundary of each verdict's null."""
+    pool = pools(noise, case.scale)  # a shift of the margins leaves their variances
+    holds = verdicts(noise + case.holds_null, case, pool, claim) == HOLDS
+    contradicted = verdicts(noise + case.contradicted_null, case, pool, claim) == CONTRADICTED
+    return Rate.of(holds.all(axis=-1)), Rate.of(contradicted.any(axis=-1))
+
+
+def two_looks(case: Case, noise: np.ndarray, truth: float, verdict: int, added: int = 2
+              ) -> Rate:
+    """The rate of ``verdict`` at either of two looks at α / 2 (verdicts.judge_compared's
+    looks): the first on ``noise``'s seeds but the last ``added``, the second with them where the
+    first is not firm (fednorm.claims.stage2's seeds), every unit judged again."""
+    m = noise + truth
+    early = np.pad(m[..., :-added], ((0, 0), (0, 0), (0, added)), constant_values=np.nan)
+    first = verdicts(early, case, alpha=ALPHA / 2)[..., 0]
+    second = verdicts(np.where((first != 0)[..., None], early, m), case, alpha=ALPHA / 2)[..., 0]
+    return Rate.of((first == verdict) | (second == verdict))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiments", type=int, default=4000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng, r = np.random.default_rng(args.seed), args.experiments
+    print(f"α {ALPHA} one-sided, sesoi {SESOI}, δ {DELTA} points, {UNITS} units an experiment, "
+          f"{r} experiments a row; rate ± MC SE")
+    print(f"{'relation':<10}{'σ':>5}{'seeds':>6}   {'false holds':<18}{'false contradicted':<18}")
+    for case in CASES.values():
+        for sigma in SIGMAS:
+            for seeds in SEEDS:
+                holds, contradicted = error_rates(case, noise_margins(rng, case, r, seeds, sigma))
+                print(f"{case.kind:<10}{sigma:>5g}{seeds:>6}   {holds.rate:.4f} ± {holds.se:.4f}"
+                      f"   {contradicted.rate:.4f} ± {contradicted.se:.4f}")
+    greater = CASES["greater"]
+    print("\nA claim of 5 units all at −sesoi (greater, σ 5): false contradicted, Holm / none")
+    for seeds in SEEDS[1:]:
+        noise = noise_margins(rng, greater, r, seeds, 5.0)
+        _, adjusted = error_rates(greater, noise, claim=5)
+        raw = verdicts(noise - SESOI, greater)[:, :10].reshape(r, 2, 5) == CONTRADICTED
+        print(f"  {seeds} seeds: {adjusted}   unadjusted {raw.any(axis=-1).mean():.4f}")
+    print("\nTwo looks at α / 2, two seeds added where the first is not firm (greater, σ 5)")
+    for seeds in SEEDS:
+        noise = noise_margins(rng, greater, r, seeds + 2, 5.0)
+        print(f"  {seeds} then {seeds + 2} seeds: false holds {two_looks(greater, noise, 0.0, 1)}"
+              f"; false contradicted {two_looks(greater, noise, -SESOI, -1)}")
+    print("\nStrained: false holds of greater at margin 0, 3 seeds")
+    for units in (2, 3, 6):
+        holds, _ = error_rates(greater, noise_margins(rng, greater, r, 3, 5.0, units))
+        print(f"  {units} units at σ 5 (not {UNITS}): {holds}")
+    spreads = {"one unit at 2 × the others' σ 5": np.r_[10.0, np.full(UNITS - 1, 5.0)],
+               "one unit at 4 × the others' σ 5": np.r_[20.0, np.full(UNITS - 1, 5.0)],
+               "σ from 1 to 20, log-spaced": np.geomspace(20.0, 1.0, UNITS)}
+    for label, sigma in spreads.items():
+        codes = verdicts(noise_margins(rng, greater, r, 3, sigma), greater)[..., 0]
+        print(f"  {label}: every unit {Rate.of(codes == HOLDS)}; "
+              f"the noisiest {Rate.of(codes[:, 0] == HOLDS)}")
+
+if __name__ == "__main__":
+    main()

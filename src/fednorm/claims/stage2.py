@@ -1,0 +1,217 @@
+"""The claims' second stage: more evidence where the first stage's is thin, chosen by the data
+(a Snakemake checkpoint, workflow/rules/claims.smk).
+
+After the first stage's runs, the ledger is judged at α / 2 (the first of two looks:
+Bonferroni's alpha spending, so that a verdict's error rate over both looks stays at most α),
+and each unit of a claim without a firm verdict, or with a contradiction, asks for runs:
+
+- a ``contradicted`` unit: its sides' runs again at ``budget`` times their budget, same seeds
+  (a contradiction must survive the budget: :func:`fednorm.claims.ledger.budget_checked`);
+- an ``inconclusive`` unit with a side behind still climbing (``needs`` budget): the same;
+- any other ``inconclusive`` unit (``needs`` seeds: its interval straddles the decision, or it
+  has fewer seeds than a verdict needs): its sides' settings on the ``seeds`` of ``stage2``.
+
+Requests are granted in that order, the cheapest unit first within each kind (its training
+images), while the stage's images stay within ``max_images``. The added runs are ordinary runs
+(stable ids from their configs): a run with a new seed joins the experiments of the run it
+copies, so every claim, figure and the results API sees it; a run at a multiple of the budget
+joins those experiments' names with the suffix ``@x2`` (fednorm.plan.stage2.DOUBLED), which no
+claim or figure selects, and is judged only by the recheck.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fednorm.claims.verdicts import Comparison, Judged, Unit, compare_all, judge_compared
+from fednorm.claims.words import CONTRADICTED, INCONCLUSIVE, Relation, Words
+from fednorm.config import Paths, RunConfig, run_config
+from fednorm.io import write_text
+from fednorm.plan import RUN_FILES, Plan, bundles
+from fednorm.plan.stage2 import Stage2, with_budget, with_seed
+
+LOOKS = 2
+Runs = tuple[tuple[RunConfig, tuple[str, ...]], ...]
+
+
+@dataclass(frozen=True)
+class Request:
+    """The runs one unit asks for, and why."""
+
+    kind: str  # 'recheck' (a contradiction), 'budget' (still climbing), 'seeds'
+    claim: str
+    unit: str
+    runs: Runs  # (config, the experiments it joins)
+    sources: tuple[str | None, ...]  # the run each is at a multiple of the budget (else None)
+
+    def images(self, have: Iterable[str]) -> int:
+        known = set(have)
+        return sum(cfg.training_images for cfg, _ in self.runs if cfg.run_id not in known)
+
+
+ORDER = ("recheck", "budget", "seeds+recheck", "seeds")
+
+
+def _doubled(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Runs, tuple[str, ...]]:
+    """The unit's runs at ``spec.budget`` times their budget, in their experiments' '@x'
+    twins, and the runs they double."""
+    runs, sources = [], []
+    for side in unit.sides:
+        for run_id in side.run_ids:
+            groups = tuple(g + spec.suffix() for g in plan.groups(run_id).split("|"))
+            runs.append((with_budget(plan.runs[run_id], spec.budget), groups))
+            sources.append(run_id)
+    return tuple(runs), tuple(sources)
+
+
+def _doubled_seeded(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Runs, tuple[str, ...]]:
+    """The unit's runs and their new seeds' runs, at ``spec.budget`` times the budget."""
+    runs, sources = (list(x) for x in _doubled(unit, plan, spec))
+    for cfg, groups in _seeded(unit, plan, spec)[0]:
+        runs.append((with_budget(cfg, spec.budget),
+                     tuple(g + spec.suffix() for g in groups)))
+        sources.append(cfg.run_id)
+    return tuple(runs), tuple(sources)
+
+
+def _seeded(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Runs, tuple[None, ...]]:
+    """The unit's settings on the stage's seeds, in the experiments of the runs they copy."""
+    runs = []
+    for side in unit.sides:
+        first = side.run_ids[0]
+        groups = tuple(plan.groups(first).split("|"))
+        runs += [(with_seed(plan.runs[first], s), groups) for s in spec.seeds]
+    return tuple(runs), (None,) * len(runs)
+
+
+def _leaning(unit: Unit, claim: Relation, sesoi: float) -> bool:
+    """Whether an undecided unit's estimate points to a contradiction (beyond −sesoi; a
+    near-equality: beyond ±δ): its recheck at twice the budget is then bought with its seeds,
+    so that a contradiction at the last look is never left unchecked."""
+    if unit.test is None:  # diverged runs alone: more of them against than for
+        return unit.n_against > unit.n_for
+    if claim.kind == "within":
+        assert claim.delta is not None
+        return abs(unit.estimate) > claim.delta
+    return unit.estimate + claim.slack < -sesoi
+
+
+def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
+             compared: dict[str, list[Comparison]], words: Words) -> list[Request]:
+    """What each claim's units ask of the second stage (the module's docstring), in the
+    order of the claims."""
+    out = []
+    for j in judged:
+        sesoi = words.rule.sesoi_of(j.claim)
+        for unit, comparison in zip(j.units, compared[j.claim.id], strict=True):
+            if not comparison.sides or any(r not in plan.runs for s in comparison.sides
+                                           for r in s.run_ids):
+                continue
+            if j.verdict == CONTRADICTED and unit.verdict == CONTRADICTED:
+                kind, (runs, sources) = "recheck", _doubled(comparison, plan, spec)
+            elif j.verdict == INCONCLUSIVE and unit.needs == "budget":
+                kind, (runs, sources) = "budget", _doubled(comparison, plan, spec)
+            elif j.verdict == INCONCLUSIVE and unit.needs == "seeds":
+                kind, (runs, sources) = "seeds", _seeded(comparison, plan, spec)
+                if _leaning(unit, j.claim, sesoi):
+                    kind = "seeds+recheck"
+                    more, of = _doubled_seeded(comparison, plan, spec)
+                    runs, sources = runs + more, sources + of
+            else:
+                continue
+            out.append(Request(kind, j.claim.id, unit.label, runs, sources))
+    return out
+
+
+def granted(wanted: list[Request], spec: Stage2, have: Iterable[str]) -> list[Request]:
+    """The requests the stage's ``max_images`` affords: by kind (ORDER), then cheapest first;
+    a run two requests share is paid once."""
+    known = set(have)
+    spent, out = 0, []
+    for request in sorted(wanted, key=lambda r: (ORDER.index(r.kind), r.images(known))):
+        cost = request.images(known)
+        if spent + cost > spec.max_images:
+            continue
+        spent += cost
+        known |= {cfg.run_id for cfg, _ in request.runs}
+        out.append(request)
+    return out
+
+
+def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, Any]:
+    """The second stage's plan (plan.json): its runs (config, experiments, why) and their
+    training jobs (bundles as the plan's execution packs them)."""
+    assert plan.stage2 is not None
+    compared = compare_all(words, summary)
+    judged = judge_compared(words, compared, LOOKS)
+    chosen = granted(requests(judged, plan, plan.stage2, compared, words), plan.stage2,
+                     plan.runs)
+    runs: dict[str, dict[str, Any]] = {}
+    for request in chosen:
+        for (cfg, groups), source in zip(request.runs, request.sources, strict=True):
+            entry = runs.setdefault(cfg.run_id, {"run_id": cfg.run_id, "config": cfg.identity(),
+                                                 "groups": [], "why": [], "source": source})
+            entry["groups"] = list(dict.fromkeys([*entry["groups"], *groups]))
+            entry["why"].append(f"{request.kind}: {request.claim}"
+                                + (f" ({request.unit})" if request.unit else ""))
+    configs = {r: plan_config(e) for r, e in runs.items()}
+    packed = bundles(configs, plan.execution.planned_bundle_size)
+    jobs = balanced_jobs(packed, configs, plan.stage2.jobs)
+    return {"looks": LOOKS, "budget": plan.stage2.budget, "runs": list(runs.values()),
+            "jobs": {job: {b: list(packed[b]) for b in members} for job, members in jobs.items()},
+            "images": sum(c.training_images for c in configs.values())}
+
+
+def balanced_jobs(packed: dict[str, tuple[str, ...]], configs: dict[str, RunConfig], jobs: int
+                  ) -> dict[str, tuple[str, ...]]:
+    """The bundles cut into at most ``jobs`` training jobs of about equal training images
+    (longest processing time first: each bundle, the largest first, to the lightest job), so
+    that the jobs running side by side end together; a job's id is its first bundle's, with
+    '+k' for k more."""
+    load = [0] * min(jobs, len(packed))
+    members: list[list[str]] = [[] for _ in load]
+    for bundle_id in sorted(packed, key=lambda b: -sum(configs[r].training_images
+                                                       for r in packed[b])):
+        lightest = load.index(min(load))
+        members[lightest].append(bundle_id)
+        load[lightest] += sum(configs[r].training_images for r in packed[bundle_id])
+    return {ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else ""): tuple(ids)
+            for ids in members if ids}
+
+
+def plan_config(entry: dict[str, Any]) -> RunConfig:
+    return run_config(entry["config"], where="stage2 plan")
+
+
+def write_record(record: dict[str, Any], path: str | Path) -> Path:
+    return write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def job_bundles(record: dict[str, Any], job: str, paths: Paths
+                ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The bundles of one training job of ``record`` as fednorm.run.train_job takes them (their
+    runs that are not complete: a finished run is never trained again), and every run id of
+    the job."""
+    configs = {e["run_id"]: plan_config(e) for e in record["runs"]}
+    out, every = [], []
+    for bundle_id, members in record["jobs"][job].items():
+        every += members
+        pending = [r for r in members
+                   if not all(os.path.exists(f"{paths.run_dir(r)}/{f}") for f in RUN_FILES)]
+        if pending:
+            out.append({"bundle_id": bundle_id,
+                        "runs": [configs[r].identity() for r in pending],
+                        "out_dirs": [paths.run_dir(r) for r in pending],
+                        "resume": paths.resume_point(bundle_id)})
+    return out, every

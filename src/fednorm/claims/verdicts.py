@@ -1,0 +1,574 @@
+"""Verdicts of the claims in words (:mod:`fednorm.claims.words`), each a test with a stated
+error rate (:mod:`fednorm.claims.stats` has the statistics; docs/claims.md the rule on a page).
+
+A claim is judged in *units* (one value of ``for_each``; a ``best`` claim one unit per other
+group; a trend one unit per ``for_each`` value). A unit's *sides* are the seeds of one setting
+each; its margin per seed is a contrast of the sides' runs of that seed (runs paired by seed).
+Its variance joins the pool of the experiments it was measured on (the claim's, or the
+``tuning`` experiment's at each method's own learning rate), deduplicated: a unit that two
+claims share enters once.
+
+A unit **holds** when its p_for ≤ α and no seed counts against it; it is **contradicted** when
+its Holm-adjusted p_against (over the claim's units) ≤ α and no seed counts for it; a unit with
+fewer than ``min_seeds`` seeds with a margin gets no firm verdict (its interval is shown from
+the pool). **A diverged run** has no value: in a sign relation a diverged run on the side the
+claim says is better is a seed *against* the claim, one on the worse side a seed *for* it;
+in ``within`` and in a trend of three values or more, a diverged run is a seed against. Seeds
+with no margin at all are judged by the exact sign test.
+
+**Settled runs** (:func:`fednorm.results.settling`, a test of the gain over the last quarter of
+the budget): a firm verdict rests on the sides behind having settled (``holds``: the worse
+sides; ``contradicted``: the side the claim says is better; ``within`` that holds and a trend
+of three values or more: every side); where one is still climbing, the unit is
+``inconclusive`` and its detail names the group, its gain and the verdict it would have had.
+
+**Each method at its own rate**: a claim whose compared groups name a METHOD_KEYS key is judged,
+unit by unit, on the ``tuning`` experiment's runs at each side's ``lr_scale`` chosen on
+validation accuracy (:func:`fednorm.tuning.choices`), where every side of the unit has a tuning
+cell; else at the common rate, said in ``rates``. The common rate's outcome stays in the detail.
+
+A claim's verdict: ``not run`` when no unit has runs; ``inconclusive`` (refused) when a group's
+runs differ in more than their seed; else ``contradicted`` when any unit is, ``holds`` when
+every unit holds, ``inconclusive`` otherwise. Its ``p`` is that of its verdict (holds: the
+largest unit p_for, the intersection-union test; contradicted: the smallest Holm-adjusted
+p_against; inconclusive: the smaller of the two), its ``q`` the Benjamini–Hochberg q-value over
+the ledger's claims. A two-stage ledger (:mod:`fednorm.claims.stage2`) judges each look at
+α / 2 (Bonferroni's alpha spending over the two looks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fednorm.claims.common import ambiguity, config_text, selects
+from fednorm.claims.stats import (
+    Pool,
+    Test,
+    bh,
+    equivalence_test,
+    holm,
+    pooled,
+    sign_count,
+    sign_test,
+    trend_contrast,
+)
+from fednorm.claims.words import (
+    CONTRADICTED,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_RUN,
+    Group,
+    Relation,
+    Rule,
+    Words,
+    resolve,
+)
+from fednorm.config import FIELDS
+from fednorm.plots.cells import DIVERGED_MARK, percent
+from fednorm.results import in_experiments, matches, run_values, settling, values_of
+from fednorm.tuning import OVER, choices
+
+# A claim compares methods when its compared groups name one of these keys
+METHOD_KEYS = ("normalizer", "feature_norm")
+# The keys on which a run and its tuning cell may differ: the seed, the rate chosen and the
+# held-out images the choice needs (paper scale: the comparison trains on every image)
+TUNING_FREE = ("seed", OVER, "val_fraction")
+CHOSEN_BY = "val_accuracy"  # the tuning's choice reads the held-out images alone
+
+
+@dataclass(frozen=True)
+class Side:
+    """The runs of one group of a unit: one per seed."""
+
+    label: str
+    runs: pd.DataFrame = field(repr=False)  # index seed; diverged, value (in points)
+    rows: pd.DataFrame = field(repr=False)  # its summary rows
+    gain: float = math.nan  # points the seed mean gains over the last quarter of its budget
+    settled: bool | None = None  # None: not an accuracy (the rule is on accuracies)
+    rate: str = "lr × 1"  # its learning rate: the recipe's times lr_scale
+
+    @property
+    def mean(self) -> float:
+        return float(self.runs["value"].mean())
+
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self.rows["run_id"].unique()))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One unit before its verdict: its sides and the contrast over them that is its margin
+    (the claim says it is > −slack; ``within``: |margin| ≤ δ), the experiments whose variance
+    pool it joins, and, at tuned rates, the same unit at the common rate."""
+
+    label: str
+    sides: tuple[Side, ...] = ()
+    coefs: tuple[float, ...] = ()
+    pool: tuple[str, ...] = ()
+    measure: tuple[str, str] = ("test_accuracy", "final")  # the claim's metric and ``at``
+    common: Comparison | None = None
+    reason: str = ""  # why it has no sides (not run, refused)
+    note: str = ""  # at the common rate where a side has no tuning cell
+
+    @property
+    def group(self) -> tuple[Any, ...]:
+        """The pool the unit's variance joins: its experiments and what it measures."""
+        return (self.pool, self.measure)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What makes two claims' units the same measurement (entered once in a pool)."""
+        return (*self.group, *sorted((s.run_ids, c) for s, c in zip(self.sides, self.coefs,
+                                                                    strict=True)))
+
+    @property
+    def pair(self) -> bool:
+        return len(self.sides) == 2
+
+
+@dataclass(frozen=True)
+class Margins:
+    """A unit's paired margins and the seeds that only count for or against the claim."""
+
+    values: tuple[float, ...]
+    n_for: int = 0
+    n_against: int = 0
+
+    @property
+    def variance(self) -> float:
+        """The margins' sample variance (ddof 1); NaN under two."""
+        return float(np.var(self.values, ddof=1)) if len(self.values) > 1 else math.nan
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One comparison of a claim and its outcome."""
+
+    label: str  # the for_each value and/or the pair, '' for the only one
+    verdict: str
+    values: str = ""  # each side's mean over its seeds, in words
+    test: Test | None = None
+    p_for: float = 1.0  # the p of the claim's opposite (the t test's, or the sign test's)
+    p_against: float = 1.0  # of the claim, Holm-adjusted over the claim's units
+    n_for: int = 0
+    n_against: int = 0
+    n_diverged: int = 0
+    reason: str = ""
+    settled: bool | None = None  # every side settled (None: no accuracy measured)
+    unsettled: str = ""  # the sides still climbing and what that does to the verdict
+    rates: str = ""  # the learning rate each side used
+    common: str = ""  # at tuned rates: the outcome at the common recipe's rate
+    # stage 2 (fednorm.claims.stage2): what a decision would need: 'seeds' (an interval that
+    # straddles it), 'budget' (a side behind still climbing), '' (decided or not measurable)
+    needs: str = ""
+
+    @property
+    def n_seeds(self) -> int:
+        return self.test.n if self.test else 0
+
+    @property
+    def estimate(self) -> float:
+        return self.test.estimate if self.test else math.nan
+
+
+# ---------------------------------------------------------------------------------------------
+# The sides and the units of a claim.
+
+
+Sides = dict[tuple[Any, ...], Side]  # the sides already measured in one judging (a cache)
+
+
+def _side(group: Group, rows: pd.DataFrame, claim: Relation, cache: Sides | None = None
+          ) -> Side | str:
+    """The runs of one group, one per seed; or why there are none usable (text)."""
+    label = ", ".join(f"{k}={config_text(v)}" for k, v in group) or "all"
+    picked = rows[selects(rows, group)]
+    if picked.empty:
+        return f"no run has {label}"
+    ambiguous = ambiguity(picked)
+    if ambiguous:
+        return f"{label}: {ambiguous}"
+    return side_of(label, picked, claim, cache=cache)
+
+
+def side_of(label: str, picked: pd.DataFrame, claim: Relation, rate: str = "lr × 1",
+            cache: Sides | None = None) -> Side:
+    """The side of a group whose runs are ``picked`` (the seeds of one setting), with its
+    settling (:func:`fednorm.results.settling`) where the metric is an accuracy; ``cache``
+    keeps the sides measured so far (claims share most of their sides)."""
+    key = (tuple(sorted(picked["run_id"].unique())), label, claim.metric, claim.at, rate)
+    if cache is not None and key in cache:
+        return cache[key]
+    side = _measured(label, picked, claim, rate)
+    if cache is not None:
+        cache[key] = side
+    return side
+
+
+def _measured(label: str, picked: pd.DataFrame, claim: Relation, rate: str) -> Side:
+    values = run_values(picked, ["seed"], y=claim.metric, at=claim.at)
+    if not percent(claim.metric):
+        return Side(label, values.set_index("seed")[["diverged", "value"]], picked, rate=rate)
+    values["value"] *= 100.0
+    settle = settling(picked, y=claim.metric, at=claim.at).iloc[0]
+    return Side(label, values.set_index("seed")[["diverged", "value"]], picked,
+                100.0 * float(settle["gain"]), bool(settle["settled"]), rate)
+
+
+def compares_methods(claim: Relation) -> bool:
+    """Whether the claim's compared groups differ in their method (METHOD_KEYS)."""
+    groups = (claim.a, claim.b, *claim.others)
+    return any(key in METHOD_KEYS for group in groups for key, _ in group)
+
+
+def _tuned(side: Side, tuning: pd.DataFrame, claim: Relation, cache: Sides | None = None
+           ) -> Side | None:
+    """``side`` at its method's own learning rate: the tuning runs that equal its runs on
+    every config key but TUNING_FREE, at the lr_scale the tuning chose for them on held-out
+    data (:func:`fednorm.tuning.choices`); None where the tuning has no such cell."""
+    first = side.rows.iloc[0]
+    cell = pd.Series(True, index=tuning.index)
+    for key in (k for k in FIELDS if k not in TUNING_FREE):
+        value = first[key]
+        cell &= tuning[key].isna() if pd.isna(value) else matches(tuning[key], value)
+    rows = tuning[cell]
+    if rows.empty:
+        return None
+    # chosen on the seeds that every rate has: a seed added at one rate (more evidence for a
+    # verdict, fednorm.claims.stage2) does not move the choice
+    seeds = [set(part["seed"]) for _, part in rows.groupby(OVER)]
+    common = rows[rows["seed"].isin(set.intersection(*seeds))]
+    choice = choices(common.assign(tuning_cell=0), ["tuning_cell"], by=CHOSEN_BY).iloc[0]
+    edge = {"high": "↑", "low": "↓"}.get(choice["edge"], "")
+    rate = f"lr × {choice[OVER]:g}{edge} (chosen)"
+    return side_of(side.label, rows[matches(rows[OVER], choice[OVER])], claim, rate, cache)
+
+
+def _cells(axes: Sequence[str], rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(label, rows) per combination of the ``axes``' values present in ``rows`` (each axis's
+    values sorted); one cell of every row without axes."""
+    cells = [("", rows)]
+    for axis in axes:
+        cells = [(", ".join(t for t in (label, f"{axis}={config_text(v)}") if t),
+                  part[matches(part[axis], v)])
+                 for label, part in cells for v in values_of(part[axis])]
+    return cells
+
+
+def _contrasts(claim: Relation, rows: pd.DataFrame, runs: pd.DataFrame
+               ) -> list[tuple[str, tuple[Group, ...], tuple[float, ...]]]:
+    """(label, groups, coefficients) per unit in ``rows`` (one cell of for_each): a pair is
+    (better, worse) with (1, −1); a trend of L values is its groups in the claimed direction
+    with the least-squares change from first to last (:func:`trend_contrast`)."""
+    if claim.kind == "trend":
+        assert claim.over is not None
+        xs = values_of(rows[claim.over])
+        if claim.direction == "decreasing":
+            xs = xs[::-1]
+        if claim.steps == "ends":
+            xs = [xs[0], xs[-1]]
+        groups = tuple(((claim.over, x),) for x in xs)
+        label = " → ".join(config_text(x) for x in xs)
+        if len(xs) == 2:  # the larger end first: a pair (better, worse)
+            return [(label, groups[::-1], (1.0, -1.0))]
+        return [(label, groups, tuple(float(c) for c in trend_contrast(len(xs))))]
+    a = resolve(claim.a, runs)
+    if claim.kind == "best":
+        return [(f"vs {', '.join(f'{k}={config_text(v)}' for k, v in g)}", (a, resolve(g, runs)),
+                 (1.0, -1.0)) for g in claim.others]
+    return [("", (a, resolve(claim.b, runs)), (1.0, -1.0))]
+
+
+def comparisons(claim: Relation, summary: pd.DataFrame, tuning: str | None = None,
+                cache: Sides | None = None) -> list[Comparison]:
+    """Every unit of ``claim`` on ``summary``, at each side's own learning rate where the
+    experiment ``tuning`` chose one for every side (the common rate's unit in ``common``)."""
+    runs = summary[in_experiments(summary, claim.experiments)]
+    chosen = tuning and compares_methods(claim) and CHOSEN_BY in summary.columns
+    tuned = summary[in_experiments(summary, [tuning])] if chosen else None
+    # ``where`` leaves the variant keys open: each group keeps its runs at their defaults
+    # unless it names one (FedFN's side names feature_norm: true, its baseline's does not)
+    rows = runs[selects(runs, resolve(claim.where, runs), variants=False)]
+    out = []
+    for cell, cell_rows in _cells(claim.for_each, rows):
+        for label, groups, coefs in _contrasts(claim, cell_rows, runs):
+            label = " ".join(t for t in (cell, label) if t)
+            sides = [_side(g, cell_rows, claim, cache) for g in groups]
+            problems = [s for s in sides if isinstance(s, str)]
+            if problems:
+                out.append(Comparison(label, reason="; ".join(problems)))
+                continue
+            measure = (claim.metric, claim.at)
+            unit = Comparison(label, tuple(sides), coefs, claim.experiments, measure)
+            if tuned is not None:
+                own = [_tuned(s, tuned, claim, cache) for s in sides]
+                if all(s is not None for s in own):
+                    unit = Comparison(label, tuple(own), coefs, (str(tuning),), measure,
+                                      common=unit)
+                else:
+                    missing = sides[own.index(None)].label
+                    unit = replace(unit, note=f" (common: no tuning run at {missing})")
+            out.append(unit)
+    return out
+
+
+def margins(unit: Comparison, within: bool) -> Margins:
+    """Per seed that every side has: the contrast of its runs, or a seed for or against the
+    claim where a run diverged (see the module's docstring)."""
+    seeds = sorted(set(unit.sides[0].runs.index).intersection(
+        *(s.runs.index for s in unit.sides[1:])))
+    values, n_for, n_against = [], 0, 0
+    for seed in seeds:
+        rows = [s.runs.loc[seed] for s in unit.sides]
+        dead = [bool(r["diverged"]) or math.isnan(r["value"]) for r in rows]
+        diverged = [bool(r["diverged"]) for r in rows]
+        if not any(dead):
+            values.append(float(sum(c * r["value"] for c, r in zip(unit.coefs, rows,
+                                                                    strict=True))))
+        elif within or not unit.pair:
+            n_against += any(diverged)
+        elif diverged[0] and not dead[1]:
+            n_against += 1
+        elif diverged[1] and not dead[0]:
+            n_for += 1
+    return Margins(tuple(values), n_for, n_against)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pools, tests and verdicts.
+
+
+def _scale(unit: Comparison) -> float:
+    return float(sum(c * c for c in unit.coefs))
+
+
+def pools(units: Sequence[tuple[Comparison, Margins]]) -> dict[tuple[Any, ...], Pool]:
+    """Per distinct unit (its ``key``): the variance pool of the other distinct units of its
+    experiments and measure (left out of its own prior, so that its variance counts once: with
+    units of one variance, the moderated variance is then the plain pooled one on Σ d)."""
+    groups: dict[tuple[Any, ...], dict[tuple[Any, ...], tuple[float, int]]] = {}
+    for unit, m in units:
+        if unit.sides:
+            groups.setdefault(unit.group, {})[unit.key] = (m.variance / _scale(unit),
+                                                           max(len(m.values) - 1, 0))
+    out = {}
+    for found in groups.values():
+        for key in found:
+            others = [v for k, v in found.items() if k != key]
+            out[key] = pooled([v for v, _ in others], [d for _, d in others])
+    return out
+
+
+def _test(unit: Comparison, m: Margins, claim: Relation, rule: Rule, pool: Pool,
+          alpha: float) -> Test | None:
+    if not m.values:
+        return None
+    if claim.kind == "within":
+        assert claim.delta is not None
+        return equivalence_test(m.values, _scale(unit), pool, delta=claim.delta, alpha=alpha)
+    return sign_test(m.values, _scale(unit), pool, slack=claim.slack,
+                     sesoi=rule.sesoi_of(claim), alpha=alpha)
+
+
+def _behind(verdict: str, unit: Comparison, within: bool) -> list[Side]:
+    """The sides a verdict rests on having settled: those behind. A side ahead that is still
+    climbing only widens its lead; one behind may yet catch up. ``holds``: the worse side
+    (``within``, a trend of three values or more: every side); ``contradicted``: the side the
+    claim says is better (``within``: the lower one); ``inconclusive``: none."""
+    sides = list(unit.sides)
+    if verdict == HOLDS:
+        return sides if within or not unit.pair else sides[1:]
+    if verdict == CONTRADICTED:
+        if not unit.pair:
+            return sides
+        alive = [s for s in sides if not math.isnan(s.mean)]
+        return [min(alive, key=lambda s: s.mean)] if within and alive else [sides[0]]
+    return []
+
+
+def _values_text(sides: Sequence[Side]) -> str:
+    parts = []
+    for side in sides:
+        diverged = int(side.runs["diverged"].sum())
+        mean = side.runs["value"].mean()
+        text = "–" if math.isnan(mean) else f"{mean:.1f}"
+        parts.append(f"{side.label}: {text}" + (f" {DIVERGED_MARK}{diverged}" if diverged else ""))
+    return "; ".join(parts)
+
+
+def _ps(m: Margins, test: Test | None, claim: Relation, rule: Rule) -> tuple[float, float]:
+    """A unit's (p_for, p_against) before Holm: its t tests where it has ``min_seeds`` margins;
+    else the exact sign test on its seeds, a diverged run counting as its seed's sign (the
+    margins' signs against 0 for, against −sesoi against; a near-equality: diverged runs
+    against alone)."""
+    if len(m.values) >= rule.min_seeds and test is not None:
+        return test.p_for, test.p_against
+    if claim.kind == "within":
+        return 1.0, sign_count(0, m.n_against)[1]
+    shifted = np.asarray(m.values, dtype=float) + claim.slack
+    ups = int((shifted > 0).sum()) + m.n_for
+    downs = int((shifted < -rule.sesoi_of(claim)).sum()) + m.n_against
+    return (sign_count(ups, len(m.values) + m.n_for + m.n_against - ups)[0],
+            sign_count(len(m.values) + m.n_for + m.n_against - downs, downs)[1])
+
+
+def _verdict(m: Margins, p_for: float, p_against: float, alpha: float) -> str:
+    """A unit's verdict before settling (see the module's docstring): a seed against (a
+    diverged run) forbids holds, a seed for forbids contradicted."""
+    if p_for <= alpha and not m.n_against:
+        return HOLDS
+    if p_against <= alpha and not m.n_for:
+        return CONTRADICTED
+    return INCONCLUSIVE
+
+
+def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
+                pool_of: dict[tuple[Any, ...], Pool], rule: Rule, alpha: float) -> list[Unit]:
+    """Every unit of ``claim`` judged: tests under their pools, Holm over the claim's units,
+    then settling."""
+    within = claim.kind == "within"
+    tests = [_test(u, m, claim, rule, pool_of.get(u.key, Pool()), alpha) if u.sides else None
+             for u, m in units]
+    ps = [_ps(m, t, claim, rule) if u.sides else (1.0, 1.0)
+          for (u, m), t in zip(units, tests, strict=True)]
+    adjusted = holm([p for _, p in ps])
+    out = []
+    for (unit, m), test, (p_for, _), p_against in zip(units, tests, ps, adjusted, strict=True):
+        if not unit.sides:
+            verdict = NOT_RUN if unit.reason.startswith("no run") else INCONCLUSIVE
+            out.append(Unit(unit.label, verdict, reason=unit.reason))
+            continue
+        verdict = _verdict(m, p_for, float(p_against), alpha)
+        climbing = [s for s in unit.sides if s.settled is False]
+        blocking = [s for s in _behind(verdict, unit, within) if s.settled is False]
+        unsettled = ""
+        if climbing:
+            gains = ", ".join(f"{s.label} +{s.gain:.1f}" for s in climbing)
+            unsettled = (f"not settled: {gains} points over the last quarter of the budget; "
+                         + (f"else {verdict}" if blocking else "the side behind settled"))
+        final = INCONCLUSIVE if blocking else verdict
+        needs = "budget" if blocking else "seeds" if final == INCONCLUSIVE else ""
+        measured = [s.settled for s in unit.sides if s.settled is not None]
+        out.append(Unit(unit.label, final, _values_text(unit.sides), test, p_for,
+                        float(p_against), m.n_for, m.n_against,
+                        sum(int(s.runs["diverged"].sum()) for s in unit.sides),
+                        settled=all(measured) if measured else None, unsettled=unsettled,
+                        rates="; ".join(f"{s.label}: {s.rate}" for s in unit.sides)
+                        + unit.note, needs=needs))
+    return out
+
+
+def claim_verdict(units: Sequence[Unit]) -> str:
+    """A claim's verdict from its units' (see the module's docstring)."""
+    verdicts = [u.verdict for u in units]
+    if not units or all(v == NOT_RUN for v in verdicts):
+        return NOT_RUN
+    if any(u.verdict == INCONCLUSIVE and u.reason for u in units):
+        return INCONCLUSIVE  # refused: a selection that is not the seeds of one setting
+    if CONTRADICTED in verdicts:
+        return CONTRADICTED
+    return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+
+
+def claim_p(units: Sequence[Unit]) -> tuple[float, float]:
+    """The claim's (p_for, p_against): the largest unit p_for (the intersection-union test of
+    'every unit holds') and the smallest Holm-adjusted p_against (NaN, NaN when no unit was
+    judged)."""
+    judged = [u for u in units if not u.reason]
+    if not judged:
+        return math.nan, math.nan
+    return max(u.p_for for u in units), min(u.p_against for u in judged)
+
+
+def deciding(units: Sequence[Unit], verdict: str) -> Unit | None:
+    """The unit a claim's row shows: the contradicting one with the smallest adjusted p, else
+    the weakest (the largest p_for)."""
+    tested = [u for u in units if u.test is not None or u.n_for or u.n_against]
+    if verdict == CONTRADICTED:
+        against = [u for u in units if u.verdict == CONTRADICTED]
+        return min(against, key=lambda u: u.p_against)
+    return max(tested, key=lambda u: u.p_for) if tested else None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A claim and its judged units (at tuned rates: ``common`` holds the common rate's)."""
+
+    claim: Relation
+    units: tuple[Unit, ...]
+    common: tuple[Unit, ...] = ()
+    verdict: str = INCONCLUSIVE
+    p_for: float = math.nan
+    p_against: float = math.nan
+
+
+def judge_compared(words: Words, compared: dict[str, list[Comparison]], looks: int = 1
+                   ) -> list[Judged]:
+    """Every claim of ``words`` judged on its units ``compared`` (claim id -> its units) at
+    α / ``looks`` a look, the units' variances pooled per experiment."""
+    alpha = words.rule.alpha / looks
+    within = {c.id: c.kind == "within" for c in words.claims}
+    measured = {cid: [(u, margins(u, within[cid]) if u.sides else Margins(()))
+                      for u in units] for cid, units in compared.items()}
+    common = {cid: [(u.common, margins(u.common, within[cid])) for u, _ in found if u.common]
+              for cid, found in measured.items()}
+    pool_of = pools([x for found in (*measured.values(), *common.values()) for x in found])
+    out = []
+    for claim in words.claims:
+        units = judge_claim(claim, measured[claim.id], pool_of, words.rule, alpha)
+        at_common = judge_claim(claim, common[claim.id], pool_of, words.rule, alpha)
+        verdict = claim_verdict(units)
+        out.append(Judged(claim, tuple(units), tuple(at_common), verdict, *claim_p(units)))
+    return out
+
+
+def compare_all(words: Words, summary: pd.DataFrame) -> dict[str, list[Comparison]]:
+    """Every claim's units on ``summary`` (claim id -> its units), each side measured once."""
+    cache: Sides = {}
+    return {c.id: comparisons(c, summary, words.tuning, cache) for c in words.claims}
+
+
+def judge(words: Words, summary: pd.DataFrame, looks: int = 1) -> list[Judged]:
+    """Every claim of ``words`` judged on ``summary`` at α / ``looks`` a look."""
+    return judge_compared(words, compare_all(words, summary), looks)
+
+
+def twin_comparisons(words: Words, summary: pd.DataFrame, twins: dict[str, str],
+                     tag: str) -> dict[str, list[Comparison]]:
+    """Each claim's units with every side's runs replaced by their ``twins`` (run id -> run id:
+    the same run at a multiple of its budget, fednorm.claims.stage2), the units pooled under
+    ``tag``; a unit whose sides have no twin has no sides ('no run ...': not run)."""
+    base = summary[~summary["run_id"].isin(set(twins.values()))]
+    compared = compare_all(words, base)
+    cache: Sides = {}
+    out = {}
+    for claim in words.claims:
+        units = []
+        for unit in compared[claim.id]:
+            sides = []
+            for side in unit.sides:
+                ids = {twins[r] for r in side.run_ids if r in twins}
+                rows = summary[summary["run_id"].isin(ids)]
+                if rows.empty:
+                    break
+                sides.append(side_of(side.label, rows, claim, side.rate, cache))
+            if unit.sides and len(sides) == len(unit.sides):
+                units.append(Comparison(unit.label, tuple(sides), unit.coefs,
+                                        tuple(f"{p}{tag}" for p in unit.pool), unit.measure))
+            else:
+                units.append(Comparison(unit.label, reason=unit.reason or f"no run has {tag}"))
+        out[claim.id] = units
+    return out
+
+
+def q_values(judged: Sequence[Judged]) -> tuple[np.ndarray, np.ndarray]:
+    """Benjamini–Hochberg q-values over the ledger's claims, of their p_for and, separately,
+    of their p_against (two families: each its own null)."""
+    return bh([j.p_for for j in judged]), bh([j.p_against for j in judged])

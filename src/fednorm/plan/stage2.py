@@ -1,0 +1,90 @@
+"""The claims' second stage as a plan sees it: its settings (the config's ``stage2`` section),
+the runs it may add (more seeds of a setting; a setting at a multiple of its budget), and the
+plan extended by them. Which runs it adds is the claims' business (fednorm.claims.stage2);
+here are only the runs' configs and where they go.
+
+``stage2`` (null or absent: one stage, the ledger judges its runs at α)::
+
+    stage2:
+      seeds: [100, 101]     # the seeds a setting gains where a verdict needs more (plus the
+                            # config's seed_offset, so that disjoint seed sets stay disjoint)
+      budget: 2             # the factor on the budget of a rechecked setting (steps and the
+                            # learning-rate milestones; the schedule's fractions kept)
+      max_images: 2.0e+7    # at most this many training images in the second stage, the
+                            # cheapest additions first
+      jobs: 4               # training jobs it is cut into, of about equal images (a multiple
+                            # of the cores or GPUs that run them side by side)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fednorm.config import (
+    IntIn,
+    ListOf,
+    NumberIn,
+    RunConfig,
+    check,
+    checked_section,
+    int_at_least,
+    run_config,
+)
+
+STAGE2_KEYS = ("seeds", "budget", "max_images", "jobs")
+DOUBLED = "@x{factor}"  # an experiment's name suffix for its runs at a multiple of the budget
+
+
+@dataclass(frozen=True)
+class Stage2:
+    """The second stage's settings (see the module's docstring)."""
+
+    seeds: tuple[int, ...] = (100, 101)
+    budget: int = 2
+    max_images: float = 2.0e7
+    jobs: int = 4
+
+    def suffix(self) -> str:
+        return DOUBLED.format(factor=self.budget)
+
+
+def load_stage2(spec: Any, offset: int = 0) -> Stage2 | None:
+    """The ``stage2`` section checked (None: no second stage), its seeds moved by the config's
+    ``seed_offset``."""
+    if spec is None:
+        return None
+    spec = checked_section(spec, "stage2", STAGE2_KEYS)
+    default = Stage2()
+    seeds = check("stage2", "seeds", spec.get("seeds", list(default.seeds)),
+                  ListOf(int_at_least(0), "a non-empty list of seeds (integers >= 0)", 1))
+    return Stage2(tuple(s + offset for s in seeds),
+                  check("stage2", "budget", spec.get("budget", default.budget), IntIn(2, 16)),
+                  float(check("stage2", "max_images", spec.get("max_images", default.max_images),
+                              NumberIn(0, 1e15, low_open=True))),
+                  check("stage2", "jobs", spec.get("jobs", default.jobs), IntIn(1, 4096)))
+
+
+def with_budget(cfg: RunConfig, factor: int) -> RunConfig:
+    """``cfg`` at ``factor`` times its budget: its steps and learning-rate milestones scaled
+    (the schedule's fractions kept, as a profile's ``epochs`` and ``lr_decay_at`` would),
+    validated as any run."""
+    values = {**cfg.identity(), "steps": cfg.steps * factor,
+              "lr_milestones": [m * factor for m in cfg.lr_milestones]}
+    return run_config(values, where=f"stage2 (run {cfg.run_id} at {factor}x its budget)")
+
+
+def with_seed(cfg: RunConfig, seed: int) -> RunConfig:
+    return dataclasses.replace(cfg, seed=seed)
+
+
+def stage2_runs(record: Mapping[str, Any]) -> dict[str, tuple[RunConfig, tuple[str, ...]]]:
+    """The runs of a second stage's record (fednorm.claims.stage2's plan.json): run id ->
+    (config, the experiments it joins)."""
+    out = {}
+    for entry in record.get("runs", []):
+        cfg = run_config(entry["config"], where="stage2 plan")
+        out[cfg.run_id] = (cfg, tuple(entry["groups"]))
+    return out
