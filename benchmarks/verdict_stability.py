@@ -1,12 +1,11 @@
 """How often a claim keeps its verdict on other seeds: the claims in words judged on each of
 several results folders of one profile run on disjoint seeds (``seed_offset``), every pair of
-folders compared (fednorm.claims.across), for each ``min_spread`` (the least spread a sign
-relation takes) and ``family_wise`` (a claim of k units contradicted only beyond b_k σ) asked;
-the claims file's own values unless given.
+folders compared (fednorm.claims.across), for each one-sided ``alpha`` asked (the claims
+file's own unless given).
 
     make quick && make quick-other-seeds && make quick-third-seeds   # seeds 0-1, 2-3, 4-5
     python benchmarks/verdict_stability.py results/quick results/quick_other_seeds \
-        results/quick_third_seeds --min-spread 0 5 --family-wise false true
+        results/quick_third_seeds --alpha 0.05 0.1
 
 Prints, per rule, each pair's share of the claims judged in both that keep their
 verdict, the flips between holds and contradicted, the firm verdicts per ledger and the mean
@@ -34,7 +33,7 @@ import pandas as pd
 
 from fednorm.claims import load_claims
 from fednorm.claims.across import FIRM, compare_ledgers, regroupings
-from fednorm.claims.words import words_ledger
+from fednorm.claims.words_ledger import words_ledger
 from fednorm.plan import load_plan, merged_config
 from fednorm.results import load_summary
 
@@ -44,10 +43,8 @@ def main() -> None:
     parser.add_argument("results", nargs="+", help="results folders, one per seed set")
     parser.add_argument("--config", nargs="+", default=["config/config.yaml", "config/quick.yaml"],
                         help="the profile's config files, merged in order (the claims file's)")
-    parser.add_argument("--min-spread", type=float, nargs="*", default=None,
-                        help="points; default: the claims file's min_spread")
-    parser.add_argument("--family-wise", nargs="*", choices=("false", "true"), default=None,
-                        help="default: the claims file's family_wise")
+    parser.add_argument("--alpha", type=float, nargs="*", default=None,
+                        help="one-sided error rates; default: the claims file's alpha")
     parser.add_argument("--regroup", type=int, nargs="*", default=None, metavar="K",
                         help="pool the folders' seeds and compare every pair of disjoint sets "
                              "of K seeds")
@@ -58,11 +55,9 @@ def main() -> None:
     words = load_claims(plan.claims, plan).words
     summaries = {r: load_summary(r) for r in args.results}
     pooled = pd.concat(summaries.values(), ignore_index=True) if args.regroup else None
-    family = [f == "true" for f in args.family_wise] if args.family_wise else [
-        words.noise.family_wise]
-    for least, wise in itertools.product(args.min_spread or [words.noise.min_spread], family):
-        judged = replace(words, noise=replace(words.noise, min_spread=least, family_wise=wise))
-        rule = f"min_spread {least:g} points, family_wise {str(wise).lower()}"
+    for alpha in args.alpha or [words.rule.alpha]:
+        judged = replace(words, rule=replace(words.rule, alpha=alpha))
+        rule = f"alpha {alpha:g}"
         if len(args.results) > 1:
             pairs = ((a, b, summaries[a], summaries[b])
                      for a, b in itertools.combinations(args.results, 2))

@@ -124,9 +124,10 @@ shown
 
 # %% [markdown]
 # The claims the papers state in words (a method above another, a trend along an axis, two
-# methods within δ points) are judged at any scale, with the seed noise: `holds`,
-# `contradicted`, `inconclusive` (inside the noise) or `not run` (see `docs/claims.md`).
-# Counts per paper and verdict, then the claims that our runs contradict.
+# methods within δ points) are judged at any scale, each verdict a test at a stated error rate:
+# `holds`, `contradicted`, `budget-limited` (contradicted, but not at twice the budget),
+# `inconclusive` or `not run` (see `docs/claims.md`). Counts per paper and verdict, then the
+# claims that our runs contradict, with the estimate, its interval and p.
 
 # %%
 words_file = figures / "claims_words.csv"
@@ -134,7 +135,8 @@ if words_file.is_file():
     words = pd.read_csv(words_file)
     print(pd.crosstab(words.paper, words.verdict).to_string())
     shown = words.loc[words.verdict == "contradicted",
-                      ["id", "source", "relation", "margin", "spread", "detail"]]
+                      ["id", "source", "relation", "margin", "low", "high", "n_seeds", "p",
+                       "q", "detail"]]
 else:
     shown = f"no {words_file}: the pipeline writes it with the figures"
 shown

@@ -23,9 +23,9 @@ from fednorm.claims import (
     selects,
     write_ledger,
 )
-from fednorm.claims.ledger import words_ledger
 from fednorm.claims.words import NOT_RUN as WORDS_NOT_RUN
 from fednorm.claims.words import Words, planned_runs
+from fednorm.claims.words_ledger import words_ledger
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan, merge
 from fednorm.results import in_experiments

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fednorm.claims.ledger import WORDS_COLUMNS, budget_checked, words_ledger, write_words
 from fednorm.claims.stats import pooled
 from fednorm.claims.words import (
     BUDGET_LIMITED,
@@ -21,6 +20,7 @@ from fednorm.claims.words import (
     check_plan,
     parse_words,
 )
+from fednorm.claims.words_ledger import WORDS_COLUMNS, budget_checked, words_ledger, write_words
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan
 from fednorm.summarize import config_columns

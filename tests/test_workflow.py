@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -189,7 +190,26 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     toy = pd.read_csv(figures / "fig2c.csv")
     assert set(toy.scheme) == {"bn", "fbn", "fixbn"} and set(toy.gamma) == {0, 1}
 
-    summary = pd.read_csv(work / ".test/results/summary.csv")
+    # the claims' second stage (.test/config.yaml, stage2): its checkpoint chose runs that the
+    # first summary lacks and the summary holds, new seeds in their experiments, doubled
+    # budgets in their '@x2' twins; the first summary is the plan's runs alone
+    record = json.loads((work / ".test/results/stage2/plan.json").read_text())
+    second = {e["run_id"]: e for e in record["runs"]}
+    everything = pd.read_csv(work / ".test/results/summary.csv")
+    summary = pd.read_csv(work / ".test/results/stage2/summary_first.csv")
+    assert set(summary.run_id) == set(plan.runs) and not second.keys() & set(plan.runs)
+    assert set(everything.run_id) == set(plan.runs) | second.keys()
+    doubled = [e for e in second.values() if e["source"]]
+    assert doubled and all(g.endswith("@x2") for e in doubled for g in e["groups"])
+    for e in doubled:
+        source = plan.runs[e["source"]] if e["source"] in plan.runs else None
+        steps = (source.steps if source else second[e["source"]]["config"]["steps"])
+        assert e["config"]["steps"] == 2 * steps
+    seeded = [e for e in second.values() if not e["source"]]
+    assert {e["config"]["seed"] for e in seeded} == {100, 101, 102, 103, 104}
+    assert len(list((work / ".test/results/stage2/jobs").glob("*.json"))) == len(record["jobs"])
+    null = pd.read_csv(work / ".test/figures/claims_null.csv")
+    assert len(null) == 3 and null.judged.eq(3).all()
     dynamics = summary[summary.record_dynamics & (summary.step > 0)]
     assert dynamics.run_id.nunique() == 1
     assert (dynamics[["stat_change", "stat_deviation", "stat_variance"]] > 0).all().all()
@@ -244,8 +264,11 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     panels = pd.read_csv(figures / "norm_error_curves.csv")
     assert list(panels.heterogeneity.unique()) == [0.01, 0.0]  # one panel per gamma, in order
     assert (panels[panels.normalizer == "fbn"]["mean"] >= 0).all()
-    plotted = pd.read_csv(figures / "fig5a.csv")
-    assert plotted["n_diverged"].sum() == 1  # the diverged run is shown, not dropped
+    plotted = pd.read_csv(figures / "fig5a.csv")  # the second stage's seeds are drawn too
+    diverging = everything[(everything.status == "diverged")
+                           & ~everything.figure_group.str.contains("@")].run_id.nunique()
+    assert diverging == 6  # seed 0 and the second stage's five
+    assert plotted["n_diverged"].sum() == 6  # the diverged runs are shown, not dropped
     sf_median = pd.read_csv(figures / "fig6.csv")  # lines: scenario x normalizer
     lines = set(zip(sf_median.scenario, sf_median.normalizer, strict=True))
     assert lines == {("no attack", "bn"), ("no attack", "fbn"), ("SF, no defense", "fbn"),
@@ -258,17 +281,27 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
                                     "tiny-bn-gamma0.5": "not run"}
     (iid,) = [r for r, cfg in plan.runs.items() if (cfg.normalizer, cfg.heterogeneity,
                                                      cfg.attack) == ("fbn", 1, "none")]
-    final = summary[summary.run_id == iid].sort_values("step").test_accuracy.iloc[-1]
-    assert ledger.loc["tiny-fbn-iid", "ours_mean"] == pytest.approx(100 * final)
-    assert ledger.loc["tiny-fbn-diverged", "n_diverged"] == 1
+    # the numbers' ledger reads the summary too: the second stage's seeds of the same setting
+    cfg = plan.runs[iid]
+    seeds = [r for r, e in second.items() if not e["source"]
+             and {**e["config"], "seed": cfg.seed} == cfg.identity()]
+    finals = [everything[everything.run_id == r].sort_values("step").test_accuracy.iloc[-1]
+              for r in (iid, *seeds)]
+    assert len(finals) == 6
+    assert ledger.loc["tiny-fbn-iid", "ours_mean"] == pytest.approx(100 * np.mean(finals))
+    assert ledger.loc["tiny-fbn-diverged", "n_diverged"] == 6
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims.{ext}").stat().st_size > 0
     words = pd.read_csv(work / ".test/figures/claims_words.csv").set_index("id")
     assert dict(words.verdict) == {"tiny-words-holds": "holds",
                                    "tiny-words-contradicted": "contradicted",
                                    "tiny-words-inconclusive": "inconclusive"}
-    assert words.loc["tiny-words-contradicted", "n_diverged"] == 1
-    assert words.loc["tiny-words-holds", "n_diverged"] == 1  # the side behind diverged
+    # six seeds, each a diverging run on one side: the exact sign test (p = 1/64 < α / 2)
+    assert words.loc["tiny-words-contradicted", "n_diverged"] == 6
+    assert words.loc["tiny-words-holds", "n_diverged"] == 6  # the side behind diverged
+    assert words.loc["tiny-words-holds", "p"] == pytest.approx(1 / 64)
+    # FBN's own method, contradicted: rechecked at twice the budget, where it diverges again
+    assert "at 2×: –, contradicted" in words.loc["tiny-words-contradicted", "detail"]
     assert set(words.settled.dropna()) <= {"yes", "no"} and words.rates.notna().all()
     assert words.loc["tiny-words-inconclusive", "margin"] == 0
     for ext in ("md", "pdf", "png"):

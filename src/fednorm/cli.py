@@ -89,6 +89,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
               f"slower: make gpu-check prices each bundle at its size): "
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
+    if plan.stage2:
+        share = plan.stage2.max_images / max(sum(plan.images_by_part().values()), 1)
+        print(f"claims' second stage (a checkpoint): at most {plan.stage2.max_images / 1e9:.3g} G "
+              f"training images ({share:.0%} of the grid's) on seeds "
+              f"{list(plan.stage2.seeds)} and at {plan.stage2.budget}x the budget, in "
+              f"{plan.stage2.jobs} jobs")
     if plan.claims:
         claims = load_claims(plan.claims, plan)
         for kind, listed in (("numeric", claims.numbers), ("in words", claims.words.claims)):

@@ -2,7 +2,7 @@ rule claims:
     """The claims ledgers: each paper number beside ours, with a verdict (fednorm.claims), and
     each claim in words with a verdict that is a test of stated error rate
     (fednorm.claims.verdicts), checked at twice the budget where the second stage trained it
-    (fednorm.claims.ledger), and the ledger's own permutation null (fednorm.claims.null)."""
+    (fednorm.claims.words_ledger), and the ledger's own permutation null (fednorm.claims.null)."""
     input:
         unpack(claims_inputs),
     output:

@@ -72,7 +72,7 @@ else:
             mem_mb=EXECUTION.mem_mb,
             runtime=EXECUTION.runtime,
         log:
-            f"{RESULTS}/logs/train/stage2/{{job}}.log",
+            f"{RESULTS}/logs/stage2/train_{{job}}.log",
         conda:
             ENV
         script:

@@ -5,7 +5,7 @@ The rooms, each importing only those listed before it: ``stats`` (the tests, fro
 scipy.stats), ``common`` (the papers, the runs a setting selects, values as a config writes
 them), ``numbers`` (the numeric ledger: the ``recipes`` and ``claims`` of a claims file),
 ``words`` (its ``qualitative`` claims, read and checked), ``verdicts`` (their verdicts),
-``ledger`` (the words ledger and its files), ``null`` (the ledger's own permutation null),
+``words_ledger`` (the words ledger and its files), ``null`` (the ledger's own permutation null),
 ``stage2`` (the second stage: more seeds, twice the budget), then ``file``
 (:func:`load_claims`: a claims file read and checked, both ledgers at once, and the files they
 write). The numeric ledger's names and the file's are importable from ``fednorm.claims``.

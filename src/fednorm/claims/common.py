@@ -21,7 +21,7 @@ PAPERS = {
     "fedfn": "FedFN: Kim, Lee, Oh, Yun, FL@FM-NeurIPS 2023, arXiv 2311.13267",
 }
 # Each paper's own method, as a group names it: a contradiction of a claim about it must survive
-# twice the budget (fednorm.claims.ledger.budget_checked)
+# twice the budget (fednorm.claims.words_ledger.budget_checked)
 OWN_METHODS = {"fbn": ("normalizer", "fbn"), "fixbn": ("normalizer", "fixbn"),
                "fedtan": ("normalizer", "fedtan"), "hybridbn": ("normalizer", "hybridbn"),
                "fedwon": ("normalizer", "fedwon"), "fedfn": ("feature_norm", True)}

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from fednorm.claims.ledger import words_ledger
 from fednorm.claims.words import CONTRADICTED, HOLDS, NOT_RUN, Words
+from fednorm.claims.words_ledger import words_ledger
 from fednorm.metrics import SUMMARY_METRICS
 
 PERMUTATIONS = 3  # a few: each judges the whole ledger again

@@ -6,13 +6,14 @@ Bonferroni's alpha spending, so that a verdict's error rate over both looks stay
 and each unit of a claim without a firm verdict, or with a contradiction, asks for runs:
 
 - a ``contradicted`` unit: its sides' runs again at ``budget`` times their budget, same seeds
-  (a contradiction must survive the budget: :func:`fednorm.claims.ledger.budget_checked`);
+  (a contradiction must survive the budget: :func:`fednorm.claims.words_ledger.budget_checked`);
 - an ``inconclusive`` unit with a side behind still climbing (``needs`` budget): the same;
 - any other ``inconclusive`` unit (``needs`` seeds: its interval straddles the decision, or it
   has fewer seeds than a verdict needs): its sides' settings on the ``seeds`` of ``stage2``.
 
-Requests are granted in that order, the cheapest unit first within each kind (its training
-images), while the stage's images stay within ``max_images``. The added runs are ordinary runs
+Requests are granted rechecks and waits on budget first, then more seeds (with their recheck
+or not), the cheapest unit first within each (its training images), while the stage's images
+stay within ``max_images``. The added runs are ordinary runs
 (stable ids from their configs): a run with a new seed joins the experiments of the run it
 copies, so every claim, figure and the results API sees it; a run at a multiple of the budget
 joins those experiments' names with the suffix ``@x2`` (fednorm.plan.stage2.DOUBLED), which no
@@ -56,7 +57,9 @@ class Request:
         return sum(cfg.training_images for cfg, _ in self.runs if cfg.run_id not in known)
 
 
-ORDER = ("recheck", "budget", "seeds+recheck", "seeds")
+# what is granted first: a contradiction's recheck and a wait on a climbing side (each a verdict
+# that the first stage nearly made), then more seeds, with or without a recheck, by cost alone
+ORDER = {"recheck": 0, "budget": 0, "seeds+recheck": 1, "seeds": 1}
 
 
 def _doubled(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Runs, tuple[str, ...]]:
@@ -131,11 +134,12 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
 
 
 def granted(wanted: list[Request], spec: Stage2, have: Iterable[str]) -> list[Request]:
-    """The requests the stage's ``max_images`` affords: by kind (ORDER), then cheapest first;
+    """The requests the stage's ``max_images`` affords: by ORDER (rechecks and waits on budget,
+    then seeds), then cheapest first;
     a run two requests share is paid once."""
     known = set(have)
     spent, out = 0, []
-    for request in sorted(wanted, key=lambda r: (ORDER.index(r.kind), r.images(known))):
+    for request in sorted(wanted, key=lambda r: (ORDER[r.kind], r.images(known))):
         cost = request.images(known)
         if spent + cost > spec.max_images:
             continue
@@ -161,7 +165,9 @@ def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, 
             entry["groups"] = list(dict.fromkeys([*entry["groups"], *groups]))
             entry["why"].append(f"{request.kind}: {request.claim}"
                                 + (f" ({request.unit})" if request.unit else ""))
-    configs = {r: plan_config(e) for r, e in runs.items()}
+    for run_id, entry in runs.items():  # a doubled run may be one the plan trains already
+        entry["planned"] = run_id in plan.runs
+    configs = {r: plan_config(e) for r, e in runs.items() if not e["planned"]}
     packed = bundles(configs, plan.execution.planned_bundle_size)
     jobs = balanced_jobs(packed, configs, plan.stage2.jobs)
     return {"looks": LOOKS, "budget": plan.stage2.budget, "runs": list(runs.values()),
@@ -191,7 +197,8 @@ def plan_config(entry: dict[str, Any]) -> RunConfig:
 
 
 def write_record(record: dict[str, Any], path: str | Path) -> Path:
-    return write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return Path(path)
 
 
 def read_record(path: str | Path) -> dict[str, Any]:

@@ -8,15 +8,15 @@ common part cancels (a randomized complete block design: seeds are blocks). ``sc
 (2 for a difference of two runs) converts a run's variance into the margin's.
 
 **The variance model.** Within an experiment the runs of one setting scatter around its mean
-with a variance σ_u² per unit; the units' sample variances s_u² / scale (d_u = n_u − 1 degrees
-of freedom each) are pooled by the empirical-Bayes model of limma (Smyth 2004, *Statistical
-Applications in Genetics and Molecular Biology* 3:3): σ_u² drawn from a scaled inverse χ² with
-d0 degrees of freedom around s0², fitted by moments on log s_u² (:func:`pooled`). A unit's
-*moderated* variance is (d0 s0² + d_u s_u²) / (d0 + d_u) on d0 + d_u degrees of freedom: pooled
-where the units agree (d0 large: many degrees of freedom), its own where they do not (d0
-small). d0 is capped at the pool's Σ d_u (the data hold no more); where the units' variances
-are no more spread than chance makes them, the pool is the plain pooled variance Σ d_u s_u² /
-Σ d_u on Σ d_u degrees of freedom. Assumed: margins normal and independent across seeds.
+with one variance σ² (the error term of a randomized block ANOVA); each unit's sample variance
+s_u² / scale has d_u = n_u − 1 degrees of freedom, and a unit is tested on the pooled variance
+Σ d_u s_u² / Σ d_u of its experiment's units (those that measure the same metric) on Σ d_u
+degrees of freedom (:func:`pooled`): many degrees of freedom where one unit's two seeds have
+one. The assumption is checked, not trusted: where Bartlett's test (``scipy.stats.bartlett``,
+:func:`homogeneous`) rejects equal variances across the experiment's units at ``HOMOGENEITY``
+(a unit four times noisier than the rest would be held falsely far more often than α under
+the pool), each unit is tested on its own variance and d_u instead (the paired t test).
+Assumed: margins normal and independent across seeds.
 
 **The tests** (α one-sided, ``ALPHA`` unless the claims file says):
 
@@ -44,26 +44,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import stats
 
 ALPHA = 0.05  # one-sided, per claim (per look of a two-stage ledger: alpha / looks)
 SESOI = 2.0  # points: the smallest effect of interest when the claims file names none
 MIN_SEEDS = 2  # a unit with fewer seeds with a margin gets no firm verdict
+HOMOGENEITY = 0.05  # Bartlett's test level: below it, an experiment's units are not pooled
 
 
 @dataclass(frozen=True)
 class Pool:
-    """The prior of the units' run variances in one experiment (see the module's docstring):
-    ``variance`` s0² on ``df`` d0 degrees of freedom; df 0: no estimate (no other unit with a
-    variance), each unit on its own."""
+    """The variance a unit borrows from the other units of its experiment (see the module's
+    docstring): ``variance`` on ``df`` degrees of freedom; df 0: none (no other unit with a
+    variance, or variances that Bartlett's test finds unequal), the unit on its own."""
 
     variance: float = math.nan
     df: float = 0.0
     units: int = 0  # units that entered it
 
     def moderated(self, variance: float, df: float) -> tuple[float, float]:
-        """A unit's (variance, degrees of freedom) after pooling: its own ``variance`` on
-        ``df`` shrunk to the pool's."""
+        """A unit's (variance, degrees of freedom): its own ``variance`` on ``df`` pooled with
+        the others'."""
         if self.df == 0:
             return variance, df
         if df == 0:
@@ -71,42 +72,29 @@ class Pool:
         return (self.df * self.variance + df * variance) / (self.df + df), self.df + df
 
 
-def _trigamma_inverse(x: float) -> float:
-    """y with trigamma(y) = x, by Newton's method from y = 1/2 + 1/x (limma's
-    trigammaInverse)."""
-    if x > 1e7:
-        return 1 / math.sqrt(x)
-    if x < 1e-6:
-        return 1 / x
-    y = 0.5 + 1 / x
-    for _ in range(50):
-        tri = float(special.polygamma(1, y))
-        step = tri * (1 - tri / x) / float(special.polygamma(2, y))
-        y += step
-        if -step / y < 1e-8:
-            break
-    return y
-
-
 def pooled(variances: Sequence[float], dfs: Sequence[float]) -> Pool:
-    """The pool of units with sample ``variances`` (each on the run's scale) on ``dfs`` degrees
-    of freedom (limma's fitFDist by moments on log s²; see the module's docstring). Units with
-    no degrees of freedom or a zero variance are left out of the fit; a single unit is pooled
-    plainly (its variance on its degrees of freedom)."""
+    """The pooled variance Σ d s² / Σ d of units with sample ``variances`` (each on the run's
+    scale) on ``dfs`` degrees of freedom; units with no degrees of freedom, no spread at all
+    (margins exactly equal: runs that do not differ, which says nothing of the seed noise) or
+    a variance that is not finite are left out."""
     s2 = np.asarray(variances, dtype=float)
     d = np.asarray(dfs, dtype=float)
-    keep = (d > 0) & (s2 > 1e-12) & np.isfinite(s2)
+    keep = (d > 0) & np.isfinite(s2) & (s2 > 0)
     s2, d = s2[keep], d[keep]
     total = float(d.sum())
-    if len(s2) < 2:  # one variance: nothing shows the units differ, so pool it plainly
-        return Pool(float(s2[0]), total, 1) if len(s2) else Pool()
-    e = np.log(s2) - special.digamma(d / 2) + np.log(d / 2)
-    spread = float(np.var(e, ddof=1) - np.mean(special.polygamma(1, d / 2)))
-    if spread <= 0:  # no more spread than chance: one variance, pooled
-        return Pool(float((d * s2).sum() / total), total, len(s2))
-    d0 = min(2 * _trigamma_inverse(spread), total)
-    s0 = math.exp(float(e.mean()) + special.digamma(d0 / 2) - math.log(d0 / 2))
-    return Pool(s0, d0, len(s2))
+    if not total:
+        return Pool()
+    return Pool(float((d * s2).sum() / total), total, len(s2))
+
+
+def homogeneous(samples: Sequence[Sequence[float]], level: float = HOMOGENEITY) -> bool:
+    """Whether Bartlett's test keeps equal variances across ``samples`` (each a unit's margins
+    over the square root of its scale) at ``level``; samples with fewer than two values or no
+    spread at all (a unit that compares a run with itself) are left out, and fewer than two
+    samples are not tested."""
+    kept = [np.asarray(x, dtype=float) for x in samples if len(x) > 1]
+    kept = [x for x in kept if np.var(x) > 0]
+    return len(kept) < 2 or bool(stats.bartlett(*kept).pvalue >= level)
 
 
 @dataclass(frozen=True)

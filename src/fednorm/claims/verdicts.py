@@ -53,6 +53,7 @@ from fednorm.claims.stats import (
     bh,
     equivalence_test,
     holm,
+    homogeneous,
     pooled,
     sign_count,
     sign_test,
@@ -350,19 +351,23 @@ def _scale(unit: Comparison) -> float:
 
 
 def pools(units: Sequence[tuple[Comparison, Margins]]) -> dict[tuple[Any, ...], Pool]:
-    """Per distinct unit (its ``key``): the variance pool of the other distinct units of its
-    experiments and measure (left out of its own prior, so that its variance counts once: with
-    units of one variance, the moderated variance is then the plain pooled one on Σ d)."""
-    groups: dict[tuple[Any, ...], dict[tuple[Any, ...], tuple[float, int]]] = {}
+    """Per distinct unit (its ``key``): the pooled variance of the other distinct units of its
+    experiments and measure (:func:`fednorm.claims.stats.pooled`: with its own, the plain
+    pooled variance on Σ d), or none where Bartlett's test finds their variances unequal
+    (:func:`fednorm.claims.stats.homogeneous`)."""
+    groups: dict[tuple[Any, ...], dict[tuple[Any, ...], tuple[Margins, float]]] = {}
     for unit, m in units:
         if unit.sides:
-            groups.setdefault(unit.group, {})[unit.key] = (m.variance / _scale(unit),
-                                                           max(len(m.values) - 1, 0))
+            groups.setdefault(unit.group, {})[unit.key] = (m, _scale(unit))
     out = {}
     for found in groups.values():
+        if not homogeneous([np.asarray(m.values) / math.sqrt(c) for m, c in found.values()]):
+            out.update(dict.fromkeys(found, Pool()))
+            continue
         for key in found:
             others = [v for k, v in found.items() if k != key]
-            out[key] = pooled([v for v, _ in others], [d for _, d in others])
+            out[key] = pooled([m.variance / c for m, c in others],
+                              [max(len(m.values) - 1, 0) for m, _ in others])
     return out
 
 
@@ -545,8 +550,7 @@ def twin_comparisons(words: Words, summary: pd.DataFrame, twins: dict[str, str],
     """Each claim's units with every side's runs replaced by their ``twins`` (run id -> run id:
     the same run at a multiple of its budget, fednorm.claims.stage2), the units pooled under
     ``tag``; a unit whose sides have no twin has no sides ('no run ...': not run)."""
-    base = summary[~summary["run_id"].isin(set(twins.values()))]
-    compared = compare_all(words, base)
+    compared = compare_all(words, summary)  # no claim selects an '@x' twin
     cache: Sides = {}
     out = {}
     for claim in words.claims:

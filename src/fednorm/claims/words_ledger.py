@@ -212,8 +212,7 @@ def staged_ledger(words: Words, summary: pd.DataFrame,
         return words_ledger(words, summary)
     looks = int(record["looks"])
     twins = {e["source"]: e["run_id"] for e in record["runs"] if e.get("source")}
-    base = summary[~summary["run_id"].isin(set(twins.values()))]
-    first = ledger_of(words, judge(words, base, looks))
+    first = ledger_of(words, judge(words, summary, looks))  # no claim selects an '@x' twin
     tag = f"@x{record['budget']}"
     doubled = ledger_of(words, judge_compared(words, twin_comparisons(words, summary, twins, tag),
                                               looks))
