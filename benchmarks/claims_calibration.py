@@ -6,19 +6,27 @@ fednorm.claims.verdicts judges them (tests/test_claims_calibration.py asserts th
 
 An *experiment* is ``UNITS`` units sharing one run spread σ; a unit is ``n`` seeds, each seed
 one run per side (its common part ``BLOCK`` cancels in the margin, as a seed's partition and
-initialization do). A unit's variance is pooled with the experiment's other units' as
-verdicts.pools pools it (stats.pooled of the others; :func:`real_pools` calls it, :func:`pools`
-is the same arithmetic vectorized) and tested as stats.sign_test / equivalence_test and
-verdicts._verdict do, vectorized over the experiments (the test checks both against the real
-functions, and the verdicts against verdicts.judge_claim on the same runs).
+initialization do). The units' variances are pooled as verdicts.pools pools them: each unit's
+own with stats.pooled of the other units' (the plain pooled variance on Σ d), except a unit
+whose own variance is larger than the others' pool by the one-sided F test (stats.larger at
+HOMOGENEITY; :func:`larger` here), which is tested on its own (the paired t test);
+:func:`real_pools` calls verdicts.pools, :func:`pools` is the same arithmetic vectorized
+(``level`` 0: no F test, every unit pooled, for comparison). The units are tested as
+stats.sign_test / equivalence_test and verdicts._verdict do, vectorized over the experiments
+(the test checks the F test against stats.larger, the pools against verdicts.pools, and the
+verdicts against verdicts.judge_claim on the same runs).
 
 Prints, per relation, σ and seeds: the rate of false ``holds`` at the truth on the boundary of
 holds' null (greater: margin 0; within: |margin| = δ; trend: total change 0), of false
 ``contradicted`` at the boundary of its null (greater, trend: −sesoi; within: δ), each over
 experiments × units draws with its Monte Carlo standard error (the larger of the binomial SE
-at α and the SE of the experiments' rates, whose units share a pool); then a claim of five
-units (Holm), two looks at α / 2 (the second with two more seeds where the first is not firm),
-and the rule where its variance model is strained (few units; one unit noisier than the rest).
+at α and the SE of the experiments' rates, whose units share a pool), and the share of units
+the F test sends to their own variance; then the F test's selection (false holds of the units
+it pools and of those it does not), a claim of five units (Holm), two looks at α / 2 (the
+second with two more seeds where the first is not firm), the power at stats.detectable's
+margin, and the rule where its variance model is strained (few units; one unit noisier than
+the rest; σ spread over the units, log-spaced or at random), beside the plain pool with no F
+test.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from fednorm.claims.stats import HOMOGENEITY, MIN_SEEDS, trend_contrast
+from fednorm.claims.stats import HOMOGENEITY, MIN_SEEDS, detectable, trend_contrast
 from fednorm.claims.verdicts import Comparison, Margins, Side
 from fednorm.claims.verdicts import pools as verdicts_pools
 
@@ -86,41 +94,12 @@ def _moments(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return n, mean, np.where(n > 1, squares / np.maximum(n - 1, 1), np.nan)
 
 
-def bartlett(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(statistic, p) of Bartlett's test per experiment across its units' margins (experiments,
-    units, seeds; NaN: no such seed), as stats.homogeneous tests them (scipy.stats.bartlett on
-    the units with two margins or more and some spread; NaN, p 1 with fewer than two such
-    units), vectorized: T = ((N − k) ln s_p² − Σ (n_i − 1) ln s_i²) / (1 + (Σ 1 / (n_i − 1)
-    − 1 / (N − k)) / (3 (k − 1))), p = P(χ²_{k−1} ≥ T). A common scale of the units' margins
-    cancels in T (stats.homogeneous divides each by the square root of its own)."""
-    n, _, variance = _moments(m)
-    keep = (n > 1) & (variance > 0)  # a NaN variance compares False
-    k = keep.sum(axis=-1)
-    d = np.where(keep, n - 1, 0).astype(float)
-    within = d.sum(axis=-1)  # N − k
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s2p = (d * np.where(keep, variance, 0.0)).sum(axis=-1) / within
-        logs = (d * np.log(np.where(keep, variance, 1.0))).sum(axis=-1)
-        inverse = np.where(keep, 1 / np.maximum(d, 1), 0.0).sum(axis=-1)
-        t = (within * np.log(s2p) - logs) / (1 + (inverse - 1 / within) / (3 * (k - 1)))
-        p = stats.chi2.sf(t, k - 1)
-    tested = k > 1
-    return np.where(tested, t, np.nan), np.where(tested, p, 1.0)
-
-
-def homogeneous(m: np.ndarray, level: float = HOMOGENEITY) -> np.ndarray:
-    """stats.homogeneous per experiment (experiments,): Bartlett's p at least ``level``."""
-    return bartlett(m)[1] >= level
-
-
-def pools(m: np.ndarray, scale: float, level: float = HOMOGENEITY
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """(s0², d0) per unit (experiments, units) of margins (experiments, units, seeds; NaN: no
-    such seed), as verdicts.pools pools them, vectorized: where Bartlett's test keeps the
-    experiment's units' variances equal (:func:`homogeneous`), stats.pooled of the *other*
-    units' variances / scale on n − 1 degrees of freedom each (with the unit's own, by
-    Pool.moderated: the plain pooled variance on Σ d); where it rejects, no pool (NaN, 0: each
-    unit on its own variance, the paired t test)."""
+def _others(m: np.ndarray, scale: float
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(s², d, s0², d0) per unit (experiments, units) of margins (experiments, units, seeds;
+    NaN: no such seed): its own sample variance / scale on n − 1 degrees of freedom, and
+    stats.pooled of the *other* units' (those with degrees of freedom and some spread; NaN, 0
+    where none is)."""
     n, _, variance = _moments(m)
     s2, d = variance / scale, np.maximum(n - 1, 0).astype(float)
     keep = (d > 0) & np.isfinite(s2) & (s2 > 0)
@@ -130,9 +109,40 @@ def pools(m: np.ndarray, scale: float, level: float = HOMOGENEITY
     kept = keep[:, others]  # (experiments, unit, its others)
     total = np.where(kept, d[:, others], 0.0).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        plain = np.where(kept, (d * s2)[:, others], 0.0).sum(axis=-1) / total
-    pooling = homogeneous(m, level)[:, None] & (total > 0)
-    return np.where(pooling, plain, np.nan), np.where(pooling, total, 0.0)
+        plain = np.where(kept, np.where(keep, d * s2, 0.0)[:, others], 0.0).sum(axis=-1) / total
+    return s2, d, np.where(total > 0, plain, np.nan), total
+
+
+def larger(s2: np.ndarray, d: np.ndarray, s0: np.ndarray, d0: np.ndarray,
+           level: float = HOMOGENEITY) -> np.ndarray:
+    """stats.larger, vectorized: a variance ``s2`` on ``d`` degrees of freedom is larger than a
+    pool ``s0`` on ``d0`` by the one-sided F test at ``level``, P(F_{d, d0} ≥ s2 / s0) < level;
+    False with no degrees of freedom either side, a variance that is not finite or no pooled
+    variance above 0 (and at ``level`` 0: never)."""
+    tested = (d > 0) & (d0 > 0) & np.isfinite(s2) & (s0 > 0)  # a NaN s0 compares False
+    one = np.ones_like(s2)
+    p = stats.f.sf(np.where(tested, s2, one) / np.where(tested, s0, one),
+                   np.where(tested, d, one), np.where(tested, d0, one))
+    return tested & (p < level)
+
+
+def alone(m: np.ndarray, scale: float, level: float = HOMOGENEITY) -> np.ndarray:
+    """Per unit (experiments, units) of margins ``m``: whether verdicts.pools sends it to its
+    own variance, larger than the others' pool by the F test at ``level`` (:func:`larger`)."""
+    return larger(*_others(m, scale), level)
+
+
+def pools(m: np.ndarray, scale: float, level: float = HOMOGENEITY
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """(s0², d0) per unit (experiments, units) of margins (experiments, units, seeds; NaN: no
+    such seed), as verdicts.pools pools them, vectorized: stats.pooled of the *other* units'
+    variances / scale on n − 1 degrees of freedom each (with the unit's own, by Pool.moderated:
+    the plain pooled variance on Σ d), except where the unit's own variance is larger than that
+    pool by the F test at ``level`` (:func:`larger`; 0: never): no pool (NaN, 0: the unit on its
+    own variance, the paired t test)."""
+    s2, d, s0, d0 = _others(m, scale)
+    pooling = ~larger(s2, d, s0, d0, level) & (d0 > 0)
+    return np.where(pooling, s0, np.nan), np.where(pooling, d0, 0.0)
 
 
 def real_pools(m: np.ndarray, coefs: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -255,6 +265,22 @@ def two_looks(case: Case, noise: np.ndarray, truth: float, verdict: int, added: 
     return Rate.of((first == verdict) | (second == verdict))
 
 
+def by_gate(case: Case, noise: np.ndarray) -> tuple[float, Rate, Rate]:
+    """The F test's selection: (the share of units it sends to their own variance, false holds
+    of the units it pools, of those it does not) at the boundary of holds' null. Each side is
+    over the units it selects (a unit a draw)."""
+    solo = alone(noise, case.scale)
+    holds = verdicts(noise + case.holds_null, case) == HOLDS
+    holds = holds.reshape(solo.shape)
+    return float(solo.mean()), Rate.of(holds[~solo]), Rate.of(holds[solo])
+
+
+def strained(case: Case, noise: np.ndarray, level: float = HOMOGENEITY) -> np.ndarray:
+    """Verdict codes (experiments, units) at the boundary of holds' null with the F test at
+    ``level`` (0: never rejects, the plain pool of every unit)."""
+    return verdicts(noise + case.holds_null, case, pools(noise, case.scale, level))[..., 0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", type=int, default=20000)
@@ -262,15 +288,24 @@ def main() -> None:
     args = parser.parse_args()
     rng, r = np.random.default_rng(args.seed), args.experiments
     print(f"α {ALPHA} one-sided, sesoi {SESOI}, δ {DELTA} points, {UNITS} units an experiment, "
-          f"{r} experiments a row; rate ± MC SE")
-    print(f"{'relation':<10}{'σ':>5}{'seeds':>6}   {'false holds':<18}{'false contradicted':<18}")
+          f"{r} experiments a row; rate ± MC SE; a unit's F test against the others' pool at "
+          f"{HOMOGENEITY}")
+    print(f"{'relation':<10}{'σ':>5}{'seeds':>6}   {'false holds':<18}{'false contradicted':<21}"
+          "alone")
     for case in CASES.values():
         for sigma in SIGMAS:
             for seeds in SEEDS:
-                holds, contradicted = error_rates(case, noise_margins(rng, case, r, seeds, sigma))
+                noise = noise_margins(rng, case, r, seeds, sigma)
+                holds, contradicted = error_rates(case, noise)
                 print(f"{case.kind:<10}{sigma:>5g}{seeds:>6}   {holds.rate:.4f} ± {holds.se:.4f}"
-                      f"   {contradicted.rate:.4f} ± {contradicted.se:.4f}")
+                      f"   {contradicted.rate:.4f} ± {contradicted.se:.4f}"
+                      f"   {alone(noise, case.scale).mean():.4f}")
     greater = CASES["greater"]
+    print("\nThe F test's selection (greater, σ 5, margin 0): false holds of the units it pools"
+          " / of those it tests alone")
+    for seeds in SEEDS[1:]:
+        share, pooled, solo = by_gate(greater, noise_margins(rng, greater, r, seeds, 5.0))
+        print(f"  {seeds} seeds: alone {share:.4f}; pooled {pooled}; alone {solo}")
     print("\nA claim of 5 units all at −sesoi (greater, σ 5): false contradicted, Holm / none")
     for seeds in SEEDS[1:]:
         noise = noise_margins(rng, greater, r, seeds, 5.0)
@@ -282,20 +317,31 @@ def main() -> None:
         noise = noise_margins(rng, greater, r, seeds + 2, 5.0)
         print(f"  {seeds} then {seeds + 2} seeds: false holds {two_looks(greater, noise, 0.0, 1)}"
               f"; false contradicted {two_looks(greater, noise, -SESOI, -1)}")
-    print("\nStrained: false holds of greater at margin 0, 3 seeds")
+    print(f"\nPower: holds at stats.detectable's margin (df {UNITS} × (seeds − 1)), greater, σ 5")
+    for seeds in SEEDS[1:]:
+        truth = detectable(seeds, greater.scale, 5.0, UNITS * (seeds - 1))
+        codes = verdicts(noise_margins(rng, greater, r, seeds, 5.0) + truth, greater)
+        print(f"  {seeds} seeds, margin {truth:.2f}: {Rate.of(codes == HOLDS)}")
+    print("\nStrained: false holds of greater at margin 0")
     for units in (2, 3, 6):
         holds, _ = error_rates(greater, noise_margins(rng, greater, r, 3, 5.0, units))
-        print(f"  {units} units at σ 5 (not {UNITS}): {holds}")
+        print(f"  3 seeds, {units} units at σ 5 (not {UNITS}): {holds}")
     spreads = {"one unit at 2 × the others' σ 5": np.r_[10.0, np.full(UNITS - 1, 5.0)],
                "one unit at 4 × the others' σ 5": np.r_[20.0, np.full(UNITS - 1, 5.0)],
-               "σ from 1 to 20, log-spaced": np.geomspace(20.0, 1.0, UNITS),
-               # the variance model's own assumption: σ_u² = 5² d0 / χ²_d0, here d0 = 5
-               "σ² from the model's prior (d0 5)":
+               "σ from 20 to 1, log-spaced": np.geomspace(20.0, 1.0, UNITS),
+               "σ² scattered at random: 5² · 5 / χ²_5 a unit":
                    5.0 * np.sqrt(5.0 / rng.chisquare(5.0, (r, UNITS)))}
     for label, sigma in spreads.items():
-        codes = verdicts(noise_margins(rng, greater, r, 3, sigma), greater)[..., 0]
-        print(f"  {label}: every unit {Rate.of(codes == HOLDS)}; "
-              f"the first (the noisiest where one is) {Rate.of(codes[:, 0] == HOLDS)}")
+        print(f"  {label}")
+        for seeds in SEEDS[1:]:
+            noise = noise_margins(rng, greater, r, seeds, sigma)
+            codes, plain = strained(greater, noise), strained(greater, noise, 0.0)
+            solo = alone(noise, greater.scale)
+            print(f"    {seeds} seeds: alone {solo.mean():.4f} (unit 1 {solo[:, 0].mean():.4f}); "
+                  f"every unit {Rate.of(codes == HOLDS)}; unit 1 (the noisiest, where one is) "
+                  f"{Rate.of(codes[:, 0] == HOLDS)}; unit 1 with no F test "
+                  f"{(plain[:, 0] == HOLDS).mean():.4f}")
+
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
 """The claims' second stage chooses its runs (fednorm.claims.stage2): which units ask for what,
-which requests the stage's images afford, how its bundles are cut into jobs of about equal
-images, and what one training job trains."""
+which requests the stage's time affords (each run priced at what the run it copies took), how
+its bundles are cut into jobs of about equal time, and what one training job trains."""
 
 import dataclasses
 import os
@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fednorm.claims.stage2 import (
+    Added,
     Request,
     balanced_jobs,
     granted,
@@ -20,15 +21,13 @@ from fednorm.claims.words import HOLDS, parse_words
 from fednorm.claims.words_ledger import staged_ledger
 from fednorm.config import Paths, RunConfig, run_config
 from fednorm.plan import RUN_FILES, load_plan
-from fednorm.plan.stage2 import Stage2, stage2_runs, with_budget, with_seed
+from fednorm.plan.stage2 import stage2_runs, with_budget, with_seed
 from fednorm.summarize import config_columns
 
 RUN = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, "width": 4,
        "hidden": 8, "batch_size": 8, "steps": 20, "lr": [0.1], "lr_milestones": [],
        "eval_every": 10}
 BASE = run_config(RUN)
-UNIT = BASE.training_images  # 20 steps x 10 clients x batch 8 = 1,600 images a run
-assert UNIT == 1600
 
 
 def _cfg(**keys) -> RunConfig:
@@ -37,31 +36,31 @@ def _cfg(**keys) -> RunConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# Jobs of about equal images.
+# Jobs of about equal time.
 
 
-def _packed(bundle_steps):
-    """Bundles 'b0', 'b1', ... whose runs train the given steps each (80 images a step)."""
-    configs, packed = {}, {}
-    for i, steps in enumerate(bundle_steps):
-        cfgs = [_cfg(steps=s, seed=100 * i + k) for k, s in enumerate(steps)]
-        configs.update((c.run_id, c) for c in cfgs)
-        packed[f"b{i}"] = tuple(c.run_id for c in cfgs)
-    return packed, configs
+def _packed(bundle_seconds):
+    """Bundles 'b0', 'b1', ... whose runs cost the given seconds each."""
+    cost, packed = {}, {}
+    for i, seconds in enumerate(bundle_seconds):
+        ids = [f"r{i}.{k}" for k in range(len(seconds))]
+        cost.update(zip(ids, map(float, seconds), strict=True))
+        packed[f"b{i}"] = tuple(ids)
+    return packed, cost
 
 
-def _images(bundle, packed, configs):
-    return sum(configs[r].training_images for r in packed[bundle])
+def _seconds(bundle, packed, cost):
+    return sum(cost[r] for r in packed[bundle])
 
 
 def test_jobs_take_the_largest_bundle_first_into_the_lightest_job():
-    """Bundles of 5, 4, 3, 3, 3 units into 2 jobs: 5 | 4; 3 to the 4 (7); 3 to the 5 (8); 3 to
+    """Bundles of 5, 4, 3, 3, 3 s into 2 jobs: 5 | 4; 3 to the 4 (7); 3 to the 5 (8); 3 to
     the 7 (10). The ids are each job's first bundle, '+k' for k more."""
-    packed, configs = _packed([[5], [4], [3], [3], [3]])
-    assert balanced_jobs(packed, configs, 2) == {"b0+1": ("b0", "b3"),
+    packed, cost = _packed([[5], [4], [3], [3], [3]])
+    assert balanced_jobs(packed, cost, 2) == {"b0+1": ("b0", "b3"),
                                                  "b1+2": ("b1", "b2", "b4")}
-    assert balanced_jobs(packed, configs, 9) == {f"b{i}": (f"b{i}",) for i in range(5)}
-    assert balanced_jobs(packed, configs, 1) == {"b0+4": ("b0", "b1", "b2", "b3", "b4")}
+    assert balanced_jobs(packed, cost, 9) == {f"b{i}": (f"b{i}",) for i in range(5)}
+    assert balanced_jobs(packed, cost, 1) == {"b0+4": ("b0", "b1", "b2", "b3", "b4")}
     assert balanced_jobs({}, {}, 3) == {}
 
 
@@ -70,25 +69,29 @@ def test_jobs_take_the_largest_bundle_first_into_the_lightest_job():
 def test_jobs_cover_every_bundle_once_and_differ_by_at_most_the_largest_bundle(steps, jobs):
     """List scheduling's bound: when the heaviest job took its last bundle it was the lightest,
     so it exceeds the final lightest job by at most that bundle."""
-    packed, configs = _packed(steps)
-    out = balanced_jobs(packed, configs, jobs)
+    packed, cost = _packed(steps)
+    out = balanced_jobs(packed, cost, jobs)
     members = [b for ids in out.values() for b in ids]
     assert sorted(members) == sorted(packed)  # each bundle in exactly one job
     assert len(out) == min(jobs, len(packed))  # at most `jobs`, none empty
-    loads = [sum(_images(b, packed, configs) for b in ids) for ids in out.values()]
-    largest = max(_images(b, packed, configs) for b in packed)
+    loads = [sum(_seconds(b, packed, cost) for b in ids) for ids in out.values()]
+    largest = max(_seconds(b, packed, cost) for b in packed)
     assert max(loads) - min(loads) <= largest
     for job, ids in out.items():
         assert job == ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else "")
 
 
 # ---------------------------------------------------------------------------------------------
-# Requests granted within the stage's images.
+# Requests granted within the stage's time: each run here copies itself, at 1 s.
 
 
 def _request(kind, *seeds, claim="c"):
-    runs = tuple((_cfg(seed=s), ("e",)) for s in seeds)
-    return Request(kind, claim, "", runs, (None,) * len(runs))
+    return Request(kind, claim, "", tuple(Added(c, ("e",), c.run_id)
+                                          for c in (_cfg(seed=s) for s in seeds)))
+
+
+def _measured(*requests):
+    return {a.copies: 1.0 for r in requests for a in r.runs}
 
 
 def test_requests_are_granted_by_kind_then_cheapest_first():
@@ -97,29 +100,36 @@ def test_requests_are_granted_by_kind_then_cheapest_first():
     cheap, dear = _request("seeds", 1), _request("seeds", 2, 3)
     both = _request("seeds+recheck", 4, 5, 6)
     budget, recheck = _request("budget", 7, 8), _request("recheck", 9, 10, 11, 12)
-    out = granted([dear, cheap, both, budget, recheck], Stage2(max_images=1e9), ())
+    every = [dear, cheap, both, budget, recheck]
+    out = granted(every, 1e9, (), _measured(*every))
     assert out == [budget, recheck, cheap, dear, both]
 
 
 def test_a_request_that_does_not_fit_is_skipped_and_a_cheaper_one_still_granted():
-    """4 units: the budget's 2, then the recheck's 3 would exceed it; a 1-unit request fits,
-    then the stage is full: a second 1-unit request would not fit."""
+    """3 s: the budget's 2, then the recheck's 3 would exceed it; a 1-s request fits, then the
+    stage is full: a second 1-s request would not fit."""
     recheck, budget = _request("recheck", 1, 2, 3), _request("budget", 4, 5)
     one, other = _request("seeds", 6, claim="one"), _request("seeds", 7, claim="other")
-    out = granted([one, other, budget, recheck], Stage2(max_images=3 * UNIT), ())
+    measured = _measured(recheck, budget, one, other)
+    out = granted([one, other, budget, recheck], 3.0, (), measured)
     assert out == [budget, one]
-    assert sum(r.images(()) for r in out) == 3 * UNIT
+    assert sum(r.seconds((), measured) for r in out) == 3.0
 
 
 def test_a_run_two_requests_share_is_paid_once_and_a_planned_run_not_at_all():
     a, b = _request("seeds", 1, 2, claim="a"), _request("seeds", 1, 3, claim="b")
-    assert a.images(()) == b.images(()) == 2 * UNIT
-    assert granted([a, b], Stage2(max_images=3 * UNIT), ()) == [a, b]
-    assert granted([a, b], Stage2(max_images=3 * UNIT - 1), ()) == [a]
     planned = _cfg(seed=9).run_id
     free = _request("seeds", 9, claim="planned")
-    assert free.images([planned]) == 0
-    assert granted([a, b, free], Stage2(max_images=3 * UNIT), [planned]) == [free, a, b]
+    measured = _measured(a, b, free)
+    assert a.seconds((), measured) == b.seconds((), measured) == 2.0
+    assert granted([a, b], 3.0, (), measured) == [a, b]
+    assert granted([a, b], 2.9, (), measured) == [a]
+    assert free.seconds([planned], measured) == 0
+    assert granted([a, b, free], 3.0, [planned], measured) == [free, a, b]
+    # a doubled run costs its copy's time twice
+    twice = Request("recheck", "c", "", (Added(_cfg(seed=1, steps=40), ("e@x2",),
+                                               _cfg(seed=1).run_id, 2),))
+    assert twice.seconds((), measured) == 2.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,14 +168,17 @@ def test_a_job_trains_the_runs_of_its_bundles_that_are_not_complete(tmp_path):
 
 def _summary(plan, accuracy):
     """Every run of ``plan`` settled: two evaluation points at ``accuracy(experiment, cfg)``
-    (points), its first experiment read from its figure_group."""
+    (points), its first experiment read from its figure_group; a bundle's wall time its size
+    times a run's steps / 20 (each run of 20 steps measured at 1 s)."""
     rows = []
     for run_id, cfg in plan.runs.items():
         group = plan.groups(run_id)
         value = accuracy(group.split("|")[0], cfg)
+        wall = plan.bundle_sizes[run_id] * cfg.steps / 20
         for step in (cfg.steps // 2, cfg.steps):
             rows.append({**config_columns(cfg), "run_id": run_id, "figure_group": group,
-                         "step": step, "test_accuracy": value / 100, "status": "ok"})
+                         "step": step, "test_accuracy": value / 100, "status": "ok",
+                         "wall_time_s": wall})
     return pd.DataFrame(rows)
 
 
@@ -177,7 +190,7 @@ def _claim(cid, experiment, a, b):
 
 # 'one': a single seed; 'many': three seeds
 STAGED = {"run": RUN, "execution": {"bundle_size": 4},
-          "stage2": {"seeds": [100, 101], "jobs": 2},
+          "stage2": {"seeds": [100, 101], "jobs": 2, "share": 2.5},  # 20 of the first 8 s
           "experiments": {
               "one": {"grid": {"normalizer": ["bn", "fbn"], "heterogeneity": [0], "seed": [0]}},
               "many": {"grid": {"normalizer": ["bn", "fbn"], "heterogeneity": [1],
@@ -216,9 +229,8 @@ def test_the_record_adds_seeds_to_a_thin_claim_and_doubles_a_contradicted_one():
         assert entries[run_id]["groups"] == ["many@x2"] and entries[run_id]["source"] == source
         assert entries[run_id]["why"] == ["recheck: against"]
         assert entries[run_id]["config"] == with_budget(plan.runs[source], 2).identity()
-    configs = {r: cfg for r, (cfg, _) in stage2_runs(record).items()}
-    assert record["images"] == sum(c.training_images for c in configs.values())
-    assert record["images"] == 4 * UNIT + 6 * 2 * UNIT
+    # four seeds at 1 s, six doubled runs at 2 s; the first stage's 8 runs at 1 s
+    assert (record["seconds"], record["first_seconds"]) == (4 * 1 + 6 * 2, 8)
     assert (record["looks"], record["budget"]) == (2, 2)
     # the jobs: at most stage2.jobs, bundles of at most execution.bundle_size, every run once
     assert 1 <= len(record["jobs"]) <= 2
@@ -231,11 +243,12 @@ def test_the_record_adds_seeds_to_a_thin_claim_and_doubles_a_contradicted_one():
     assert len(more.experiments["one"]) == 6 and more.experiments["many@x2"]
 
 
-def test_the_recheck_comes_before_the_seeds_when_the_images_run_short():
-    """12 units of doubled runs fit in 13; the seeds' 4 more do not."""
-    _, record = _staged(max_images=13 * UNIT)
+def test_the_recheck_comes_before_the_seeds_when_the_time_runs_short():
+    """12 s of doubled runs fit in 13 (a share of 13/8 of the first stage's 8 s); the seeds'
+    4 more do not."""
+    _, record = _staged(share=13 / 8)
     assert {e["why"][0] for e in record["runs"]} == {"recheck: against"}
-    assert record["images"] == 12 * UNIT
+    assert record["seconds"] == 12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,7 +257,7 @@ def test_the_recheck_comes_before_the_seeds_when_the_images_run_short():
 # at E = 500 (128,000 steps, the same milestones' fractions).
 
 
-TWINNED = {"run": {**RUN, "lr": [0.1, 0.01]}, "stage2": {"max_images": 1000},
+TWINNED = {"run": {**RUN, "lr": [0.1, 0.01]}, "stage2": {"share": 0.01},
            "experiments": {
                "rounds": {"set": {"steps": 20, "lr_milestones": [10]},
                           "grid": {"normalizer": ["bn", "fbn"], "seed": [0, 1, 2]}},
@@ -267,9 +280,10 @@ def _twinned():
     return plan, record
 
 
-def test_a_planned_run_the_stage_asks_for_is_not_counted_in_its_images():
-    plan, record = _twinned()
-    assert record["images"] <= plan.stage2.max_images
+def test_a_planned_run_the_stage_asks_for_costs_nothing_and_is_not_trained_again():
+    _, record = _twinned()
+    assert record["seconds"] == 0 and record["jobs"] == {}
+    assert all(e["planned"] for e in record["runs"])
 
 
 def test_a_first_stage_run_that_is_a_twin_stays_in_the_first_look():

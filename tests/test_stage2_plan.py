@@ -43,7 +43,7 @@ def test_no_section_is_no_second_stage():
 
 def test_an_empty_section_takes_the_defaults():
     stage = load_stage2({})
-    assert stage == Stage2(seeds=(100, 101), budget=2, max_images=2.0e7, jobs=4)
+    assert stage == Stage2(seeds=(100, 101), budget=2, share=0.4, jobs=4)
     assert load_plan({**CONFIG, "stage2": {}}).stage2 == stage
     assert set(STAGE2_KEYS) == {f.name for f in dataclasses.fields(Stage2)}
 
@@ -62,15 +62,15 @@ def test_the_stages_seeds_move_by_the_configs_offset():
     assert load_stage2({"seeds": [5, 7]}, offset=3).seeds == (8, 10)
 
 
-def test_given_values_are_kept_and_max_images_is_a_float():
-    stage = load_stage2({"seeds": [7], "budget": 3, "max_images": 1000, "jobs": 6})
-    assert stage == Stage2(seeds=(7,), budget=3, max_images=1000.0, jobs=6)
-    assert isinstance(stage.max_images, float)
+def test_given_values_are_kept_and_the_share_is_a_float():
+    stage = load_stage2({"seeds": [7], "budget": 3, "share": 1, "jobs": 6})
+    assert stage == Stage2(seeds=(7,), budget=3, share=1.0, jobs=6)
+    assert isinstance(stage.share, float)
 
 
 @pytest.mark.parametrize(("key", "value"), [
     ("seeds", []), ("seeds", [-1]), ("seeds", 100), ("budget", 1), ("budget", 2.0),
-    ("max_images", 0), ("jobs", 0), ("jobs", True)])
+    ("share", 0), ("share", 17), ("jobs", 0), ("jobs", True)])
 def test_a_bad_value_names_the_section_the_key_and_the_value(key, value):
     with pytest.raises(ConfigError) as err:
         load_plan({**CONFIG, "stage2": {key: value}})

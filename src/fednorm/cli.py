@@ -90,11 +90,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
     if plan.stage2:
-        share = plan.stage2.max_images / max(sum(plan.images_by_part().values()), 1)
-        print(f"claims' second stage (a checkpoint): at most {plan.stage2.max_images / 1e9:.3g} G "
-              f"training images ({share:.0%} of the grid's) on seeds "
-              f"{list(plan.stage2.seeds)} and at {plan.stage2.budget}x the budget, in "
-              f"{plan.stage2.jobs} jobs")
+        print(f"claims' second stage (a checkpoint): at most {plan.stage2.share:.0%} of the "
+              f"first stage's measured training time, on seeds {list(plan.stage2.seeds)} and "
+              f"at {plan.stage2.budget}x the budget, in {plan.stage2.jobs} jobs")
     if plan.claims:
         claims = load_claims(plan.claims, plan)
         for kind, listed in (("numeric", claims.numbers), ("in words", claims.words.claims)):

@@ -1,13 +1,13 @@
 """fednorm.claims.stats, each function against an independent reference: scipy.stats' t tests,
-binomial test and Benjamini–Hochberg, limma's fitFDist written out here (d0 by root bracketing,
-not Newton), Holm's step-down written out here, and the noncentral t's power."""
+F test, binomial test and Benjamini–Hochberg, the pooled variance and Holm's step-down
+written out here, and the noncentral t's power."""
 
 import math
 from dataclasses import astuple
 
 import numpy as np
 import pytest
-from scipy import optimize, special, stats
+from scipy import stats
 
 from fednorm.claims.stats import (
     Pool,
@@ -15,6 +15,7 @@ from fednorm.claims.stats import (
     detectable,
     equivalence_test,
     holm,
+    larger,
     pooled,
     sign_count,
     sign_test,
@@ -78,13 +79,14 @@ def test_the_reverse_of_tost_at_delta_zero_is_the_two_sided_t_test():
                                                                                  rel=1e-10)
 
 
-def test_sign_test_under_a_pool_is_smyths_moderated_t():
-    """Smyth (2004) eq. 3: s̃² = (d0 s0² + d s²) / (d0 + d) on d0 + d degrees of freedom, the
-    variances on the run's scale (the margin's over ``scale``)."""
-    m, scale, pool = _margins(3, seed=1), 2.0, Pool(4.0, 7.5, 10)
+def test_sign_test_under_a_pool_is_the_pooled_t_test():
+    """The unit's own variance with the pool's: (d0 s0² + d s²) / (d0 + d) on d0 + d degrees of
+    freedom, the variances on the run's scale (the margin's over ``scale``); the pool of the
+    other units' variances with the unit's own is the plain pooled variance of all of them."""
+    m, scale, pool = _margins(3, seed=1), 2.0, Pool(4.0, 8.0, 4)
     d = len(m) - 1
-    moderated = (pool.df * pool.variance + d * m.var(ddof=1) / scale) / (pool.df + d)
-    se = math.sqrt(moderated * scale / len(m))
+    combined = (pool.df * pool.variance + d * m.var(ddof=1) / scale) / (pool.df + d)
+    se = math.sqrt(combined * scale / len(m))
     test = sign_test(m, scale, pool, slack=0.5, sesoi=2.0)
     assert test.se == pytest.approx(se, rel=1e-12)
     assert test.df == pool.df + d
@@ -97,69 +99,83 @@ def test_sign_test_under_a_pool_is_smyths_moderated_t():
 
 
 # ---------------------------------------------------------------------------------------------
-# The pool: limma's fitFDist by moments.
+# The pool: the plain pooled variance of the other units, unless a unit's own is larger (F test).
 
 
-def _fit_f_dist(s2: np.ndarray, d: np.ndarray) -> tuple[float, float, float]:
-    """(evar, d0, s0²) of limma's fitFDist (Smyth 2004, section 6.2) with d0 capped at Σd as
-    stats.pooled caps it; trigamma's inverse by Brent's method on a bracket, not Newton."""
-    e = np.log(s2) - special.digamma(d / 2) + np.log(d / 2)
-    evar = float(np.var(e, ddof=1) - np.mean(special.polygamma(1, d / 2)))
-    if evar <= 0:
-        return evar, math.inf, math.nan
-    y = optimize.brentq(lambda y: special.polygamma(1, y) - evar, 1e-8, 1e8, xtol=1e-14,
-                        rtol=1e-15, maxiter=500)
-    d0 = min(2 * y, float(d.sum()))
-    return evar, d0, math.exp(float(e.mean()) + special.digamma(d0 / 2) - math.log(d0 / 2))
-
-
-def test_units_of_one_variance_pool_to_the_plain_pooled_variance():
-    rng = np.random.default_rng(2)  # a draw whose log-variances spread less than chance
-    d = np.full(40, 2.0)
-    s2 = 25.0 * rng.chisquare(2, 40) / 2
-    evar, _, _ = _fit_f_dist(s2, d)
-    assert evar <= 0
+@pytest.mark.parametrize("seed", range(4))
+def test_pooled_is_the_plain_pooled_variance_on_the_summed_degrees_of_freedom(seed):
+    """Σ d s² / Σ d on Σ d, whatever the spread of the variances (no shrinkage, no prior)."""
+    rng = np.random.default_rng([RNG, seed])
+    units = int(rng.integers(2, 15))
+    d = rng.integers(1, 6, units).astype(float)
+    s2 = np.exp(rng.uniform(-4, 4, units)) * rng.chisquare(d) / d
     pool = pooled(s2, d)
-    assert pool.variance == pytest.approx(float((d * s2).sum() / d.sum()), rel=1e-12)
-    assert (pool.df, pool.units) == (80.0, 40)
-
-
-@pytest.mark.parametrize(("df", "units", "width"), [
-    (1.0, 40, 5.0), (3.0, 40, 5.0), (5.0, 40, 5.0), (5.0, 200, 0.6)])
-def test_units_of_spread_variances_pool_as_limmas_fitfdist(df, units, width):
-    """Run variances log-uniform over ±``width``: d0 from under 1 (a factor of 22,000 between
-    units) to about 19 (a factor of 3.3)."""
-    rng = np.random.default_rng([RNG, int(df), units])
-    s2 = np.exp(rng.uniform(-width, width, units)) * rng.chisquare(df, units) / df
-    d = np.full(units, df)
-    evar, d0, s0 = _fit_f_dist(s2, d)
-    pool = pooled(s2, d)
-    assert evar > 0 and d0 < d.sum()
-    assert pool.df == pytest.approx(d0, rel=1e-8)
-    assert pool.variance == pytest.approx(s0, rel=1e-8)
-
-
-def test_the_prior_degrees_of_freedom_are_capped_at_the_pools():
-    d = np.full(3, 2.0)  # log-variances spread just above chance: d0 ≈ 200 by the moments
-    c = math.sqrt(float(special.polygamma(1, 1.0)) + 0.01)
-    s2 = np.exp(np.array([-c, 0.0, c]))
-    evar, d0, s0 = _fit_f_dist(s2, d)
-    assert evar == pytest.approx(0.01) and d0 == 6.0
-    pool = pooled(s2, d)
-    assert (pool.df, pool.variance) == (6.0, pytest.approx(s0, rel=1e-10))
+    assert pool.variance == pytest.approx(sum(di * si for di, si in zip(d, s2, strict=True))
+                                          / sum(d), rel=1e-12)
+    assert (pool.df, pool.units) == (float(sum(d)), units)
+    # the others' pool with a unit's own: the plain pooled variance of all of them
+    rest = pooled(s2[1:], d[1:])
+    assert rest.moderated(s2[0], d[0]) == pytest.approx((pool.variance, pool.df), rel=1e-12)
 
 
 def test_units_without_a_variance_are_left_out_of_the_pool():
+    """No degrees of freedom, no spread at all (margins exactly equal) or no finite variance:
+    left out."""
     s2, d = [1.0, 9.0, 0.2, 4.0], [2, 1, 3, 2]
-    with_empty = pooled([*s2, 0.0, math.nan, 5.0], [*d, 2, 2, 0])
+    with_empty = pooled([*s2, 0.0, math.nan, 5.0, math.inf, 3.0], [*d, 2, 2, 0, 2, -1])
     assert with_empty == pooled(s2, d)
+    assert with_empty == Pool(pytest.approx((2 + 9 + 0.6 + 8) / 8), 8.0, 4)
     assert pooled([math.nan, 0.0], [2, 2]) == Pool()
+    assert pooled([], []) == Pool()
     assert Pool().moderated(3.0, 2.0) == (3.0, 2.0)
 
 
 def test_a_single_unit_is_pooled_plainly():
     assert pooled([3.0, math.nan], [2, 2]) == Pool(3.0, 2.0, 1)
     assert Pool(3.0, 2.0, 1).moderated(5.0, 4.0) == pytest.approx((13 / 3, 6.0))
+    assert Pool(3.0, 2.0, 1).moderated(0.0, 0.0) == (3.0, 2.0)
+
+
+@pytest.mark.parametrize("level", [0.05, 0.2])
+def test_larger_is_the_one_sided_f_test_at_its_level(level):
+    """scipy.stats.f's upper tail of the unit's variance over the pool's, on the unit's and the
+    pool's degrees of freedom, below ``level``: on variances that differ by up to e^±2 and 1 to
+    7 degrees of freedom against pools of 1 to 60 (both outcomes among the draws)."""
+    rng = np.random.default_rng([RNG, 100, int(100 * level)])
+    outcomes = []
+    for _ in range(400):
+        variance, pool_variance = np.exp(rng.uniform(-2, 2, 2))
+        df, pool_df = float(rng.integers(1, 8)), float(rng.integers(1, 61))
+        pool = Pool(pool_variance, pool_df, int(rng.integers(1, 12)))
+        expected = stats.f.sf(variance / pool_variance, df, pool_df) < level
+        assert larger(variance, df, pool, level) == expected
+        outcomes.append(expected)
+    assert 0 < sum(outcomes) < len(outcomes)
+
+
+def test_larger_takes_both_outcomes_at_the_default_level():
+    """HOMOGENEITY 0.05: on 2 and 22 degrees of freedom F_{0.95} is about 3.44."""
+    pool = Pool(4.0, 22.0, 11)
+    crit = stats.f.isf(0.05, 2, 22)
+    assert larger(4.0 * crit * 1.001, 2.0, pool)
+    assert not larger(4.0 * crit * 0.999, 2.0, pool)
+    assert not larger(4.0, 2.0, pool) and not larger(0.0, 2.0, pool)
+
+
+def test_larger_is_false_without_a_test():
+    """No degrees of freedom of its own (one seed), no pool (df 0), a variance that is not
+    finite, a pooled variance of 0 or below: not larger, whatever the ratio; level 0: never."""
+    pool = Pool(1.0, 20.0, 10)
+    assert larger(1e6, 2.0, pool)
+    for df in (0.0, -1.0):
+        assert not larger(1e6, df, pool)
+    assert not larger(1e6, 2.0, Pool())
+    assert not larger(1e6, 2.0, Pool(1.0, 0.0, 0))
+    for variance in (math.nan, math.inf, -math.inf):
+        assert not larger(variance, 2.0, pool)
+    for pool_variance in (0.0, -1.0, math.nan):
+        assert not larger(1e6, 2.0, Pool(pool_variance, 20.0, 10))
+    assert not larger(1e6, 2.0, pool, level=0.0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ else:
     checkpoint stage2_plan:
         """The runs the claims' verdicts need: the ledger judged on the first stage at alpha / 2,
         each unit without a firm verdict given more seeds, each contradiction and each side still
-        climbing twice the budget, within stage2.max_images (fednorm.claims.stage2)."""
+        climbing twice the budget, within stage2.share of the first stage's time
+        (fednorm.claims.stage2)."""
         input:
             summary=PLAN.paths.first_summary(),
             claims=PLAN.claims,

@@ -1,13 +1,14 @@
 """Snakemake script: the claims ledgers from the summary, the numbers' and the words' (logic in
-fednorm.claims and fednorm.claims.words_ledger; a summary cut short is removed and named, and the job
-fails: fednorm.integrity.read_summary), and the words ledger's own null (fednorm.claims.null)."""
+fednorm.claims and fednorm.claims.words_ledger; a summary cut short is removed and named, and
+the job fails: fednorm.integrity.read_summary), and the words ledger's own null
+(fednorm.claims.null)."""
 import logging
 from pathlib import Path
 
 from fednorm.claims import write_ledger
-from fednorm.claims.words_ledger import staged_ledger, write_words
 from fednorm.claims.null import null_lines, null_shares
 from fednorm.claims.stage2 import read_record
+from fednorm.claims.words_ledger import staged_ledger, write_words
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary
 from fednorm.io import write_csv

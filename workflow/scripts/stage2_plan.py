@@ -13,6 +13,6 @@ with user_errors():
     summary = read_summary(snakemake.input.summary, list(plan.runs))  # noqa: F821
 record = stage2_record(snakemake.params.claims.words, summary, plan)  # noqa: F821
 write_record(record, snakemake.output[0])  # noqa: F821
-logging.info("%d runs in %d jobs, %d training images: %s", len(record["runs"]),
-             len(record["jobs"]), record["images"],
+logging.info("%d runs in %d jobs, about %.0f s of training (the first stage's: %.0f s): %s",
+             len(record["runs"]), len(record["jobs"]), record["seconds"], record["first_seconds"],
              "; ".join(f"{e['run_id']}: {', '.join(e['why'])}" for e in record["runs"]))

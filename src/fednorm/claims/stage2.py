@@ -11,20 +11,22 @@ and each unit of a claim without a firm verdict, or with a contradiction, asks f
 - any other ``inconclusive`` unit (``needs`` seeds: its interval straddles the decision, or it
   has fewer seeds than a verdict needs): its sides' settings on the ``seeds`` of ``stage2``.
 
-Requests are granted rechecks and waits on budget first, then more seeds (with their recheck
-or not), the cheapest unit first within each (its training images), while the stage's images
-stay within ``max_images``. The added runs are ordinary runs
-(stable ids from their configs): a run with a new seed joins the experiments of the run it
-copies, so every claim, figure and the results API sees it; a run at a multiple of the budget
-joins those experiments' names with the suffix ``@x2`` (fednorm.plan.stage2.DOUBLED), which no
-claim or figure selects, and is judged only by the recheck.
+Requests are granted rechecks and waits on budget first, then more seeds (with their recheck or
+not), the cheapest unit first within each, while the stage's training time stays within
+``share`` of the first stage's: each added run priced at what the run it copies took in the
+first stage (``wall_time_s`` over its bundle's size; twice that at twice the budget). The added
+runs are ordinary runs (stable ids from their configs): a run with a new seed joins the
+experiments of the run it copies, so every claim, figure and the results API sees it; a run at
+a multiple of the budget joins those experiments' names with the suffix ``@x2``
+(fednorm.plan.stage2.DOUBLED), which no claim or figure selects, and is judged only by the
+recheck.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,22 +41,36 @@ from fednorm.plan import RUN_FILES, Plan, bundles
 from fednorm.plan.stage2 import Stage2, with_budget, with_seed
 
 LOOKS = 2
-Runs = tuple[tuple[RunConfig, tuple[str, ...]], ...]
+
+
+@dataclass(frozen=True)
+class Added:
+    """One run the second stage adds: its config, the experiments it joins, the first-stage
+    run it copies (whose measured time prices it), its budget over that run's, and the run it
+    is a twin of at a multiple of the budget (a recheck; None: a new seed)."""
+
+    cfg: RunConfig
+    groups: tuple[str, ...]
+    copies: str
+    factor: int = 1
+    twin_of: str | None = None
 
 
 @dataclass(frozen=True)
 class Request:
     """The runs one unit asks for, and why."""
 
-    kind: str  # 'recheck' (a contradiction), 'budget' (still climbing), 'seeds'
+    kind: str  # 'recheck' (a contradiction), 'budget' (still climbing), 'seeds', 'seeds+recheck'
     claim: str
     unit: str
-    runs: Runs  # (config, the experiments it joins)
-    sources: tuple[str | None, ...]  # the run each is at a multiple of the budget (else None)
+    runs: tuple[Added, ...]
 
-    def images(self, have: Iterable[str]) -> int:
+    def seconds(self, have: Iterable[str], measured: Mapping[str, float]) -> float:
+        """What its runs not in ``have`` cost: each its copied run's measured seconds times its
+        budget factor."""
         known = set(have)
-        return sum(cfg.training_images for cfg, _ in self.runs if cfg.run_id not in known)
+        return sum(measured.get(a.copies, 0.0) * a.factor for a in self.runs
+                   if a.cfg.run_id not in known)
 
 
 # what is granted first: a contradiction's recheck and a wait on a climbing side (each a verdict
@@ -62,36 +78,31 @@ class Request:
 ORDER = {"recheck": 0, "budget": 0, "seeds+recheck": 1, "seeds": 1}
 
 
-def _doubled(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Runs, tuple[str, ...]]:
+def _doubled(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Added, ...]:
     """The unit's runs at ``spec.budget`` times their budget, in their experiments' '@x'
-    twins, and the runs they double."""
-    runs, sources = [], []
-    for side in unit.sides:
-        for run_id in side.run_ids:
-            groups = tuple(g + spec.suffix() for g in plan.groups(run_id).split("|"))
-            runs.append((with_budget(plan.runs[run_id], spec.budget), groups))
-            sources.append(run_id)
-    return tuple(runs), tuple(sources)
+    twins."""
+    return tuple(Added(with_budget(plan.runs[r], spec.budget),
+                       tuple(g + spec.suffix() for g in plan.groups(r).split("|")), r,
+                       spec.budget, r)
+                 for side in unit.sides for r in side.run_ids)
 
 
-def _doubled_seeded(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Runs, tuple[str, ...]]:
-    """The unit's runs and their new seeds' runs, at ``spec.budget`` times the budget."""
-    runs, sources = (list(x) for x in _doubled(unit, plan, spec))
-    for cfg, groups in _seeded(unit, plan, spec)[0]:
-        runs.append((with_budget(cfg, spec.budget),
-                     tuple(g + spec.suffix() for g in groups)))
-        sources.append(cfg.run_id)
-    return tuple(runs), tuple(sources)
-
-
-def _seeded(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Runs, tuple[None, ...]]:
-    """The unit's settings on the stage's seeds, in the experiments of the runs they copy."""
-    runs = []
+def _seeded(unit: Comparison, plan: Plan, spec: Stage2, factor: int = 1) -> tuple[Added, ...]:
+    """The unit's settings on the stage's seeds, in the experiments of the runs they copy;
+    with ``factor``, at that many times the budget, in the experiments' '@x' twins."""
+    out = []
     for side in unit.sides:
         first = side.run_ids[0]
         groups = tuple(plan.groups(first).split("|"))
-        runs += [(with_seed(plan.runs[first], s), groups) for s in spec.seeds]
-    return tuple(runs), (None,) * len(runs)
+        for seed in spec.seeds:
+            cfg = with_seed(plan.runs[first], seed)
+            if factor == 1:
+                out.append(Added(cfg, groups, first))
+            else:
+                out.append(Added(with_budget(cfg, factor),
+                                 tuple(g + spec.suffix() for g in groups), first, factor,
+                                 cfg.run_id))
+    return tuple(out)
 
 
 def _leaning(unit: Unit, claim: Relation, sesoi: float) -> bool:
@@ -118,76 +129,88 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
                                            for r in s.run_ids):
                 continue
             if j.verdict == CONTRADICTED and unit.verdict == CONTRADICTED:
-                kind, (runs, sources) = "recheck", _doubled(comparison, plan, spec)
+                kind, runs = "recheck", _doubled(comparison, plan, spec)
             elif j.verdict == INCONCLUSIVE and unit.needs == "budget":
-                kind, (runs, sources) = "budget", _doubled(comparison, plan, spec)
+                kind, runs = "budget", _doubled(comparison, plan, spec)
             elif j.verdict == INCONCLUSIVE and unit.needs == "seeds":
-                kind, (runs, sources) = "seeds", _seeded(comparison, plan, spec)
+                kind, runs = "seeds", _seeded(comparison, plan, spec)
                 if _leaning(unit, j.claim, sesoi):
                     kind = "seeds+recheck"
-                    more, of = _doubled_seeded(comparison, plan, spec)
-                    runs, sources = runs + more, sources + of
+                    runs += _doubled(comparison, plan, spec) + _seeded(
+                        comparison, plan, spec, spec.budget)
             else:
                 continue
-            out.append(Request(kind, j.claim.id, unit.label, runs, sources))
+            out.append(Request(kind, j.claim.id, unit.label, runs))
     return out
 
 
-def granted(wanted: list[Request], spec: Stage2, have: Iterable[str]) -> list[Request]:
-    """The requests the stage's ``max_images`` affords: by ORDER (rechecks and waits on budget,
-    then seeds), then cheapest first;
-    a run two requests share is paid once."""
+def granted(wanted: list[Request], cap: float, have: Iterable[str],
+            measured: Mapping[str, float]) -> list[Request]:
+    """The requests that ``cap`` seconds afford (each run priced by ``measured``,
+    :meth:`Request.seconds`): by ORDER (rechecks and waits on budget, then seeds), then
+    cheapest first; a run two requests share is paid once, a run in ``have`` not at all."""
     known = set(have)
-    spent, out = 0, []
-    for request in sorted(wanted, key=lambda r: (ORDER[r.kind], r.images(known))):
-        cost = request.images(known)
-        if spent + cost > spec.max_images:
+    spent, out = 0.0, []
+    for request in sorted(wanted, key=lambda r: (ORDER[r.kind], r.seconds(known, measured))):
+        cost = request.seconds(known, measured)
+        if spent + cost > cap:
             continue
         spent += cost
-        known |= {cfg.run_id for cfg, _ in request.runs}
+        known |= {a.cfg.run_id for a in request.runs}
         out.append(request)
     return out
 
 
+def measured_seconds(summary: pd.DataFrame, plan: Plan) -> dict[str, float]:
+    """Run id -> the seconds it took to train in the first stage: its bundle's wall time
+    (``wall_time_s``: runs of a bundle train in lock-step) over its bundle's size."""
+    wall = summary.groupby("run_id")["wall_time_s"].first()
+    sizes = plan.bundle_sizes
+    return {r: float(w) / sizes.get(r, 1) for r, w in wall.items() if pd.notna(w)}
+
+
 def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, Any]:
-    """The second stage's plan (plan.json): its runs (config, experiments, why) and their
-    training jobs (bundles as the plan's execution packs them)."""
+    """The second stage's plan (plan.json): its runs (config, experiments, why), their
+    training jobs (bundles as the plan's execution packs them, jobs of about equal time), what
+    they are estimated to cost and the first stage's measured time."""
     assert plan.stage2 is not None
     compared = compare_all(words, summary)
     judged = judge_compared(words, compared, LOOKS)
-    chosen = granted(requests(judged, plan, plan.stage2, compared, words), plan.stage2,
-                     plan.runs)
+    measured = measured_seconds(summary, plan)
+    first = sum(measured.get(r, 0.0) for r in plan.runs)
+    chosen = granted(requests(judged, plan, plan.stage2, compared, words),
+                     plan.stage2.share * first, plan.runs, measured)
     runs: dict[str, dict[str, Any]] = {}
+    cost: dict[str, float] = {}
     for request in chosen:
-        for (cfg, groups), source in zip(request.runs, request.sources, strict=True):
-            entry = runs.setdefault(cfg.run_id, {"run_id": cfg.run_id, "config": cfg.identity(),
-                                                 "groups": [], "why": [], "source": source})
-            entry["groups"] = list(dict.fromkeys([*entry["groups"], *groups]))
+        for added in request.runs:
+            entry = runs.setdefault(added.cfg.run_id, {
+                "run_id": added.cfg.run_id, "config": added.cfg.identity(), "groups": [],
+                "why": [], "source": added.twin_of, "planned": added.cfg.run_id in plan.runs})
+            entry["groups"] = list(dict.fromkeys([*entry["groups"], *added.groups]))
             entry["why"].append(f"{request.kind}: {request.claim}"
                                 + (f" ({request.unit})" if request.unit else ""))
-    for run_id, entry in runs.items():  # a doubled run may be one the plan trains already
-        entry["planned"] = run_id in plan.runs
+            cost[added.cfg.run_id] = measured.get(added.copies, 0.0) * added.factor
     configs = {r: plan_config(e) for r, e in runs.items() if not e["planned"]}
     packed = bundles(configs, plan.execution.planned_bundle_size)
-    jobs = balanced_jobs(packed, configs, plan.stage2.jobs)
+    jobs = balanced_jobs(packed, cost, plan.stage2.jobs)
     return {"looks": LOOKS, "budget": plan.stage2.budget, "runs": list(runs.values()),
             "jobs": {job: {b: list(packed[b]) for b in members} for job, members in jobs.items()},
-            "images": sum(c.training_images for c in configs.values())}
+            "seconds": sum(cost[r] for r in configs), "first_seconds": first}
 
 
-def balanced_jobs(packed: dict[str, tuple[str, ...]], configs: dict[str, RunConfig], jobs: int
+def balanced_jobs(packed: dict[str, tuple[str, ...]], cost: Mapping[str, float], jobs: int
                   ) -> dict[str, tuple[str, ...]]:
-    """The bundles cut into at most ``jobs`` training jobs of about equal training images
-    (longest processing time first: each bundle, the largest first, to the lightest job), so
-    that the jobs running side by side end together; a job's id is its first bundle's, with
-    '+k' for k more."""
-    load = [0] * min(jobs, len(packed))
+    """The bundles cut into at most ``jobs`` training jobs of about equal time (each run's
+    ``cost``; longest processing time first: each bundle, the largest first, to the lightest
+    job), so that the jobs running side by side end together; a job's id is its first
+    bundle's, with '+k' for k more."""
+    load = [0.0] * min(jobs, len(packed))
     members: list[list[str]] = [[] for _ in load]
-    for bundle_id in sorted(packed, key=lambda b: -sum(configs[r].training_images
-                                                       for r in packed[b])):
+    for bundle_id in sorted(packed, key=lambda b: -sum(cost.get(r, 0.0) for r in packed[b])):
         lightest = load.index(min(load))
         members[lightest].append(bundle_id)
-        load[lightest] += sum(configs[r].training_images for r in packed[bundle_id])
+        load[lightest] += sum(cost.get(r, 0.0) for r in packed[bundle_id])
     return {ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else ""): tuple(ids)
             for ids in members if ids}
 

@@ -10,13 +10,13 @@ common part cancels (a randomized complete block design: seeds are blocks). ``sc
 **The variance model.** Within an experiment the runs of one setting scatter around its mean
 with one variance σ² (the error term of a randomized block ANOVA); each unit's sample variance
 s_u² / scale has d_u = n_u − 1 degrees of freedom, and a unit is tested on the pooled variance
-Σ d_u s_u² / Σ d_u of its experiment's units (those that measure the same metric) on Σ d_u
-degrees of freedom (:func:`pooled`): many degrees of freedom where one unit's two seeds have
-one. The assumption is checked, not trusted: where Bartlett's test (``scipy.stats.bartlett``,
-:func:`homogeneous`) rejects equal variances across the experiment's units at ``HOMOGENEITY``
-(a unit four times noisier than the rest would be held falsely far more often than α under
-the pool), each unit is tested on its own variance and d_u instead (the paired t test).
-Assumed: margins normal and independent across seeds.
+Σ d s² / Σ d of its own and the other units of its experiments that measure the same metric
+(:func:`pooled`), on Σ d degrees of freedom: many where one unit's two seeds have one. The
+assumption is checked, not trusted, unit by unit: where a unit's own variance is larger than
+the others' pool by the one-sided F test at ``HOMOGENEITY`` (:func:`larger`: a unit four times
+noisier than the rest would be held falsely far more often than α under the pool), it is tested
+on its own variance and d_u instead (the paired t test). Assumed: margins normal and
+independent across seeds.
 
 **The tests** (α one-sided, ``ALPHA`` unless the claims file says):
 
@@ -49,14 +49,14 @@ from scipy import stats
 ALPHA = 0.05  # one-sided, per claim (per look of a two-stage ledger: alpha / looks)
 SESOI = 2.0  # points: the smallest effect of interest when the claims file names none
 MIN_SEEDS = 2  # a unit with fewer seeds with a margin gets no firm verdict
-HOMOGENEITY = 0.05  # Bartlett's test level: below it, an experiment's units are not pooled
+HOMOGENEITY = 0.05  # the F test's level: a unit noisier than the others' pool is not pooled
 
 
 @dataclass(frozen=True)
 class Pool:
     """The variance a unit borrows from the other units of its experiment (see the module's
     docstring): ``variance`` on ``df`` degrees of freedom; df 0: none (no other unit with a
-    variance, or variances that Bartlett's test finds unequal), the unit on its own."""
+    variance, or a unit noisier than the others by the F test), the unit on its own."""
 
     variance: float = math.nan
     df: float = 0.0
@@ -87,14 +87,13 @@ def pooled(variances: Sequence[float], dfs: Sequence[float]) -> Pool:
     return Pool(float((d * s2).sum() / total), total, len(s2))
 
 
-def homogeneous(samples: Sequence[Sequence[float]], level: float = HOMOGENEITY) -> bool:
-    """Whether Bartlett's test keeps equal variances across ``samples`` (each a unit's margins
-    over the square root of its scale) at ``level``; samples with fewer than two values or no
-    spread at all (a unit that compares a run with itself) are left out, and fewer than two
-    samples are not tested."""
-    kept = [np.asarray(x, dtype=float) for x in samples if len(x) > 1]
-    kept = [x for x in kept if np.var(x) > 0]
-    return len(kept) < 2 or bool(stats.bartlett(*kept).pvalue >= level)
+def larger(variance: float, df: float, pool: Pool, level: float = HOMOGENEITY) -> bool:
+    """Whether a unit's own ``variance`` (on ``df`` degrees of freedom) is larger than the pool
+    of the other units by the one-sided F test at ``level`` (``scipy.stats.f``): such a unit is
+    not pooled but tested on its own variance."""
+    if df <= 0 or pool.df == 0 or not math.isfinite(variance) or pool.variance <= 0:
+        return False
+    return bool(stats.f.sf(variance / pool.variance, df, pool.df) < level)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from fednorm.claims.stats import (
     bh,
     equivalence_test,
     holm,
-    homogeneous,
+    larger,
     pooled,
     sign_count,
     sign_test,
@@ -353,21 +353,19 @@ def _scale(unit: Comparison) -> float:
 def pools(units: Sequence[tuple[Comparison, Margins]]) -> dict[tuple[Any, ...], Pool]:
     """Per distinct unit (its ``key``): the pooled variance of the other distinct units of its
     experiments and measure (:func:`fednorm.claims.stats.pooled`: with its own, the plain
-    pooled variance on Σ d), or none where Bartlett's test finds their variances unequal
-    (:func:`fednorm.claims.stats.homogeneous`)."""
-    groups: dict[tuple[Any, ...], dict[tuple[Any, ...], tuple[Margins, float]]] = {}
+    pooled variance on Σ d), or none where its own variance is larger than theirs by the F test
+    (:func:`fednorm.claims.stats.larger`)."""
+    groups: dict[tuple[Any, ...], dict[tuple[Any, ...], tuple[float, int]]] = {}
     for unit, m in units:
         if unit.sides:
-            groups.setdefault(unit.group, {})[unit.key] = (m, _scale(unit))
+            groups.setdefault(unit.group, {})[unit.key] = (m.variance / _scale(unit),
+                                                           max(len(m.values) - 1, 0))
     out = {}
     for found in groups.values():
-        if not homogeneous([np.asarray(m.values) / math.sqrt(c) for m, c in found.values()]):
-            out.update(dict.fromkeys(found, Pool()))
-            continue
-        for key in found:
+        for key, (variance, df) in found.items():
             others = [v for k, v in found.items() if k != key]
-            out[key] = pooled([m.variance / c for m, c in others],
-                              [max(len(m.values) - 1, 0) for m, _ in others])
+            pool = pooled([v for v, _ in others], [d for _, d in others])
+            out[key] = Pool() if larger(variance, df, pool) else pool
     return out
 
 

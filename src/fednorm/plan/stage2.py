@@ -10,10 +10,12 @@ here are only the runs' configs and where they go.
                             # config's seed_offset, so that disjoint seed sets stay disjoint)
       budget: 2             # the factor on the budget of a rechecked setting (steps and the
                             # learning-rate milestones; the schedule's fractions kept)
-      max_images: 2.0e+7    # at most this many training images in the second stage, the
-                            # cheapest additions first
-      jobs: 4               # training jobs it is cut into, of about equal images (a multiple
-                            # of the cores or GPUs that run them side by side)
+      share: 0.4            # its training time at most this share of the first stage's, as
+                            # the first stage's runs measured it (wall_time_s): each added run
+                            # costs what the run it copies took (twice that at twice the
+                            # budget); the cheapest additions first
+      jobs: 4               # training jobs it is cut into, of about equal time (a multiple of
+                            # the cores or GPUs that run them side by side)
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from fednorm.config import (
     run_config,
 )
 
-STAGE2_KEYS = ("seeds", "budget", "max_images", "jobs")
+STAGE2_KEYS = ("seeds", "budget", "share", "jobs")
 DOUBLED = "@x{factor}"  # an experiment's name suffix for its runs at a multiple of the budget
 
 
@@ -44,7 +46,7 @@ class Stage2:
 
     seeds: tuple[int, ...] = (100, 101)
     budget: int = 2
-    max_images: float = 2.0e7
+    share: float = 0.4
     jobs: int = 4
 
     def suffix(self) -> str:
@@ -62,8 +64,8 @@ def load_stage2(spec: Any, offset: int = 0) -> Stage2 | None:
                   ListOf(int_at_least(0), "a non-empty list of seeds (integers >= 0)", 1))
     return Stage2(tuple(s + offset for s in seeds),
                   check("stage2", "budget", spec.get("budget", default.budget), IntIn(2, 16)),
-                  float(check("stage2", "max_images", spec.get("max_images", default.max_images),
-                              NumberIn(0, 1e15, low_open=True))),
+                  float(check("stage2", "share", spec.get("share", default.share),
+                              NumberIn(0, 16, low_open=True))),
                   check("stage2", "jobs", spec.get("jobs", default.jobs), IntIn(1, 4096)))
 
 
