@@ -230,6 +230,20 @@ class Rate:
         cluster = float(per_experiment.std(ddof=1)) / math.sqrt(len(hits))
         return cls(float(hits.mean()), hits.size, max(binomial, cluster))
 
+    @classmethod
+    def among(cls, hits: np.ndarray, chosen: np.ndarray) -> Rate:
+        """The rate of ``hits`` (experiments, units) among the ``chosen`` units, its SE the
+        larger of the binomial SE at α and the ratio estimator's over the experiments (each
+        experiment's hits less the rate, summed over its chosen units)."""
+        count = int(chosen.sum())
+        rate = float(hits[chosen].mean()) if count else math.nan
+        binomial = math.sqrt(ALPHA * (1 - ALPHA) / max(count, 1))
+        residuals = np.where(chosen, hits - rate, 0.0).reshape(len(hits), -1).sum(axis=1)
+        experiments = len(hits)
+        cluster = (math.sqrt(float(np.square(residuals).sum()) * experiments
+                             / max(experiments - 1, 1)) / max(count, 1))
+        return cls(rate, count, max(binomial, cluster))
+
     def bound(self) -> float:
         """α plus three standard errors: the most a rate at or under α reads as."""
         return ALPHA + 3 * self.se
@@ -267,12 +281,11 @@ def two_looks(case: Case, noise: np.ndarray, truth: float, verdict: int, added: 
 
 def by_gate(case: Case, noise: np.ndarray) -> tuple[float, Rate, Rate]:
     """The F test's selection: (the share of units it sends to their own variance, false holds
-    of the units it pools, of those it does not) at the boundary of holds' null. Each side is
-    over the units it selects (a unit a draw)."""
+    of the units it pools, of those it does not) at the boundary of holds' null (each rate
+    :meth:`Rate.among` the units: those of an experiment share their pools)."""
     solo = alone(noise, case.scale)
-    holds = verdicts(noise + case.holds_null, case) == HOLDS
-    holds = holds.reshape(solo.shape)
-    return float(solo.mean()), Rate.of(holds[~solo]), Rate.of(holds[solo])
+    holds = (verdicts(noise + case.holds_null, case) == HOLDS).reshape(solo.shape)
+    return float(solo.mean()), Rate.among(holds, ~solo), Rate.among(holds, solo)
 
 
 def strained(case: Case, noise: np.ndarray, level: float = HOMOGENEITY) -> np.ndarray:

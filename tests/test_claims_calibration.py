@@ -198,6 +198,19 @@ def test_false_holds_and_false_contradicted_stay_within_alpha(kind, sigma, seeds
         "> α + 3 SE")
 
 
+def test_a_rate_among_every_unit_is_the_rate_over_the_experiments():
+    """Rate.among's ratio-estimator SE: over every unit, Rate.of's SE of the experiments' rates;
+    over some, the rate of those (the SE at least the binomial one)."""
+    hits = _rng(13).random((500, UNITS)) < np.linspace(0.01, 0.3, 500)[:, None]
+    every, of = sim.Rate.among(hits, np.ones_like(hits)), sim.Rate.of(hits)
+    assert (every.rate, every.draws) == (of.rate, of.draws)
+    assert every.se == pytest.approx(of.se, rel=1e-12)
+    chosen = _rng(14).random(hits.shape) < 0.3
+    some = sim.Rate.among(hits, chosen)
+    assert (some.rate, some.draws) == (hits[chosen].mean(), chosen.sum())
+    assert some.se >= np.sqrt(ALPHA * (1 - ALPHA) / chosen.sum())
+
+
 @functools.cache
 def _selection(seeds: int) -> dict[str, object]:
     """The F test's selection, greater at σ 5 on 30,000 experiments (360,000 units): the share

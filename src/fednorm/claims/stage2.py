@@ -11,11 +11,12 @@ and each unit of a claim without a firm verdict, or with a contradiction, asks f
 - any other ``inconclusive`` unit (``needs`` seeds: its interval straddles the decision, or it
   has fewer seeds than a verdict needs): its sides' settings on the ``seeds`` of ``stage2``.
 
-Requests are granted rechecks and waits on budget first, then more seeds (with their recheck or
-not), the cheapest unit first within each, while the stage's training time stays within
-``share`` of the first stage's: each added run priced at what the run it copies took in the
-first stage (``wall_time_s`` over its bundle's size; twice that at twice the budget). The added
-runs are ordinary runs (stable ids from their configs): a run with a new seed joins the
+Requests are granted rechecks and waits on budget first, cheapest first, then more seeds (with
+their recheck or not) by cost over (1 + |t|) at the first look (a clear effect on one seed
+decides with fewer seeds than a margin inside the noise), while the stage's training time stays
+within ``share`` of the first stage's: each added run priced at what the run it copies took in
+the first stage (``wall_time_s`` over its bundle's size; twice that at twice the budget). The
+added runs are ordinary runs (stable ids from their configs): a run with a new seed joins the
 experiments of the run it copies, so every claim, figure and the results API sees it; a run at
 a multiple of the budget joins those experiments' names with the suffix ``@x2``
 (fednorm.plan.stage2.DOUBLED), which no claim or figure selects, and is judged only by the
@@ -25,12 +26,14 @@ recheck.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fednorm.claims.verdicts import Comparison, Judged, Unit, compare_all, judge_compared
@@ -64,6 +67,7 @@ class Request:
     claim: str
     unit: str
     runs: tuple[Added, ...]
+    strength: float = 0.0  # |estimate| / se of the unit at the first look (0: none)
 
     def seconds(self, have: Iterable[str], measured: Mapping[str, float]) -> float:
         """What its runs not in ``have`` cost: each its copied run's measured seconds times its
@@ -117,10 +121,24 @@ def _leaning(unit: Unit, claim: Relation, sesoi: float) -> bool:
     return unit.estimate + claim.slack < -sesoi
 
 
+def _strength(unit: Unit, scale: float) -> float:
+    """|estimate| / se of the unit's test at the first look (its pool's se where it has one
+    seed; ``scale``, the ledger's median se, where its experiment has no pool: a one-seed
+    grid); 0 where it has no estimate."""
+    test = unit.test
+    if test is None or math.isnan(test.estimate):
+        return 0.0
+    se = test.se if test.se > 0 else scale
+    return abs(test.estimate) / se if se > 0 else 0.0
+
+
 def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
              compared: dict[str, list[Comparison]], words: Words) -> list[Request]:
     """What each claim's units ask of the second stage (the module's docstring), in the
     order of the claims."""
+    judged = list(judged)
+    ses = [u.test.se for j in judged for u in j.units if u.test and u.test.se > 0]
+    scale = float(np.median(ses)) if ses else 0.0
     out = []
     for j in judged:
         sesoi = words.rule.sesoi_of(j.claim)
@@ -140,22 +158,39 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
                         comparison, plan, spec, spec.budget)
             else:
                 continue
-            out.append(Request(kind, j.claim.id, unit.label, runs))
+            out.append(Request(kind, j.claim.id, unit.label, runs, _strength(unit, scale)))
     return out
+
+
+def _priority(request: Request, cost: float, turns: Mapping[str, int]
+              ) -> tuple[int, int, float]:
+    """Rechecks and waits on budget by cost; then seeds by turn of their claim, then by cost
+    over (1 + |t|)."""
+    if not ORDER[request.kind]:
+        return 0, 0, cost
+    return 1, turns[request.claim], cost / (1 + request.strength)
 
 
 def granted(wanted: list[Request], cap: float, have: Iterable[str],
             measured: Mapping[str, float]) -> list[Request]:
     """The requests that ``cap`` seconds afford (each run priced by ``measured``,
-    :meth:`Request.seconds`): by ORDER (rechecks and waits on budget, then seeds), then
-    cheapest first; a run two requests share is paid once, a run in ``have`` not at all."""
+    :meth:`Request.seconds`; a run two requests share is paid once, a run in ``have`` not at
+    all): rechecks and waits on budget first, cheapest first; then seeds, claim by claim in
+    turns (each claim's next unit before any claim's second: a claim of many cheap units does
+    not take the stage from the others), within a turn by cost over (1 + the unit's |t| at the
+    first look): a clear effect on one seed decides with fewer seeds than a margin inside the
+    noise. A request that does not fit is skipped."""
     known = set(have)
-    spent, out = 0.0, []
-    for request in sorted(wanted, key=lambda r: (ORDER[r.kind], r.seconds(known, measured))):
+    spent, out, turns = 0.0, [], dict.fromkeys((r.claim for r in wanted), 0)
+    left = list(wanted)
+    while left:
+        request = min(left, key=lambda r: _priority(r, r.seconds(known, measured), turns))
+        left.remove(request)
         cost = request.seconds(known, measured)
         if spent + cost > cap:
             continue
         spent += cost
+        turns[request.claim] += 1
         known |= {a.cfg.run_id for a in request.runs}
         out.append(request)
     return out
