@@ -291,3 +291,16 @@ def test_a_first_stage_run_that_is_a_twin_stays_in_the_first_look():
     both = plan.with_runs(stage2_runs(record))
     ledger = staged_ledger(TWIN_WORDS, _summary(both, _twin_accuracy), record).set_index("id")
     assert ledger.loc["epochs", "verdict"] == HOLDS
+
+
+def test_seeds_go_to_each_claim_in_turn_and_to_clear_effects_first():
+    """Claim a has three 1-s units, claim b one 2-s unit: with 4 s, a's first unit, then b's
+    (its claim's first turn), then a's second; and within a turn a unit with |t| 3 at the
+    first look costs a quarter of its seconds, so it goes before a cheaper unit with |t| 0."""
+    a = [_request("seeds", s, claim="a") for s in (1, 2, 3)]
+    b = _request("seeds", 4, 5, claim="b")
+    measured = _measured(*a, b)
+    assert granted([*a, b], 4.0, (), measured) == [a[0], b, a[1]]
+    noise = _request("seeds", 6, claim="noise")
+    clear = dataclasses.replace(_request("seeds", 7, 8, claim="clear"), strength=3.0)
+    assert granted([noise, clear], 10.0, (), _measured(noise, clear)) == [clear, noise]
