@@ -125,7 +125,7 @@ def _row(judged: Judged, sesoi: float, q_for: float, q_against: float) -> dict[s
         "margin": test.estimate if test else math.nan,
         "low": test.low if test else math.nan, "high": test.high if test else math.nan,
         "se": test.se if test else math.nan, "df": test.df if test else math.nan,
-        "n_units": len(units), "n_seeds": min((u.n_seeds for u in units), default=0),
+        "n_units": len(units), "n_seeds": shown.n_seeds if shown else 0,
         "n_diverged": sum(u.n_diverged for u in units),
         "sesoi": sesoi if claim.kind != "within" else math.nan,
         "delta": math.nan if claim.delta is None else claim.delta,
