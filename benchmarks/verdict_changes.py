@@ -24,7 +24,8 @@ def reason(old: pd.Series, new: pd.Series) -> str:
                 + (" (the second stage's runs)" if new.n_seeds > old.n_seeds else ""))
     needs = str(new.needs) if isinstance(new.needs, str) else ""
     if old.verdict in FIRM and old.n_seeds <= 1 and new.n_seeds <= 1:
-        return "one seed: no verdict (before: a 5-point spread assumed); the stage's images ran out"
+        return ("one seed: no verdict (before: a 5-point spread assumed); the second stage's "
+                "time did not reach it")
     if "budget" in needs:
         return "a side behind still climbs (the settled test)"
     p = "–" if math.isnan(new.p) else f"{new.p:.2g}"

@@ -166,20 +166,18 @@ def test_a_figure_note_is_in_its_caption_on_one_line():
 
 
 
-def test_the_words_ledgers_caption_states_the_noise_rules_it_was_judged_by():
-    """The spreads and the family-wise bar come from the claims file: the caption says the
-    values the ledger used, and the bar only where the file turns it on."""
+def test_the_words_ledgers_caption_states_the_rule_it_was_judged_by():
+    """α and the seeds a firm verdict needs come from the claims file: the caption says the
+    values the ledger used."""
     from dataclasses import replace
 
     from fednorm.report import words_caption
 
     plan, claims = _plan("quick")
+    rule = claims.words.rule
     text = words_caption(plan, claims.words, "md")
-    noise = claims.words.noise
-    assert (f"one seed: a spread of {noise.single_seed_spread:g} points is assumed, and a "
-            f"sign's spread (a near-equality's gap beyond δ is one) is at least "
-            f"{noise.min_spread:g} points") in text
-    assert noise.family_wise and "contradicted only by a unit beyond a bar raised for k" in text
-    off = replace(claims.words, noise=replace(noise, family_wise=False, min_spread=2.5))
-    text = words_caption(plan, off, "png")
-    assert "is at least 2.5 points" in text and "raised for k" not in text
+    assert (f"each verdict a one-sided test at α = {rule.alpha:g} (docs/claims.md), no firm "
+            f"verdict from fewer than {rule.min_seeds} seeds") in text
+    other = replace(claims.words, rule=replace(rule, alpha=0.1, min_seeds=3))
+    text = words_caption(plan, other, "png")
+    assert "test at α = 0.1" in text and "fewer than 3 seeds" in text
