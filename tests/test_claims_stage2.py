@@ -189,7 +189,7 @@ def _claim(cid, experiment, a, b):
 
 
 # 'one': a single seed; 'many': three seeds
-STAGED = {"run": RUN, "execution": {"bundle_size": 4},
+STAGED = {"run": RUN, "execution": {"bundle_size": 4}, "claims": "config/claims.yaml",
           "stage2": {"seeds": [100, 101], "jobs": 2, "share": 2.5},  # 20 of the first 8 s
           "experiments": {
               "one": {"grid": {"normalizer": ["bn", "fbn"], "heterogeneity": [0], "seed": [0]}},
@@ -258,6 +258,7 @@ def test_the_recheck_comes_before_the_seeds_when_the_time_runs_short():
 
 
 TWINNED = {"run": {**RUN, "lr": [0.1, 0.01]}, "stage2": {"share": 0.01},
+           "claims": "config/claims.yaml",
            "experiments": {
                "rounds": {"set": {"steps": 20, "lr_milestones": [10]},
                           "grid": {"normalizer": ["bn", "fbn"], "seed": [0, 1, 2]}},

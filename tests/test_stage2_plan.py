@@ -22,7 +22,7 @@ RUN = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, "
        "hidden": 8, "batch_size": 8, "steps": 20, "lr": [0.1], "lr_milestones": [],
        "eval_every": 10}
 # 'b' shares its seed-0 run with 'a' (fbn at seed 0)
-CONFIG = {"run": RUN, "experiments": {
+CONFIG = {"run": RUN, "claims": "config/claims.yaml", "experiments": {
     "a": {"grid": {"normalizer": ["bn", "fbn"], "seed": [0]}},
     "b": {"grid": {"normalizer": ["fbn"], "seed": [0, 1]}}}}
 
@@ -39,6 +39,14 @@ def test_no_section_is_no_second_stage():
     assert load_stage2(None) is None
     assert load_plan(CONFIG).stage2 is None
     assert load_plan({**CONFIG, "stage2": None}).stage2 is None
+
+
+def test_no_claims_file_is_no_second_stage_but_its_section_is_checked():
+    """The stage serves the claims ledger (a profile with `claims: null`, like the SLURM test's
+    subset, has none); a bad value is still an error before any job."""
+    assert load_plan({**CONFIG, "claims": None, "stage2": {}}).stage2 is None
+    with pytest.raises(ConfigError, match="stage2: key 'jobs'"):
+        load_plan({**CONFIG, "claims": None, "stage2": {"jobs": 0}})
 
 
 def test_an_empty_section_takes_the_defaults():

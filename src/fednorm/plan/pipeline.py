@@ -305,6 +305,8 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
     for cfgs in expanded.values():
         runs.update((c.run_id, c) for c in cfgs)
     execution.check_parts({(c.dataset, c.model) for c in runs.values()})
+    claims_path = _claims_path(config.get("claims"))
+    stage2 = load_stage2(config.get("stage2"), offset)  # checked even where unused
     figures_spec = config.get("figures") or {}
     figures = {name: figure_spec(name, spec, expanded) for name, spec in figures_spec.items()
                if spec is not None}
@@ -318,7 +320,7 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         bundles=(packed := bundles(runs, execution.planned_bundle_size)),
         jobs=training_jobs(list(packed), execution.bundles_per_job),
         toy=_toy(config.get("toy")),
-        claims=_claims_path(config.get("claims")),
+        claims=claims_path,
         dropped=frozenset(k for k, v in (config.get("experiments") or {}).items() if v is None),
-        stage2=load_stage2(config.get("stage2"), offset),
+        stage2=stage2 if claims_path else None,  # it serves the claims: none without them
     )
