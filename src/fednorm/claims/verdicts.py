@@ -29,11 +29,11 @@ cell; else at the common rate, said in ``rates``. The common rate's outcome stay
 
 A claim's verdict: ``not run`` when no unit has runs; ``inconclusive`` (refused) when a group's
 runs differ in more than their seed; else ``contradicted`` when any unit is, ``holds`` when
-every unit holds, ``inconclusive`` otherwise. Its ``p`` is that of its verdict (holds: the
-largest unit p_for, the intersection-union test; contradicted: the smallest Holm-adjusted
-p_against; inconclusive: the smaller of the two), its ``q`` the Benjamini–Hochberg q-value over
-the ledger's claims. A two-stage ledger (:mod:`fednorm.claims.stage2`) judges each look at
-α / 2 (Bonferroni's alpha spending over the two looks).
+every unit holds, ``inconclusive`` otherwise. Its ``p_for`` is the largest unit p_for (the
+intersection-union test), its ``p_against`` the smallest Holm-adjusted one; the ledger's
+Benjamini–Hochberg q-values are over each of the two (fednorm.claims.words_ledger). A
+two-stage ledger (:mod:`fednorm.claims.stage2`) judges each look at α / 2 (Bonferroni's alpha
+spending over the two looks).
 """
 
 from __future__ import annotations
