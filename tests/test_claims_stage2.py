@@ -19,7 +19,7 @@ from fednorm.claims.stage2 import (
 )
 from fednorm.claims.words import HOLDS, parse_words
 from fednorm.claims.words_ledger import staged_ledger
-from fednorm.config import Paths, RunConfig, run_config
+from fednorm.config import RunConfig, run_config
 from fednorm.plan import RUN_FILES, load_plan
 from fednorm.plan.stage2 import stage2_runs, with_budget, with_seed
 from fednorm.summarize import config_columns
@@ -145,19 +145,21 @@ def test_a_job_trains_the_runs_of_its_bundles_that_are_not_complete(tmp_path):
                         "why": [], "source": None} for c in cfgs],
               "jobs": {"J": {"B1": [r[0], r[1]], "B2": [r[2]], "B3": [r[3]]},
                        "K": {"B4": [r[4]]}}}
-    paths = Paths(results=str(tmp_path / "results"))
+    plan = load_plan({"paths": {"results": str(tmp_path / "results")}, "run": RUN,
+                      "experiments": {"e": {"grid": {"seed": [9]}}}})
+    paths = plan.paths
     for run_id, files in ((r[0], RUN_FILES), (r[1], RUN_FILES[:-1]), (r[3], RUN_FILES)):
         os.makedirs(paths.run_dir(run_id))
         for name in files:
             open(f"{paths.run_dir(run_id)}/{name}", "w").close()
-    bundles, every = job_bundles(record, "J", paths)
+    bundles, every = job_bundles(record, "J", plan)
     assert bundles == [
         {"bundle_id": "B1", "runs": [cfgs[1].identity()], "out_dirs": [paths.run_dir(r[1])],
          "resume": paths.resume_point("B1")},
         {"bundle_id": "B2", "runs": [cfgs[2].identity()], "out_dirs": [paths.run_dir(r[2])],
          "resume": paths.resume_point("B2")}]
     assert every == r[:4]
-    assert job_bundles(record, "K", paths) == (
+    assert job_bundles(record, "K", plan) == (
         [{"bundle_id": "B4", "runs": [cfgs[4].identity()], "out_dirs": [paths.run_dir(r[4])],
           "resume": paths.resume_point("B4")}], [r[4]])
 

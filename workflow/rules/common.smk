@@ -79,6 +79,15 @@ def stage2_jobs(wildcards):
     return [PLAN.paths.stage2_job(job) for job in record["jobs"]]
 
 
+def summary_inputs(wildcards):
+    """The summary's inputs: every file of every run of the plan and, with a second stage, its
+    training jobs' records and its plan (its runs join the summary)."""
+    inputs = {"runs": PLAN.run_files(tuple(PLAN.runs))}
+    if PLAN.stage2:
+        inputs.update(stage2=stage2_jobs(wildcards), plan=PLAN.paths.stage2_plan())
+    return inputs
+
+
 def claims_inputs(wildcards):
     """The claims rule's inputs: the summary, the claims file and, with a second stage, its
     record (which runs it trained and why)."""

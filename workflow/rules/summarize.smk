@@ -1,25 +1,24 @@
 # The summary: one tidy row per run x evaluation point (fednorm.summarize). With a second stage
 # of the claims (config `stage2`, fednorm.claims.stage2), the first stage's runs are summarized
 # first, a checkpoint chooses the runs that the verdicts need (more seeds, twice the budget),
-# jobs train them, and the summary holds both stages' runs.
-if not PLAN.stage2:
+# jobs train them, and the summary holds both stages' runs (summary_inputs, common.smk).
+rule summarize:
+    """results/summary.csv: one tidy row per run x evaluation point."""
+    input:
+        # every file of every run: the job reads metrics.csv and run.json and checks them all
+        # (fednorm.integrity), so a run file newer than the summary makes it run again
+        unpack(summary_inputs),
+    output:
+        PLAN.paths.summary(),
+    log:
+        f"{RESULTS}/logs/summarize.log",
+    conda:
+        ENV
+    script:
+        "../scripts/summarize.py"
 
-    rule summarize:
-        """results/summary.csv: one tidy row per run x evaluation point."""
-        input:
-            # every file of every run: the job reads metrics.csv and run.json and checks them
-            # all (fednorm.integrity), so a run file newer than the summary makes it run again
-            runs=PLAN.run_files(tuple(PLAN.runs)),
-        output:
-            PLAN.paths.summary(),
-        log:
-            f"{RESULTS}/logs/summarize.log",
-        conda:
-            ENV
-        script:
-            "../scripts/summarize.py"
 
-else:
+if PLAN.stage2:
 
     rule summarize_first:
         """The first stage's runs alone: what the claims' checkpoint reads."""
@@ -78,18 +77,3 @@ else:
             ENV
         script:
             "../scripts/train_stage2.py"
-
-    rule summarize:
-        """results/summary.csv: both stages' runs."""
-        input:
-            runs=PLAN.run_files(tuple(PLAN.runs)),
-            stage2=stage2_jobs,
-            plan=PLAN.paths.stage2_plan(),
-        output:
-            PLAN.paths.summary(),
-        log:
-            f"{RESULTS}/logs/summarize.log",
-        conda:
-            ENV
-        script:
-            "../scripts/summarize.py"

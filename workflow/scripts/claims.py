@@ -22,9 +22,10 @@ record = read_record(snakemake.input.plan) if "plan" in snakemake.input.keys() e
 looks = int(record["looks"]) if record else 1
 paths = write_ledger(claims.numbers, summary, snakemake.params.stem)  # noqa: F821
 table = staged_ledger(words, summary, record)
-# the null on the first stage's runs (the second stage's were chosen by the real labels)
-first = {e["run_id"] for e in record["runs"]} if record else set()
-null = null_shares(words, summary[~summary["run_id"].isin(first)], looks=looks)
+# the null on the first stage's runs (the second stage's were chosen by the real labels; a
+# run it asked for that the plan already trains is a first-stage run)
+added = {e["run_id"] for e in record["runs"] if not e["planned"]} if record else set()
+null = null_shares(words, summary[~summary["run_id"].isin(added)], looks=looks)
 lines = null_lines(null, words.rule.alpha / looks, table["verdict"])
 paths += write_words(table, words, snakemake.params.words_stem, looks=looks,  # noqa: F821
                      null_lines=lines)

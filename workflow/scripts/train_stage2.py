@@ -14,7 +14,7 @@ torch.set_num_threads(snakemake.threads)  # noqa: F821
 params = snakemake.params  # noqa: F821
 record = read_record(snakemake.input.plan)  # noqa: F821
 plan = load_plan(snakemake.config)  # noqa: F821
-bundles, trained = job_bundles(record, snakemake.wildcards.job, plan.paths)  # noqa: F821
+bundles, trained = job_bundles(record, snakemake.wildcards.job, plan)  # noqa: F821
 status = train_job(bundles, data_dir=params.data_dir, device=params.device,
                    checkpoint_minutes=params.checkpoint_minutes, together=params.together,
                    data_workers=params.data_workers)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +37,10 @@ import pandas as pd
 
 from fednorm.claims.verdicts import Comparison, Judged, Unit, compare_all, judge_compared
 from fednorm.claims.words import CONTRADICTED, INCONCLUSIVE, Relation, Words
-from fednorm.config import Paths, RunConfig, run_config
+from fednorm.config import RunConfig
 from fednorm.io import write_text
-from fednorm.plan import RUN_FILES, Plan, bundles
-from fednorm.plan.stage2 import Stage2, with_budget, with_seed
+from fednorm.plan import Plan, bundles
+from fednorm.plan.stage2 import Stage2, stage2_runs, with_budget, with_seed
 
 LOOKS = 2
 
@@ -217,8 +216,11 @@ def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, 
                      plan.stage2.share * first, plan.runs, measured)
     runs: dict[str, dict[str, Any]] = {}
     cost: dict[str, float] = {}
+    configs: dict[str, RunConfig] = {}  # the runs to train: those the plan does not have
     for request in chosen:
         for added in request.runs:
+            if added.cfg.run_id not in plan.runs:
+                configs[added.cfg.run_id] = added.cfg
             entry = runs.setdefault(added.cfg.run_id, {
                 "run_id": added.cfg.run_id, "config": added.cfg.identity(), "groups": [],
                 "why": [], "source": added.twin_of, "planned": added.cfg.run_id in plan.runs})
@@ -226,7 +228,6 @@ def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, 
             entry["why"].append(f"{request.kind}: {request.claim}"
                                 + (f" ({request.unit})" if request.unit else ""))
             cost[added.cfg.run_id] = measured.get(added.copies, 0.0) * added.factor
-    configs = {r: plan_config(e) for r, e in runs.items() if not e["planned"]}
     packed = bundles(configs, plan.execution.planned_bundle_size)
     jobs = balanced_jobs(packed, cost, plan.stage2.jobs)
     return {"looks": LOOKS, "budget": plan.stage2.budget, "runs": list(runs.values()),
@@ -250,10 +251,6 @@ def balanced_jobs(packed: dict[str, tuple[str, ...]], cost: Mapping[str, float],
             for ids in members if ids}
 
 
-def plan_config(entry: dict[str, Any]) -> RunConfig:
-    return run_config(entry["config"], where="stage2 plan")
-
-
 def write_record(record: dict[str, Any], path: str | Path) -> Path:
     write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return Path(path)
@@ -263,20 +260,19 @@ def read_record(path: str | Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
 
 
-def job_bundles(record: dict[str, Any], job: str, paths: Paths
+def job_bundles(record: dict[str, Any], job: str, plan: Plan
                 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The bundles of one training job of ``record`` as fednorm.run.train_job takes them (their
-    runs that are not complete: a finished run is never trained again), and every run id of
-    the job."""
-    configs = {e["run_id"]: plan_config(e) for e in record["runs"]}
+    runs that are not complete, :meth:`fednorm.plan.Plan.is_complete`: a finished run is never
+    trained again), and every run id of the job."""
+    plan = plan.with_runs(stage2_runs(record))
     out, every = [], []
     for bundle_id, members in record["jobs"][job].items():
         every += members
-        pending = [r for r in members
-                   if not all(os.path.exists(f"{paths.run_dir(r)}/{f}") for f in RUN_FILES)]
+        pending = [r for r in members if not plan.is_complete(r)]
         if pending:
             out.append({"bundle_id": bundle_id,
-                        "runs": [configs[r].identity() for r in pending],
-                        "out_dirs": [paths.run_dir(r) for r in pending],
-                        "resume": paths.resume_point(bundle_id)})
+                        "runs": [plan.runs[r].identity() for r in pending],
+                        "out_dirs": [plan.paths.run_dir(r) for r in pending],
+                        "resume": plan.paths.resume_point(bundle_id)})
     return out, every

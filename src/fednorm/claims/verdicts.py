@@ -543,12 +543,13 @@ def judge(words: Words, summary: pd.DataFrame, looks: int = 1) -> list[Judged]:
     return judge_compared(words, compare_all(words, summary), looks)
 
 
-def twin_comparisons(words: Words, summary: pd.DataFrame, twins: dict[str, str],
-                     tag: str) -> dict[str, list[Comparison]]:
-    """Each claim's units with every side's runs replaced by their ``twins`` (run id -> run id:
-    the same run at a multiple of its budget, fednorm.claims.stage2), the units pooled under
-    ``tag``; a unit whose sides have no twin has no sides ('no run ...': not run)."""
-    compared = compare_all(words, summary)  # no claim selects an '@x' twin
+def twin_comparisons(words: Words, compared: dict[str, list[Comparison]],
+                     summary: pd.DataFrame, twins: dict[str, str], tag: str
+                     ) -> dict[str, list[Comparison]]:
+    """Each claim's units (``compared``, :func:`compare_all` on ``summary``) with every side's
+    runs replaced by their ``twins`` in ``summary`` (run id -> run id: the same run at a
+    multiple of its budget, fednorm.claims.stage2), the units pooled under ``tag``; a unit
+    whose sides have no twin has no sides ('no run ...': not run)."""
     cache: Sides = {}
     out = {}
     for claim in words.claims:

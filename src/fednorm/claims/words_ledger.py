@@ -19,6 +19,7 @@ from fednorm.claims.stats import bh
 from fednorm.claims.verdicts import (
     Judged,
     Unit,
+    compare_all,
     deciding,
     judge,
     judge_compared,
@@ -212,10 +213,10 @@ def staged_ledger(words: Words, summary: pd.DataFrame,
         return words_ledger(words, summary)
     looks = int(record["looks"])
     twins = {e["source"]: e["run_id"] for e in record["runs"] if e.get("source")}
-    first = ledger_of(words, judge(words, summary, looks))  # no claim selects an '@x' twin
-    tag = f"@x{record['budget']}"
-    doubled = ledger_of(words, judge_compared(words, twin_comparisons(words, summary, twins, tag),
-                                              looks))
+    compared = compare_all(words, summary)  # no claim selects an '@x' twin
+    first = ledger_of(words, judge_compared(words, compared, looks))
+    twinned = twin_comparisons(words, compared, summary, twins, f"@x{record['budget']}")
+    doubled = ledger_of(words, judge_compared(words, twinned, looks))
     return budget_checked(first, doubled)
 
 
