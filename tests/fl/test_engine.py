@@ -132,7 +132,9 @@ def test_dsgd_gn_two_steps_equal_sgd_on_the_union_batch():
 
 @pytest.mark.parametrize("normalizer", ["fbn", "bn", "fixbn", "gn", "hybridbn"])
 def test_fedavg_with_one_local_step_equals_dsgd(normalizer):
-    cfg = tiny_config(normalizer=normalizer, momentum=0.9, steps=4, fixbn_freeze=0.5)
+    # Hybrid BN with one shared d (each client's own d trains on FedAvg's clients alone)
+    shared = {"hybridbn_mixing": "shared"} if normalizer == "hybridbn" else {}
+    cfg = tiny_config(normalizer=normalizer, momentum=0.9, steps=4, fixbn_freeze=0.5, **shared)
     m_dsgd, m_avg = twin_models(cfg)
     x, y, parts = client_data()
     dsgd = make_trainer([cfg], [m_dsgd], normalizer_for(cfg), batches_for(x, y, parts, seed=3))
@@ -288,30 +290,41 @@ def stats_images(replay: ClientBatches, cfg, first_step: int) -> list[torch.Tens
     return [xs[i * S:(i + 1) * S] for i in range(cfg.n_clients)]
 
 
-@pytest.mark.parametrize("report", ["mixed", "batch"])
+@pytest.mark.parametrize(("mixing", "report"),
+                         [("shared", "mixed"), ("shared", "batch"), ("client", "mixed")])
 @pytest.mark.parametrize("local_steps", [1, 2])
-def test_hybrid_bn_round_equals_per_client_loop_with_global_model_statistics(report,
+def test_hybrid_bn_round_equals_per_client_loop_with_global_model_statistics(mixing, report,
                                                                               local_steps):
     """Hybrid BN, Algorithm 1 (fednorm.norms.rules.HybridStats), in float64: a round equals a
-    per-client loop in which (a) each client first runs the downloaded global model on its
-    own round-start images, each BN layer written out by hand (tests/fl/client_loop.py), the
-    server pooling the reported (mixed or raw) statistics count-weighted and smoothing them
-    with hybridbn_momentum; (b) then each client trains E steps normalizing with the round's
-    G mixed with its batch (G does not move on the clients); (c) the server averages the
-    parameters. Two rounds, DSGD (E = 1) and FedAvg (E = 2)."""
+    per-client loop in which (a) each client first runs the downloaded global model (with its
+    own d: ``hybridbn_mixing: client``, the authors' code) on its own round-start images, each
+    BN layer written out by hand (tests/fl/client_loop.py), the server pooling the reported
+    (mixed or raw) statistics count-weighted and smoothing them with hybridbn_momentum; (b)
+    then each client trains E steps normalizing with the round's G mixed with its batch (G
+    does not move on the clients); (c) the server averages the parameters, d included, and
+    each client keeps its own d for its next round (its first round starts from the global
+    d). Two rounds, E = 1 (DSGD with one shared d) and E = 2."""
     cfg = tiny_config(normalizer="hybridbn", local_steps=local_steps, steps=2 * local_steps,
                       momentum=0.5, hybridbn_report=report, hybridbn_momentum=0.3,
-                      hybridbn_stats_images=5)
+                      hybridbn_stats_images=5, hybridbn_mixing=mixing)
     m_run, m_ref, trainer, replay = hybrid_trainer(cfg)
-    assert isinstance(trainer, DSGD if local_steps == 1 else FedAvg)
+    assert isinstance(trainer, DSGD if local_steps == 1 and mixing == "shared" else FedAvg)
     for first in range(0, cfg.steps, cfg.local_steps):
         trainer.round(first)
     n, E = cfg.n_clients, cfg.local_steps
     momenta = [[torch.zeros_like(p) for p in m_ref.parameters()] for _ in range(n)]
+    own_d: list[dict[str, torch.Tensor] | None] = [None] * n  # none until a client trains
+
+    def client_model(i: int) -> torch.nn.Module:
+        client = copy.deepcopy(m_ref)
+        if mixing == "client" and own_d[i] is not None:
+            client.load_state_dict({**client.state_dict(), **own_d[i]})
+        return client
+
     for first in range(0, cfg.steps, E):
-        new_stats = hybrid_start_statistics(m_ref, stats_images(replay, cfg, first), report,
+        clients = [client_model(i) for i in range(n)]
+        new_stats = hybrid_start_statistics(clients, stats_images(replay, cfg, first), report,
                                             cfg.hybridbn_momentum)
-        clients = [copy.deepcopy(m_ref) for _ in range(n)]
         for step in range(first, first + E):
             xb, yb = draw(replay, step)
             for i, client in enumerate(clients):
@@ -326,11 +339,12 @@ def test_hybrid_bn_round_equals_per_client_loop_with_global_model_statistics(rep
                         p.sub_(cfg.lr[0] * m)
         with torch.no_grad():
             states = [c.state_dict() for c in clients]
+            own_d = [{k: t.clone() for k, t in st.items() if k.endswith(".mix")} for st in states]
             new = {k: torch.stack([st[k] for st in states]).mean(0) for k in states[0]}
             for name, (mean, var) in new_stats.items():
                 new[f"{name}.running_mean"], new[f"{name}.running_var"] = mean, var
             m_ref.load_state_dict(new)
-        if E == 1:  # DSGD keeps one momentum buffer: the clients' mean (linear update)
+        if isinstance(trainer, DSGD):  # one momentum buffer: the clients' mean (linear update)
             mean_m = [torch.stack(ms).mean(0) for ms in zip(*momenta, strict=True)]
             momenta = [[m.clone() for m in mean_m] for _ in range(n)]
     assert_models_close(m_run, m_ref, rtol=1e-8, atol=1e-9)  # sums in another order
@@ -341,6 +355,12 @@ def test_hybrid_bn_round_equals_per_client_loop_with_global_model_statistics(rep
                                        rtol=1e-10, atol=1e-12)
     layer = bn_layers(m_run)[0]
     assert not torch.allclose(layer.running_var, torch.ones_like(layer.running_var))
+    if mixing == "client":  # each client's own d, as the loop's; clients on other data differ
+        key = f"{layer.key}.mix"
+        kept = trainer.state.local[key][0]  # (n, C)
+        torch.testing.assert_close(kept, torch.stack([d[key] for d in own_d]), rtol=1e-8,
+                                   atol=1e-9)
+        assert not torch.allclose(kept[0], kept[1])
 
 
 def test_hybrid_bn_global_statistics_after_a_round_do_not_depend_on_the_learning_rate():
@@ -810,3 +830,66 @@ def test_attacked_updates_are_combined_by_the_servers_rule(aggregator, nnm):
                                                             start.parameters(), strict=True)])
     torch.testing.assert_close(moved, expected, rtol=1e-9, atol=1e-12)
     assert moved.abs().max() > 1e-4  # the round did move the weights
+
+
+# --- the official recipes' options: gradient clipping, data-size-weighted averaging -----------
+
+
+def recipe_reference(cfg, model, replay: ClientBatches, rounds: int, sizes: list[int]):
+    """FedAvg with GroupNorm written the plain way, with the recipes' options: each client's
+    gradient clipped by torch.nn.utils.clip_grad_norm_ (``clip_norm``) before its momentum
+    step, and the server's average weighted by the clients' images (``weighted_average``)."""
+    n, E = cfg.n_clients, cfg.local_steps
+    total = sum(sizes)
+    weights = [s / total for s in sizes] if cfg.weighted_average else [1 / n] * n
+    momenta = [[torch.zeros_like(p) for p in model.parameters()] for _ in range(n)]
+    step = 0
+    for _ in range(rounds):
+        clients = [copy.deepcopy(model) for _ in range(n)]
+        for _ in range(E):
+            xb, yb = draw(replay, step)
+            step += 1
+            for i, client in enumerate(clients):
+                rows = slice(i * B, (i + 1) * B)
+                params = list(client.parameters())
+                grads = torch.autograd.grad(F.nll_loss(client(xb[rows]), yb[rows]), params)
+                if cfg.clip_norm is not None:
+                    for p, g in zip(params, grads, strict=True):
+                        p.grad = g.clone()
+                    torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm)
+                    grads = [p.grad for p in params]
+                with torch.no_grad():
+                    for p, m, g in zip(params, momenta[i], grads, strict=True):
+                        m.mul_(cfg.momentum).add_((1 - cfg.momentum) * g)
+                        p.sub_(cfg.lr[0] * m)
+        with torch.no_grad():
+            states = [c.state_dict() for c in clients]
+            model.load_state_dict({k: sum(w * s[k] for w, s in zip(weights, states, strict=True))
+                                   for k in states[0]})
+    return model
+
+
+@pytest.mark.parametrize(("clip_norm", "weighted", "local_steps"),
+                         [(0.05, False, 2), (0.05, False, 1), (None, True, 2),
+                          (None, True, 1), (0.05, True, 2)])
+def test_recipe_options_equal_a_per_client_loop(clip_norm, weighted, local_steps):
+    """``clip_norm`` (each client's gradient at most this global L2 norm, as
+    clip_grad_norm_) and ``weighted_average`` (the parameters averaged with weights |D_i| /
+    |D|) against the plain loop, on clients of 3, 6 and 9 images; both move the result (the
+    clip is active at 0.05; equal weights would give another model). E = 1 trains on
+    FedAvg's clients too (the fused DSGD step has one gradient: the clients' mean)."""
+    cfg = tiny_config(local_steps=local_steps, steps=2 * local_steps, momentum=0.5, lr=[0.5],
+                      clip_norm=clip_norm, weighted_average=weighted)
+    x, y, _ = client_data(per_client=6)
+    parts = [torch.arange(0, 3), torch.arange(3, 9), torch.arange(9, 18)]
+    m_run, m_ref = twin_models(cfg)
+    trainer = make_trainer([cfg], [m_run], normalizer_for(cfg), batches_for(x, y, parts, 4))
+    assert isinstance(trainer, FedAvg)
+    for first in range(0, cfg.steps, cfg.local_steps):
+        trainer.round(first)
+    recipe_reference(cfg, m_ref, batches_for(x, y, parts, 4), 2, [3, 6, 9])
+    assert_models_close(m_run, m_ref)
+    plain = copy.deepcopy(twin_models(cfg)[1])
+    recipe_reference(run_config({**cfg.identity(), "clip_norm": None, "weighted_average": False}),
+                     plain, batches_for(x, y, parts, 4), 2, [3, 6, 9])
+    assert not torch.allclose(plain.classifier[3].bias, m_ref.classifier[3].bias)

@@ -185,24 +185,41 @@ def per_client_reference(cfg, model, x, y, parts, rounds):
     parameters and (naive BN) running statistics. Idle clients do nothing.
 
     Hybrid BN (``normalizer: hybridbn``): the clients' statistics stay the round's global G;
-    the server pools the statistics of the downloaded global model on the participants'
-    round-start images alone (tests/fl/client_loop.py, drawn for all n clients: a
-    participant's rows are the same).
+    the server pools the statistics of the downloaded global model (with each participant's
+    own d) on the participants' round-start images alone (tests/fl/client_loop.py, drawn for
+    all n clients: a participant's rows are the same).
+
+    Own parts (``own_keys``: names of the state dict): each client keeps them from the rounds
+    it takes part in; a client that never took part starts from the model's values at the
+    start (``never_averaged``: FedBN's, SiloBN's) or from the global ones (Hybrid BN's d, which
+    the server also averages). The server never averages the ``never_averaged`` ones, and
+    aggregates no statistics when they are among them.
     """
     n, E = cfg.n_clients, cfg.local_steps
     hybrid = cfg.normalizer == "hybridbn"
+    own_keys, never_averaged = own_parts(cfg, model)
+    initial = {k: t.clone() for k, t in model.state_dict().items() if k in own_keys}
+    own: dict[int, dict[str, torch.Tensor]] = {}
     replay = ClientBatches(x, y, [parts], B, [cfg.seed])
     S = cfg.hybridbn_stats_images
     stat_replay = replay.resized(S, rng.STATISTICS)
     buffers: dict[int, list[torch.Tensor]] = {}
+
+    def client_model(i: int) -> torch.nn.Module:
+        client = copy.deepcopy(model)
+        start = own.get(i, {k: initial[k] for k in never_averaged})
+        client.load_state_dict({**client.state_dict(), **start})
+        return client
+
     for rnd in range(rounds):
         first = rnd * E
         who = drawn(cfg, first)
+        clients = {i: client_model(i) for i in who}
         if hybrid:
             xs = stat_replay.sample(first)[0][0]
-            new_stats = hybrid_start_statistics(model, [xs[i * S:(i + 1) * S] for i in who],
+            new_stats = hybrid_start_statistics(list(clients.values()),
+                                                [xs[i * S:(i + 1) * S] for i in who],
                                                 cfg.hybridbn_report, cfg.hybridbn_momentum)
-        clients = {i: copy.deepcopy(model) for i in who}
         layers = {i: bn_layers(c) for i, c in clients.items()}  # names the report keys
         opts = {}
         for i, client in clients.items():
@@ -228,12 +245,30 @@ def per_client_reference(cfg, model, x, y, parts, rounds):
         for i, client in clients.items():
             buffers[i] = [opts[i].state[p]["momentum_buffer"].clone()
                           for p in client.parameters()]
+        for i, client in clients.items():
+            own[i] = {k: t.clone() for k, t in client.state_dict().items() if k in own_keys}
         states = [c.state_dict() for c in clients.values()]
         new = {k: torch.stack([s[k] for s in states]).mean(0) for k in states[0]}
         for name, (mean, var) in new_stats.items() if hybrid else ():
             new[f"{name}.running_mean"], new[f"{name}.running_var"] = mean, var
+        stats_kept = any("running" in k for k in never_averaged)
+        for k, t in model.state_dict().items():
+            if k in never_averaged or (stats_kept and "running" in k):
+                new[k] = t  # the clients' own parts never come back into the global model
         model.load_state_dict(new)
-    return model, buffers
+    return model, buffers, own
+
+
+def own_parts(cfg, model) -> tuple[set[str], set[str]]:
+    """The state-dict names each client keeps (FedBN: its BN layers' statistics and affine
+    parameters; SiloBN: the statistics; Hybrid BN with its own d: the layers' mix), and those
+    of them the server never averages (all but Hybrid BN's d)."""
+    parts = {"fedbn": ("running_mean", "running_var", "weight", "bias"),
+             "silobn": ("running_mean", "running_var")}.get(cfg.normalizer, ())
+    keys = {f"{layer.key}.{p}" for layer in bn_layers(model) for p in parts}
+    if cfg.normalizer == "hybridbn" and cfg.hybridbn_mixing == "client":
+        return {f"{layer.key}.mix" for layer in bn_layers(model)}, set()
+    return keys, keys
 
 
 def fresh_model(cfg):
@@ -252,7 +287,7 @@ def trained_as_the_reference(cfg, x, y, parts, rounds):
     assert isinstance(trainer, FedAvg)
     for first in range(0, cfg.steps, cfg.local_steps):
         trainer.round(first)
-    ref_model, buffers = per_client_reference(cfg, ref, x, y, parts, rounds)
+    ref_model, buffers, _ = per_client_reference(cfg, ref, x, y, parts, rounds)
     for k, t in ref_model.state_dict().items():
         torch.testing.assert_close(model.state_dict()[k], t, rtol=1e-10, atol=1e-12,
                                    msg=lambda msg, k=k: f"{k}: {msg}")
@@ -348,6 +383,46 @@ def test_hybrid_bn_pools_only_the_drawn_participants_batches(rounds):
     assert not torch.allclose(first.running_var, torch.ones_like(first.running_var))
     if rounds == 1:
         assert first.running_mean.abs().max() < 5  # nothing of the +100 clients
+
+
+@pytest.mark.parametrize("normalizer", ["fedbn", "silobn", "hybridbn"])
+def test_clients_keep_their_own_parts_across_the_rounds_they_miss(normalizer):
+    """n = 5, m = 2 a round, E = 2, 5 rounds: FedBN's and SiloBN's own BN parts and Hybrid BN's
+    own d under partial participation. Parameters and statistics as the per-client loop in
+    which each client keeps its own parts (``per_client_reference``, float64); each client's
+    parts in the engine's state as the loop's; an idle client's parts unchanged until it
+    returns (one client at least is drawn, then idle, then drawn again); clients trained on
+    other data hold other parts."""
+    rounds = 5
+    cfg = config(normalizer=normalizer, steps=2 * rounds)
+    x, y, parts = data()
+    model, ref = fresh_model(cfg), fresh_model(cfg)
+    trainer = make_trainer([cfg], [model], normalizer_for(cfg),
+                           ClientBatches(x, y, [parts], B, [cfg.seed]))
+    history = []
+    for first in range(0, cfg.steps, cfg.local_steps):
+        trainer.round(first)
+        history.append({k: t[0].clone() for k, t in trainer.state.local.items()})
+    ref_model, _, own = per_client_reference(cfg, ref, x, y, parts, rounds)
+    for k, t in ref_model.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[k], t, rtol=1e-10, atol=1e-12,
+                                   msg=lambda msg, k=k: f"{k}: {msg}")
+    keys = own_parts(cfg, ref)[0]
+    assert keys and keys == set(trainer.state.local)
+    for i, mine in own.items():
+        for k in keys:
+            torch.testing.assert_close(trainer.state.local[k][0, i], mine[k], rtol=1e-10,
+                                       atol=1e-12)
+    draws = [set(drawn(cfg, r * cfg.local_steps)) for r in range(rounds)]
+    for r in range(1, rounds):
+        for i in set(range(N)) - draws[r]:
+            for k in keys:
+                assert torch.equal(history[r][k][i], history[r - 1][k][i]), (r, i, k)
+    assert any(i in draws[a] and i not in draws[b] and i in draws[c]
+               for i in range(N) for a in range(rounds) for b in range(a + 1, rounds)
+               for c in range(b + 1, rounds))
+    a, b = sorted(own)[:2]
+    assert not all(torch.allclose(own[a][k], own[b][k]) for k in keys)
 
 
 def test_full_participation_is_the_default_run_bit_for_bit():

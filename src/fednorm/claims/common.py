@@ -9,22 +9,18 @@ from typing import Any
 
 import pandas as pd
 
+from fednorm import methods
 from fednorm.config import FIELDS, RunConfig
 from fednorm.results import matches
 
-PAPERS = {
-    "fbn": "FBN: Guerraoui et al., arXiv 2405.14670",
-    "fixbn": "FixBN: Zhong, Chen, Chao, arXiv 2303.06530",
-    "fedtan": "FedTAN: Wang, Shi, Chang, arXiv 2301.02982",
-    "hybridbn": "Hybrid BN: Chen, Xu, Wu, Kittler, ICML 2025, arXiv 2505.21877",
-    "fedwon": "FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
-    "fedfn": "FedFN: Kim, Lee, Oh, Yun, FL@FM-NeurIPS 2023, arXiv 2311.13267",
-}
+# The papers whose claims the ledgers judge: each method's own (its record, fednorm.methods),
+# and FedFN's (a variant of any normalizer: ``feature_norm``)
+PAPERS = {**methods.papers(),
+          "fedfn": "FedFN: Kim, Lee, Oh, Yun, FL@FM-NeurIPS 2023, arXiv 2311.13267"}
 # Each paper's own method, as a group names it: a contradiction of a claim about it must survive
 # twice the budget (fednorm.claims.words_ledger.budget_checked)
-OWN_METHODS = {"fbn": ("normalizer", "fbn"), "fixbn": ("normalizer", "fixbn"),
-               "fedtan": ("normalizer", "fedtan"), "hybridbn": ("normalizer", "hybridbn"),
-               "fedwon": ("normalizer", "fedwon"), "fedfn": ("feature_norm", True)}
+OWN_METHODS = {**{name: ("normalizer", name) for name in methods.papers()},
+               "fedfn": ("feature_norm", True)}
 # Keys that make a run a variant no paper ran: the penultimate feature normalized (FedFN),
 # training images held out for validation, the learning rate rescaled (the tuning grid). A claim
 # that does not name one matches only runs at its default, so that those runs never join the

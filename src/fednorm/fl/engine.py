@@ -246,11 +246,12 @@ class _Trainer:
                 participation_keys([c.seed for c in cfgs], first.device), self.n,
                 self.cfg.participants, self.cfg.local_steps))
         self.dynamics: Dynamics | None = None  # the training dynamics' recorder, when asked
+        self.kept: set[str] = set()  # own parts the server also averages (FedAvg sets them)
         # Hybrid BN: the images of each client's round-start forward of the global model, drawn
         # apart from the training batches (its own stream; the same participants)
-        self.stat_batches = (self.batches.resized(self.cfg.hybridbn_stats_images,
-                                                  rng.STATISTICS)
-                             if self.normalizer.name == "hybridbn" else None)
+        start = self.normalizer.round_start
+        self.stat_batches = (self.batches.resized(start.images, rng.STATISTICS)
+                             if start is not None else None)
         self._steps: dict[tuple, Callable] = {}  # gradient_step's, built once per key
 
     def gradient_step(self, key: tuple, build: Callable[[], Callable]) -> Callable:
@@ -296,6 +297,26 @@ class _Trainer:
         their sums kept in the state."""
         self.dynamics = Dynamics([la.key for la in self.layers], window)
         self.state.dynamics = self.dynamics.zeros(self.runs, self.dropout_keys.device)
+
+    def own_parts(self, who: Tensor | None, kept: bool = False) -> dict[str, Tensor]:
+        """Each client's own parts (the state's ``local``), (R, n, ...), or those of the
+        round's participants ``who`` (R, m); ``kept``: the parts the server also averages
+        (``Normalizer.kept``) alone. Such a part is the global value for a client that has not
+        trained yet: its first round starts from the server's average, as in Hybrid BN's code
+        (a client's ``buffer_w`` is empty until it has trained)."""
+        out = {}
+        for k, own in self.state.local.items():
+            if kept and k not in self.kept:
+                continue
+            rows = own if who is None else _rows(own, who)
+            if k in self.kept:
+                joined = self.state.joined["clients"]
+                joined = joined if who is None else joined.gather(1, who)
+                glob = {**self.state.params, **self.state.stats}[k].unsqueeze(1)
+                rows = torch.where(joined.view(*joined.shape, *[1] * (rows.dim() - 2)), rows,
+                                   glob)
+            out[k] = rows.clone()
+        return out
 
     def participants(self, first_step: int) -> Tensor | None:
         """(R, m) clients taking part in the round from ``first_step``, in increasing order;
@@ -363,12 +384,23 @@ class _Trainer:
         clipped = {k: adaptive_clip(grads[k], params[k], lam, self.unit_dims[k])
                    if lam is not None and k not in self.classifier else grads[k]
                    for k in names}
+        if self.cfg.clip_norm is not None:
+            clipped = self._clip_norm(clipped, self.cfg.clip_norm)
         k = sum(step >= m for m in self.cfg.lr_milestones)
         momentum_step(
             [params[k] for k in names], [clipped[k] for k in names],
             [self.state.momenta[k] for k in names], lr=self.lrs[:, k], beta=self.cfg.momentum,
             convention=self.cfg.momentum_convention, weight_decay=self.cfg.weight_decay,
         )
+
+    def _clip_norm(self, grads: dict[str, Tensor], max_norm: float) -> dict[str, Tensor]:
+        """Each client's gradient, (R, n, ...) per parameter (a per-client path:
+        make_trainer), scaled to at most ``max_norm`` in global L2 norm over the parameters it
+        steps, as torch.nn.utils.clip_grad_norm_ (its coefficient max_norm / (norm + 1e-6), at
+        most 1), after any adaptive clipping; no host synchronization (a tensor coefficient)."""
+        squares = sum(g.pow(2).flatten(2).sum(-1) for g in grads.values())
+        coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)  # (R, n)
+        return {k: g * coef.view(*coef.shape, *[1] * (g.dim() - 2)) for k, g in grads.items()}
 
     @torch.no_grad()
     def _commit(self, reports: Reports, rule: StatRule, beta: float, n: int | None = None,
@@ -395,23 +427,25 @@ class _Trainer:
             self.state.stats[f"{key}.running_var"].copy_(var)
 
     @torch.no_grad()
-    def start_statistics(self, rule: StatRule, first_step: int, beta: float | None = None
+    def start_statistics(self, rule: StatRule, first_step: int, beta: float | None = None,
+                         own: dict[str, Tensor] | None = None
                          ) -> tuple[Reports, dict[str, int]]:
         """Hybrid BN's reports (Algorithm 1): each client of the round from ``first_step`` (all
         n, or its m participants) runs the downloaded global model in training mode, with no
-        gradient, over its own ``hybridbn_stats_images`` images; (R, n or m, C) per layer,
-        moved from the global statistics by ``beta`` (``hybridbn_momentum`` unless given;
-        ``rule.report``). All
-        clients share the weights, so this is one forward over their stacked images, the
-        layers' statistics per client from the client dimension. Also returns each layer's K
-        in this forward (S*H*W, for the server's N/(N-1))."""
-        assert self.stat_batches is not None
+        gradient, over its own ``round_start.images`` images; (R, n or m, C) per layer,
+        moved from the global statistics by ``beta`` (``round_start.momentum`` unless given;
+        ``rule.report``). All clients share the weights but their own parts ``own`` (R, n or
+        m, ...): each client's own d (``Normalizer.kept``), which the layers take per client.
+        So this is one forward over their stacked images, the layers' statistics per client
+        from the client dimension. Also returns each layer's K in this forward (S*H*W, for the
+        server's N/(N-1))."""
+        assert self.stat_batches is not None and self.normalizer.round_start is not None
         x, _ = self.stat_batches.sample(first_step)
         clients = x.shape[1] // self.stat_batches.b
-        beta = self.cfg.hybridbn_momentum if beta is None else beta
+        beta = self.normalizer.round_start.momentum if beta is None else beta
         forward = over_runs(self.forward_fn(rule, clients, beta, union_clients=clients),
                             self.runs)
-        _, reports, _ = forward(self.state.params, self.state.stats, x,
+        _, reports, _ = forward({**self.state.params, **(own or {})}, self.state.stats, x,
                                 rng.fold(self.dropout_keys, rng.STATISTICS, first_step))
         return reports, {la.key: la.elements_per_client for la in self.layers}
 
@@ -424,18 +458,22 @@ class _Trainer:
 
     @contextlib.contextmanager
     def evaluation_statistics(self, step: int) -> Iterator[None]:
-        """Around a test at ``step``: with ``hybridbn_eval: fresh`` (the authors' code), the
-        global statistics recomputed from the current global model as at a round's start
-        (the last round's clients and images, beta = 1: unsmoothed), for the test alone; the
-        clients' G is restored after it. Otherwise nothing changes."""
+        """Around a test at ``step``: with ``round_start.fresh_eval`` (Hybrid BN's
+        fresh evaluation, the authors' code), the global statistics recomputed from
+        the current global model as at a round's start (the last round's clients, with their
+        own d, and images, beta = 1: unsmoothed), for the test alone; the clients' G is
+        restored after it. Otherwise nothing changes."""
         rule = self.normalizer.rule_at(step)
-        if self.stat_batches is None or self.cfg.hybridbn_eval != "fresh" or rule is None:
+        start = self.normalizer.round_start
+        if self.stat_batches is None or start is None or not start.fresh_eval or rule is None:
             yield
             return
         kept = {k: s.clone() for k, s in self.state.stats.items()}
         last = max(step - self.cfg.local_steps, 0)
         # beta 1: the pooled statistics themselves
-        self._commit_start_statistics(self.start_statistics(rule, last, beta=1.0), rule, 1.0)
+        own = self.own_parts(self.participants(last), kept=True)
+        self._commit_start_statistics(self.start_statistics(rule, last, beta=1.0, own=own),
+                                      rule, 1.0)
         try:
             yield
         finally:
@@ -548,7 +586,7 @@ class DSGD(_Trainer):
                                 self.trainable(first_step), commit=start is None)
         if start is not None:
             with self._observed_round():
-                self._commit_start_statistics(start, rule, self.cfg.hybridbn_momentum)
+                self._commit_start_statistics(start, rule, self.normalizer.round_start.momentum)
         self.end_round()
         return loss
 
@@ -569,16 +607,22 @@ class FedAvg(_Trainer):
     def __init__(self, cfgs, models, normalizer, batches) -> None:
         super().__init__(cfgs, models, normalizer, batches)
         self.clients = torch.arange(self.n, device=self.dropout_keys.device)  # dropout streams
-        affine = [f"{la.key}.{p}" for la in self.layers for p in ("weight", "bias")]
-        local_params = affine if "affine" in normalizer.local else []
-        local_stats = self.stat_names if "stats" in normalizer.local else []
-        self.state.local = {
-            **{k: self._per_client(self.state.params[k]) for k in local_params},
-            **{k: self._per_client(self.state.stats[k]) for k in local_stats}}
+        names = {"affine": [f"{la.key}.{p}" for la in self.layers for p in ("weight", "bias")],
+                 "stats": self.stat_names,
+                 "mixing": [f"{la.key}.{p}" for la in self.layers for p in la.mixing]}
+        self.kept = {k for part in normalizer.kept for k in names[part]}
+        everything = {**self.state.params, **self.state.stats}
+        self.state.local = {k: self._per_client(everything[k])
+                            for part in (*normalizer.local, *normalizer.kept)
+                            for k in names[part]}
+        if self.kept:
+            self.state.joined = {"clients": torch.zeros(self.runs, self.n, dtype=torch.bool,
+                                                        device=self.dropout_keys.device)}
 
     @property
     def personalized(self) -> bool:
-        return bool(self.state.local)
+        """Whether each client is tested with its own parts (never averaged: FedBN, SiloBN)."""
+        return bool(set(self.state.local) - self.kept)
 
     def _zero_momentum(self, stacked: Tensor) -> Tensor:
         return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
@@ -591,11 +635,12 @@ class FedAvg(_Trainer):
 
         params = {k: self._per_client(p, n) for k, p in self.state.params.items()}
         stats = {k: self._per_client(s, n) for k, s in self.state.stats.items()}
-        for k, own in self.state.local.items():  # personalized BN: each client's own parts
-            (params if k in params else stats)[k] = own.clone()  # (never partial: the config)
-        # Hybrid BN: the reports of the global model at the round's start; the clients'
-        # statistics stay the round's global ones while they train
-        start = (self.start_statistics(rule, first_step)
+        for k, own in self.own_parts(who).items():  # each client's own parts, kept by it
+            (params if k in params else stats)[k] = own
+        # Hybrid BN: the reports of the global model (with each client's own d) at the round's
+        # start; the clients' statistics stay the round's global ones while they train
+        start = (self.start_statistics(rule, first_step,
+                                       own={k: params[k] for k in self.kept})
                  if rule is not None and rule.reports_at_round_start and self.layers else None)
         step = self.gradient_step(("clients", rule, n), lambda: over_runs(
             vmap(self.grad_fn(rule, 1, union_clients=n)), R))
@@ -613,10 +658,19 @@ class FedAvg(_Trainer):
             for k, m in every.items():
                 m.scatter_(1, _row_index(who, m), trained[k])
             self.state.momenta = every
-        for k, own in self.state.local.items():  # kept by the clients, never averaged
-            own.copy_(params[k] if k in params else stats[k])
-        self._aggregate(params, stats, rule, set(names) - set(self.state.local), start,
-                        clients=n)
+        for k, own in self.state.local.items():  # kept by the clients (idle ones' as they were)
+            new = params[k] if k in params else stats[k]
+            if who is None:
+                own.copy_(new)
+            else:
+                own.scatter_(1, _row_index(who, own), new)
+        if self.kept:
+            joined = self.state.joined["clients"]
+            joined.copy_(torch.ones_like(joined) if who is None else
+                         joined.scatter(1, who, True))
+        # the parts the clients keep to themselves are never averaged; kept ones are
+        self._aggregate(params, stats, rule, set(names) - (set(self.state.local) - self.kept),
+                        start, clients=n, who=who)
         self.end_round(trained if who is not None else None)
         return total
 
@@ -653,37 +707,49 @@ class FedAvg(_Trainer):
         return t.unsqueeze(1).expand(t.shape[0], n or self.n, *t.shape[1:]).clone()
 
     @torch.no_grad()
-    def _average_params(self, params: dict[str, Tensor], trained: set[str]) -> None:
-        """The server's new parameters from the clients' (R, n, ...) (the participants' (R, m,
-        ...)): their average or, with ``attack_updates``, the robust rule on their updates;
-        those not ``trained`` this round keep their global value exactly."""
+    def _average_params(self, params: dict[str, Tensor], trained: set[str],
+                        who: Tensor | None = None) -> None:
+        """The server's new parameters from the clients' (R, n, ...) (the participants' ``who``
+        (R, m, ...)): their average (``weighted_average``: weighted by the clients' images,
+        |D_i| / sum_j |D_j| over the round's clients) or, with ``attack_updates``, the robust
+        rule on their updates; those not ``trained`` this round keep their global value
+        exactly."""
         if self.cfg.attack_updates:
             combined = over_runs(self._combine_updates, self.runs)(params, self.state.params)
             for k, p in combined.items():
                 if k in trained:
                     self.state.params[k].copy_(p)
-        else:
-            for k, p in params.items():
-                if k in trained:
-                    self.state.params[k].copy_(p.mean(1))
+            return
+        weights = self._client_weights(who) if self.cfg.weighted_average else None
+        for k, p in params.items():
+            if k in trained:
+                mean = p.mean(1) if weights is None else (
+                    p * weights.view(*weights.shape, *[1] * (p.dim() - 2))).sum(1)
+                self.state.params[k].copy_(mean)
+
+    def _client_weights(self, who: Tensor | None) -> Tensor:
+        """(R, n or m): each client's share of the round's clients' training images."""
+        sizes = self.batches.sizes if who is None else self.batches.sizes.gather(1, who)
+        sizes = sizes.to(self.lrs.dtype)
+        return sizes / sizes.sum(1, keepdim=True)
 
     @torch.no_grad()
     def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
                    rule: StatRule | None, trained: set[str] | None = None,
                    start: tuple[Reports, dict[str, int]] | None = None,
-                   clients: int | None = None) -> None:
+                   clients: int | None = None, who: Tensor | None = None) -> None:
         """The server's round: parameters (those not ``trained`` this round keep their global
         value exactly), then BN statistics: from the clients' running ``stats``, or from their
         reports at the round's ``start`` (Hybrid BN: :meth:`start_statistics`). ``clients``:
-        the rows of ``params`` and ``stats`` when not n_clients (the round's m
-        participants)."""
+        the rows of ``params`` and ``stats`` when not n_clients (the round's m participants
+        ``who``)."""
         n = clients or self.n
-        self._average_params(params, set(self.names) if trained is None else trained)
+        self._average_params(params, set(self.names) if trained is None else trained, who)
         if not self.layers or self.normalizer.static or "stats" in self.normalizer.local:
             return  # nothing to aggregate: no running statistics, or the clients keep theirs
         if start is not None:
             with self._observed_round():
-                self._commit_start_statistics(start, rule, self.cfg.hybridbn_momentum)
+                self._commit_start_statistics(start, rule, self.normalizer.round_start.momentum)
             return
         reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
                    for la in self.layers}
@@ -813,7 +879,9 @@ def make_trainer(
     the gradient steps (None: eager; :meth:`_Trainer.gradient_step`)."""
     cfg = cfgs[0]
     fedavg = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
-              or bool(normalizer.local) or normalizer.static or normalizer.agc is not None)
+              or bool(normalizer.local or normalizer.kept) or normalizer.static
+              or normalizer.agc is not None or cfg.clip_norm is not None
+              or cfg.weighted_average)
     # FedTAN: one forward over all clients' stacked batches
     cls = FedTAN if normalizer.clientwise else FedAvg if force_fedavg or fedavg else DSGD
     trainer = cls(cfgs, models, normalizer, batches)

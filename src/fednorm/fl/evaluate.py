@@ -38,15 +38,17 @@ def evaluate_chunks(trainer: _Trainer, chunks: Chunks, label_dist: Tensor
     answers per class, images per class) are accumulated over the chunks.
 
     The model tested is the global one; with personalized BN (FedBN, SiloBN: the state's
-    ``local`` parts) there is none, and client i's model is the averaged weights with its own
-    BN parts: then the accuracy and NLL are the mean over the clients' models on the (global)
-    test set. The local accuracy is sum_c p_i(c) acc_i(c) averaged over the clients i, with
-    p_i = ``label_dist`` (R, n, classes) the label distribution of client i's training data
-    and acc_i(c) the accuracy of client i's model (or the global one) on the test images of
-    class c: its test set drawn from its own label distribution, in expectation.
+    ``local`` parts that the server never averages; Hybrid BN's d, which it averages, is
+    tested as the global model's) there is none, and client i's model is the averaged
+    weights with its own BN parts: then the accuracy and NLL are the mean over the clients'
+    models on the (global) test set. The local accuracy is sum_c p_i(c) acc_i(c) averaged over
+    the clients i, with p_i = ``label_dist`` (R, n, classes) the label distribution of client
+    i's training data and acc_i(c) the accuracy of client i's model (or the global one) on the
+    test images of class c: its test set drawn from its own label distribution, in
+    expectation.
     """
     model, runs = trainer.model, trainer.runs
-    local = trainer.state.local
+    local = {k: own for k, own in trainer.state.local.items() if k not in trainer.kept}
     model.eval()
     if local:
         def clients(p, s, own, xb):  # one run: (n, B, classes), a model per client

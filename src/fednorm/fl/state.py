@@ -29,7 +29,8 @@ from torch.utils._pytree import tree_map
 # each run's rows so far, the columns of fednorm.metrics.METRIC_COLUMNS and fednorm.fl.train's
 # LAYER_COLUMNS and DYNAMICS_COLUMNS; a finished run's TrainResult has the same three lists
 HISTORY = ("rows", "layer_rows", "dynamics_rows")
-MODEL_PARTS = ("params", "stats", "momenta", "local")  # written in place by load_state_dict
+# written in place by load_state_dict
+MODEL_PARTS = ("params", "stats", "momenta", "local", "joined")
 
 
 def empty_history() -> dict[str, list[dict]]:
@@ -45,8 +46,12 @@ class BundleState:
     stats: dict[str, Tensor]  # BN running statistics, (R, C)
     momenta: dict[str, Tensor]  # (R, *shape) (DSGD) or (R, n, *shape) (FedAvg)
     loss_sum: Tensor  # (R,): the training loss summed since the last evaluation point
-    # the clients' own parts (FedBN, SiloBN: fednorm.fl.engine.FedAvg), (R, n, ...)
+    # the clients' own parts (FedBN, SiloBN, Hybrid BN's d: fednorm.fl.engine.FedAvg), (R, n,
+    # ...), kept for every client across rounds
     local: dict[str, Tensor] = field(default_factory=dict)
+    # "clients": (R, n) bool, whether each client has trained (and so holds its own parts that
+    # the server also averages: Normalizer.kept); empty when none are
+    joined: dict[str, Tensor] = field(default_factory=dict)
     # the training dynamics' sums (fednorm.fl.dynamics.Dynamics.zeros), when recorded
     dynamics: dict[str, Any] | None = None
     history: list[dict[str, list[dict]]] = field(default_factory=list)  # per run: HISTORY
@@ -86,7 +91,7 @@ class BundleState:
         parts copied into this state's tensors, the rest moved to their device; the rows are
         copied, so that training on never appends to ``saved``'s."""
         for part in MODEL_PARTS:
-            own, new = getattr(self, part), saved[part]
+            own, new = getattr(self, part), saved.get(part, {})
             if own.keys() != new.keys():
                 raise ValueError(f"BundleState: the saved {part} have other keys")
             for k, t in own.items():

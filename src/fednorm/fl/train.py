@@ -210,7 +210,7 @@ class _Bundle:
             trainer.record_dynamics(cfg.dynamics_window)
         if state is not None:
             trainer.state.load_state_dict(state.state_dict())
-        elif cfg.fbn_init == "first_batch" and cfg.normalizer == "fbn":
+        elif trainer.normalizer.calibrate:
             trainer.calibrate()
         self.live = _Loop(cfgs, ids, data, trainer, _probe(cfgs, data, parts),
                           label_distributions(data, parts), self)

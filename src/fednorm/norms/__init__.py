@@ -92,6 +92,7 @@ from fractions import Fraction
 
 from torch import nn
 
+from fednorm import methods
 from fednorm.config import RunConfig
 from fednorm.norms.layer import FedBatchNorm2d, HybridBatchNorm2d, NormContext, norm_context
 from fednorm.norms.per_sample import (
@@ -126,6 +127,7 @@ __all__ = [
     "LayerNorm2d",
     "NormContext",
     "Normalizer",
+    "RoundStart",
     "ScaledWSConv2d",
     "StatRule",
     "Stats",
@@ -142,15 +144,33 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class RoundStart:
+    """Statistics of the downloaded global model at a round's start (Hybrid BN's reports:
+    fednorm.norms.rules.HybridStats; fednorm.fl.engine._Trainer.start_statistics)."""
+
+    images: int  # per client, in one no-grad training-mode forward
+    momentum: float  # the server's smoothing a round (fednorm.methods.per_round)
+    fresh_eval: bool  # each test recomputes them from the current global model, unsmoothed
+
+
+@dataclass(frozen=True)
 class Normalizer:
+    """The engine's view of one run's method: its layer, its rule at each step, and the flags
+    the engine reads (from the method's record, fednorm.methods, and the run's keys)."""
+
     name: str
     make_layer: Callable[[int], nn.Module] | None  # channels -> layer; None: no normalization
     rule_at: Callable[[int], StatRule | None]  # 0-based step -> rule active during that step
     conv: Callable[..., nn.Conv2d] = nn.Conv2d  # the models' convolution (nn.Conv2d signature)
     freeze_affine_at: int | None = None  # first step with BN's gamma, beta frozen; None: never
     clientwise: bool = False  # layers take client-stacked weights (FedTAN's one forward pass)
-    local: tuple[str, ...] = ()  # BN parts each client keeps: "stats", "affine" (personalized)
+    local: tuple[str, ...] = ()  # BN parts each client keeps, never averaged: "stats", "affine"
+    # BN parts each client keeps while the server also averages them into the global model, a
+    # client starting from that average on its first round ("mixing": Hybrid BN's own d)
+    kept: tuple[str, ...] = ()
     static: bool = False  # no running statistics in training; one pass before each test
+    round_start: RoundStart | None = None  # reports at a round's start (Hybrid BN)
+    calibrate: bool = False  # shared statistics from one union batch before training (FBN)
     agc: float | None = None  # adaptive gradient clipping's lambda (FedWon); None: no clipping
     # NF-ResNet residual scaling alpha of the ResNets (FedWon; fednorm.models.resnet); None:
     # plain residual sums
@@ -181,54 +201,71 @@ def _identity(channels: int) -> nn.Module:
     return nn.Identity()
 
 
+def _always(rule: StatRule) -> Callable[[int], StatRule]:
+    return lambda step: rule
+
+
+def _bn(cfg: RunConfig, rule: StatRule, **flags) -> dict:
+    return dict(make_layer=lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps), rule_at=_always(rule),
+                **flags)
+
+
+def _groups(cfg: RunConfig) -> Callable[[int], nn.Module]:
+    return lambda c: nn.GroupNorm(cfg.gn_groups, c, eps=cfg.bn_eps)
+
+
+def _fixbn(cfg: RunConfig) -> dict:
+    """Exploration with naive BN, then calibration with frozen statistics from T*."""
+    freeze_at = fixbn_freeze_step(cfg)
+    batch, frozen = BatchStats(), FrozenStats()
+    if cfg.fixbn_fix == "affine":  # the statistics go on as naive BN
+        rule_at = _always(batch)
+    else:
+        rule_at = lambda step: batch if step < freeze_at else frozen  # noqa: E731
+    affine_at = freeze_at if cfg.fixbn_fix in ("affine", "both") else None
+    return dict(make_layer=lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps), rule_at=rule_at,
+                freeze_affine_at=affine_at)
+
+
+def _hybridbn(cfg: RunConfig) -> dict:
+    """Hybrid BN: its layer, its rule, the round-start statistics its keys describe, and its
+    own d kept by each client (``hybridbn_mixing: client``) or one shared d."""
+    start = RoundStart(cfg.hybridbn_stats_images, methods.per_round(cfg, "hybridbn_momentum"),
+                       cfg.hybridbn_eval == "fresh")
+    return dict(make_layer=lambda c: HybridBatchNorm2d(c, eps=cfg.bn_eps),
+                rule_at=_always(HybridStats(cfg.hybridbn_report)), round_start=start, local=(),
+                kept=("mixing",) if cfg.hybridbn_mixing == "client" else ())
+
+
+# Each method's layer and rule (its flags come from its record, fednorm.methods): the one place
+# in fednorm.norms that maps a name to them
+LAYERS: dict[str, Callable[[RunConfig], dict]] = {
+    "central": lambda cfg: _bn(cfg, UnionStats()),
+    "bn": lambda cfg: _bn(cfg, BatchStats()),
+    "fbn": lambda cfg: _bn(cfg, FederatedStats(), calibrate=cfg.fbn_init == "first_batch"),
+    "fixbn": _fixbn,
+    "gn": lambda cfg: dict(make_layer=_groups(cfg)),
+    "gn_ws": lambda cfg: dict(make_layer=_groups(cfg), conv=WSConv2d),
+    "ln": lambda cfg: dict(make_layer=lambda c: LayerNorm2d(c, eps=cfg.bn_eps)),
+    "in": lambda cfg: dict(make_layer=lambda c: InstanceNorm2d(c, eps=cfg.bn_eps)),
+    "fixup": lambda cfg: dict(make_layer=None),
+    "fedtan": lambda cfg: _bn(cfg, UnionStats()),
+    "fedbn": lambda cfg: _bn(cfg, BatchStats()),
+    "silobn": lambda cfg: _bn(cfg, BatchStats()),
+    "heterofl_sbn": lambda cfg: _bn(cfg, BatchStats()),
+    "hybridbn": _hybridbn,
+    "fedwon": lambda cfg: dict(make_layer=_identity, conv=ScaledWSConv2d, agc=cfg.agc_lambda,
+                               residual_alpha=NF_ALPHA),
+    "none": lambda cfg: dict(make_layer=_identity),
+}
+
+
 def normalizer_for(cfg: RunConfig) -> Normalizer:
-    """The normalizer a run config names."""
-    eps = cfg.bn_eps
-    per_sample = {
-        "gn": (lambda c: nn.GroupNorm(cfg.gn_groups, c, eps=eps), nn.Conv2d),
-        "gn_ws": (lambda c: nn.GroupNorm(cfg.gn_groups, c, eps=eps), WSConv2d),
-        "ln": (lambda c: LayerNorm2d(c, eps=eps), nn.Conv2d),
-        "in": (lambda c: InstanceNorm2d(c, eps=eps), nn.Conv2d),
-        "fixup": (None, nn.Conv2d),
-        "none": (_identity, nn.Conv2d),
-        "fedwon": (_identity, ScaledWSConv2d),
-    }
-    if cfg.normalizer in per_sample:
-        make_layer, conv = per_sample[cfg.normalizer]
-        fedwon = cfg.normalizer == "fedwon"
-        return Normalizer(cfg.normalizer, make_layer, _no_rule, conv,
-                          agc=cfg.agc_lambda if fedwon else None,
-                          residual_alpha=NF_ALPHA if fedwon else None)
-    make_bn = lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps)  # noqa: E731
-    own_batch = {"fedbn": {"local": ("stats", "affine")}, "silobn": {"local": ("stats",)},
-                 "heterofl_sbn": {"static": True}}
-    if cfg.normalizer in own_batch:
-        batch = BatchStats()
-        return Normalizer(cfg.normalizer, make_bn, lambda step: batch,
-                          **own_batch[cfg.normalizer])
-    if cfg.normalizer == "hybridbn":
-        hybrid = HybridStats(cfg.hybridbn_report)
-        return Normalizer(cfg.normalizer, lambda c: HybridBatchNorm2d(c, eps=cfg.bn_eps),
-                          lambda step: hybrid)
-    if cfg.normalizer == "fedtan":
-        union = UnionStats()
-        return Normalizer(cfg.normalizer, lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps),
-                          lambda step: union, clientwise=True)
-    fixed = {"central": UnionStats(), "bn": BatchStats(), "fbn": FederatedStats()}
-    if cfg.normalizer in fixed:
-        rule = fixed[cfg.normalizer]
-        rule_at = lambda step: rule  # noqa: E731
-    else:  # fixbn: exploration with naive BN, then calibration with frozen statistics
-        freeze_at = fixbn_freeze_step(cfg)
-        batch, frozen = BatchStats(), FrozenStats()
-        if cfg.fixbn_fix == "affine":  # the statistics go on as naive BN
-            rule_at = lambda step: batch  # noqa: E731
-        else:
-            rule_at = lambda step: batch if step < freeze_at else frozen  # noqa: E731
-        affine_at = freeze_at if cfg.fixbn_fix in ("affine", "both") else None
-        return Normalizer(cfg.normalizer, lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps), rule_at,
-                          freeze_affine_at=affine_at)
-    return Normalizer(cfg.normalizer, lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps), rule_at)
+    """The normalizer a run config names: its record's flags, then its layer and rule."""
+    record = methods.method(cfg.normalizer)
+    flags = dict(rule_at=_no_rule, clientwise=record.clientwise, static=record.static,
+                 local=record.personal)
+    return Normalizer(cfg.normalizer, **{**flags, **LAYERS[cfg.normalizer](cfg)})
 
 
 def fixbn_freeze_step(cfg: RunConfig) -> int:

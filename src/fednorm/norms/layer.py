@@ -59,6 +59,8 @@ class FedBatchNorm2d(nn.Module):
     parameters over the union's statistics (FedTAN; fednorm.models.clientwise).
     """
 
+    mixing: tuple[str, ...] = ()  # parameters that mix the statistics (Hybrid BN's d)
+
     def __init__(self, num_features: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.num_features = num_features
@@ -157,7 +159,11 @@ class HybridBatchNorm2d(FedBatchNorm2d):
     normalized with (1 - a) running + a batch, per channel, for both the mean and the (biased)
     variance, a = sigmoid(``mix``), ``mix`` (the paper's d) a parameter initialized at 0 (a =
     0.5); the gradient flows through the batch statistics, the running ones are constants. Eval
-    mode normalizes with the running (global) statistics, as FedBatchNorm2d does."""
+    mode normalizes with the running (global) statistics, as FedBatchNorm2d does. ``mix`` may
+    carry a client dimension, (g, C): each client's own d (the round-start forward of all
+    clients at once, fednorm.fl.engine)."""
+
+    mixing = ("mix",)
 
     def __init__(self, num_features: int, eps: float = 1e-5) -> None:
         super().__init__(num_features, eps)

@@ -179,13 +179,14 @@ class HybridStats(FederatedStats):
     learnable parameter (fednorm.norms.layer.HybridBatchNorm2d; the gradient flows through the
     batch part, G is a constant fixed for the whole round). (2) What it reports is computed
     apart from training: at the round's start, one no-grad training-mode forward of the
-    *downloaded global model* over S = ``hybridbn_stats_images`` of its images
+    *downloaded global model* over S (``RoundStart.images``) of its images
     (``reports_at_round_start``; fednorm.fl.engine), each layer reporting the statistics it
     normalized with, the mixture (``mixed``, the authors' code) or its input's own
-    (``hybridbn_report: batch``); so the report depends on the global weights and the data,
+    (its ``report: batch``); so the report depends on the global weights and the data,
     never on the learning rate. (3) The server pools the n clients' reports count-weighted
     (equal counts, K = S*H*W values per channel each) and smooths with beta =
-    ``hybridbn_momentum``:
+    ``RoundStart.momentum`` (its per-round smoothing, scaled with the budget
+    when asked: fednorm.methods.per_round):
 
         mean <- (1 - beta) G_mean + beta mean_i m_i,
         var  <- (1 - beta) G_var + beta N/(N-1) (mean_i v_i + mean_i (m_i - mean_i m_i)^2),
@@ -193,13 +194,13 @@ class HybridStats(FederatedStats):
     N = nK: the pooled mean and unbiased pooled variance (law of total variance), which is
     exactly FBN's aggregation (``FederatedStats.aggregate``) of the reports moved from G by
     beta (``report``, unchanged). Under partial participation the pool is the round's m
-    participants' (n -> m). (4) The global model normalizes with G; with ``hybridbn_eval:
-    fresh`` (the authors' code) each test first recomputes G from the current global model as
-    in (2)-(3) with beta = 1, for the test alone (fednorm.fl.engine._Trainer.
+    participants' (n -> m). (4) The global model normalizes with G; with
+    ``RoundStart.fresh_eval`` (the authors' code) each test first recomputes G from the current
+    global model as in (2)-(3) with beta = 1, for the test alone (fednorm.fl.engine._Trainer.
     evaluation_statistics). Every detail, paper against code against ours: docs/new-methods.md.
     """
 
-    name = "hybridbn"
+    name = "hybrid"
     normalize_with = "hybrid"
     reports_at_round_start = True
 

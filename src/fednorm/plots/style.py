@@ -19,37 +19,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from fednorm import methods
+from fednorm.methods import Look
 
-@dataclass(frozen=True)
-class Look:
-    """How one normalizer is drawn."""
-
-    label: str
-    colour: str
-    marker: str
-    dash: str = "-"
-
-
-KNOWN: dict[str, Look] = {
-    "central": Look("Centralized BN", "#222222", "s", ":"),
-    "bn": Look("Naive BN", "#d62728", "v", "--"),
-    "fixbn": Look("FixBN", "#2ca02c", "^", "-."),
-    "fbn": Look("FBN", "#1f77b4", "o", "-"),
-    "gn": Look("GroupNorm", "#9467bd", "D", (0, (1, 1))),
-    "gn_ws": Look("GN + WS", "#6a3d9a", "P", (0, (3, 1, 1, 1))),
-    "ln": Look("LayerNorm", "#c51b7d", "<", (0, (5, 2))),
-    "in": Look("InstanceNorm", "#6b8e23", ">", (0, (2, 2))),
-    "fixup": Look("Fixup", "#00688b", "X", (0, (4, 1, 1, 1, 1, 1))),
-    "fedtan": Look("FedTAN", "#b8860b", "*", (0, (6, 2, 1, 2))),
-    "fedbn": Look("FedBN", "#e377c2", "h", (0, (1, 2))),
-    "silobn": Look("SiloBN", "#8c564b", "p", (0, (3, 2))),
-    "heterofl_sbn": Look("HeteroFL (static BN)", "#17becf", "d", (0, (2, 1, 2, 3))),
-    "hybridbn": Look("Hybrid BN", "#e6550d", "8", (0, (4, 2, 1, 2))),
-    "fedwon": Look("FedWon", "#006d2c", "H", (0, (6, 1))),
-    "none": Look("No normalization", "#525252", "x", (0, (1, 3))),
-    "none+fn": Look("FedFN", "#8c6d31", "1", (0, (3, 3))),
-    "bn+fn": Look("BN + FedFN", "#d6616b", "2", (0, (2, 3))),
-}
+# Every method's look from its record (fednorm.methods), then FedFN's variants
+KNOWN: dict[str, Look] = {**{m.name: m.look for m in methods.METHODS}, **methods.VARIANT_LOOKS}
 FALLBACK_COLOURS = ("#ff7f0e", "#bcbd22", "#7f7f7f", "#a6761d", "#1b9e77", "#e7298a")
 FALLBACK_MARKERS = ("P", "X", "*", "h", "<", ">")
 FALLBACK_DASHES = ("-", "--", "-.", ":", (0, (3, 1, 1, 1, 1, 1)), (0, (5, 2)))

@@ -1,0 +1,104 @@
+"""The method records (fednorm.methods): what config, norms, the engine and plots derive from
+them, each method's own keys, and budget-scaled time constants."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fednorm import methods
+from fednorm.config import NORMALIZERS, STAT_FREE, STAT_SENDING, ConfigError, run_config
+from fednorm.norms import LAYERS, normalizer_for
+from fednorm.plots.style import KNOWN
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+QUICK = dict(dataset="synthetic", n_train=60, n_test=20, image_size=8, width=4, hidden=8,
+             gn_groups=2, n_clients=3, batch_size=4, steps=32, lr=[0.05], lr_milestones=[])
+
+
+def test_every_record_has_a_layer_a_look_and_is_a_normalizer():
+    assert NORMALIZERS == methods.NAMES
+    assert set(LAYERS) == set(methods.NAMES)
+    assert all(KNOWN[m.name] == m.look for m in methods.METHODS)
+    assert set(STAT_SENDING) == {"bn", "fbn", "fixbn"}
+    assert set(STAT_FREE) == {"gn", "gn_ws", "ln", "in", "fixup", "fedwon", "none"}
+
+
+@pytest.mark.parametrize("name", ["hybridbn", "fedwon", "fedbn", "silobn", "heterofl_sbn"])
+def test_a_method_is_named_in_its_record_and_its_layer_alone(name):
+    """A method's name appears in at most two source files: its record and norms' map to its
+    layer and rule (the engine, the training loop, config and plots read flags)."""
+    files = subprocess.run(["grep", "-rlw", name, str(SRC), "--include=*.py"],
+                           capture_output=True, text=True, check=False).stdout.split()
+    assert {Path(f).name for f in files} <= {"methods.py", "__init__.py"}, files
+    assert len(files) <= 2
+
+
+@pytest.mark.parametrize("key", methods.KEYS, ids=lambda k: k.name)
+def test_a_method_s_own_key_is_refused_with_another_method(key):
+    owner = methods.OWNER[key.name].name
+    other = "bn" if owner != "bn" else "gn"
+    value = {"fbn_init": "first_batch", "fixbn_freeze": 0.25, "fixbn_fix": "both",
+             "fedtan_union": "first_step", "hybridbn_stats_images": 8,
+             "hybridbn_report": "batch", "hybridbn_momentum": 0.1, "hybridbn_eval": "global",
+             "hybridbn_mixing": "shared", "agc_lambda": 0.1}[key.name]
+    assert key.rule(value) is None and value != key.default
+    with pytest.raises(ConfigError, match=rf"key '{key.name}'.*'{owner}' only"):
+        run_config({**QUICK, "normalizer": other, key.name: value})
+    run_config({**QUICK, "normalizer": owner, key.name: value,
+                **({"model": "resnet20"} if owner == "fixup" else {})})
+
+
+@pytest.mark.parametrize("rounds", [1, 7, 32, 160, 500, 2000])
+def test_a_scaled_time_constant_moves_the_paper_s_fraction_by_the_end(rounds):
+    """Hybrid BN's smoothing m = 0.002 a round for the paper's 500 rounds moves G
+    1 - 0.998^500 = 63 % of the way; scaled for R rounds, m' moves it as far in R."""
+    cfg = run_config({**QUICK, "normalizer": "hybridbn", "steps": rounds,
+                      "time_constants": "scaled"})
+    m = methods.per_round(cfg, "hybridbn_momentum")
+    assert normalizer_for(cfg).round_start.momentum == m
+    assert 1 - (1 - m) ** rounds == pytest.approx(1 - 0.998**500, rel=1e-12)
+    if rounds == 500:
+        assert m == pytest.approx(0.002, rel=1e-12)
+    else:
+        assert (m > 0.002) == (rounds < 500)
+    given = run_config({**cfg.identity(), "time_constants": "given"})
+    assert methods.per_round(given, "hybridbn_momentum") == 0.002
+
+
+def test_time_constants_leave_the_runs_of_methods_without_one_as_they_were():
+    """A profile that scales time constants changes no other method's run (nor its id)."""
+    for name in ("bn", "fbn", "fedbn", "fedwon"):
+        scaled = run_config({**QUICK, "normalizer": name, "time_constants": "scaled"})
+        assert scaled == run_config({**QUICK, "normalizer": name})
+    hybrid = {**QUICK, "normalizer": "hybridbn"}
+    assert (run_config({**hybrid, "time_constants": "scaled"}).run_id
+            != run_config(hybrid).run_id)
+
+
+def test_a_revised_method_s_runs_get_new_ids_and_the_others_keep_theirs():
+    """Hybrid BN's own d per client changed what its defaults compute (revision 1): its runs'
+    ids change with it, so that no result of the shared d is reused for them."""
+    import hashlib
+    import json
+
+    from fednorm.config import changed_fields
+
+    for name in methods.NAMES:
+        cfg = run_config({**QUICK, "normalizer": name,
+                          **({"model": "resnet20"} if name == "fixup" else {})})
+        plain = hashlib.sha1(json.dumps(changed_fields(cfg), sort_keys=True).encode())
+        same = cfg.run_id.endswith(plain.hexdigest()[:10])
+        assert same == (methods.method(name).revision == 0), name
+
+
+def test_a_method_s_models_and_memory_needs_come_from_its_record():
+    with pytest.raises(ConfigError, match=r"key 'model'.*'fedwon'"):
+        run_config({**QUICK, "normalizer": "fedwon", "model": "resnet18"})
+    with pytest.raises(ConfigError, match=r"key 'normalizer'.*'hybridbn' with dataset 'imagenet'"):
+        run_config({"normalizer": "hybridbn", "dataset": "imagenet",
+                    "augment": "resized_crop_flip"})
+    with pytest.raises(ConfigError, match=r"key 'participation'.*'fedtan'"):
+        run_config({**QUICK, "normalizer": "fedtan", "participation": 0.5})
