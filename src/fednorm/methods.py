@@ -153,6 +153,11 @@ METHODS: tuple[Method, ...] = (
     Method("central", Look("Centralized BN", "#222222", "s", ":"), union=True,
            checks=_one_step),
     Method("bn", Look("Naive BN", "#d62728", "v", "--"), sends=True),
+    Method("fbn", Look("FBN", "#1f77b4", "o", "-"), sends=True, paper=_FBN,
+           keys=(Key("fbn_init", "zero_one", OneOf(("zero_one", "first_batch")), "str",
+                     "shared statistics start at mean 0, var 1 (Algorithm 3, line 1); "
+                     "first_batch: those of one union batch of all clients"),),
+           checks=_first_batch_in_full),
     Method("fixbn", Look("FixBN", "#2ca02c", "^", "-."), sends=True,
            paper="FixBN: Zhong, Chen, Chao, arXiv 2303.06530",
            keys=(Key("fixbn_freeze", 0.5, NumberIn(0, 1), "float",
@@ -162,11 +167,6 @@ METHODS: tuple[Method, ...] = (
                  # go on as naive BN, or both
                  Key("fixbn_fix", "stats", OneOf(("stats", "affine", "both")), "str",
                      "what FixBN fixes from T*: stats (mu, sigma), affine, both"))),
-    Method("fbn", Look("FBN", "#1f77b4", "o", "-"), sends=True, paper=_FBN,
-           keys=(Key("fbn_init", "zero_one", OneOf(("zero_one", "first_batch")), "str",
-                     "shared statistics start at mean 0, var 1 (Algorithm 3, line 1); "
-                     "first_batch: those of one union batch of all clients"),),
-           checks=_first_batch_in_full),
     Method("gn", Look("GroupNorm", "#9467bd", "D", (0, (1, 1))), statistics=False,
            checks=_groups_divide_width),
     Method("gn_ws", Look("GN + WS", "#6a3d9a", "P", (0, (3, 1, 1, 1))), statistics=False,
@@ -287,14 +287,17 @@ def check_method(cfg: Cfg, where: Where) -> None:
 
 def per_round(cfg: Cfg, key: str) -> float:
     """The value of a per-round constant ``key`` for this run: as given, or with
-    ``time_constants: scaled`` the constant m' with which the run's R rounds move a quantity
-    the fraction that the paper's P rounds (``Key.per_round_of``) move it at m:
-    1 - (1 - m')^R = 1 - (1 - m)^P, so m' = 1 - (1 - m)^(P / R)."""
+    ``time_constants: scaled`` and fewer rounds R than the paper's P (``Key.per_round_of``),
+    the constant m' with which the run's R rounds move a quantity the fraction that the
+    paper's P rounds move it at m: 1 - (1 - m')^R = 1 - (1 - m)^P, so m' = 1 - (1 - m)^(P / R)
+    (as a learning-rate schedule's milestones are fractions of the budget). A run of P rounds
+    or more keeps m: over more rounds the paper's constant tracks its target as it did there,
+    and a smaller one would leave G nearer its start at the end."""
     value = float(getattr(cfg, key))
     paper_rounds = KEY[key].per_round_of
-    if cfg.time_constants != "scaled" or paper_rounds is None:
-        return value
     rounds = cfg.steps // cfg.local_steps
+    if cfg.time_constants != "scaled" or paper_rounds is None or rounds >= paper_rounds:
+        return value
     return 1.0 - (1.0 - value) ** (paper_rounds / rounds)
 
 

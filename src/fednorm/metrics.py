@@ -7,9 +7,19 @@ Every other module imports these names; none writes the list again.
 
 # The FixBN paper's training dynamics of BN, summed over the layers (fednorm.fl.dynamics)
 DYNAMICS = ("stat_change", "stat_deviation", "stat_variance")
-# A run's values at an evaluation point (an accuracy as a fraction)
+# The domains of a feature-shift dataset (``domains``): the digits rendered in six domains at
+# the quick scale (fednorm.data.domains), and Digits-Five's five datasets (fednorm.data.digits5)
+RENDERED_DOMAINS = ("mnist", "inverted", "colour", "noise", "blur", "texture")
+DIGITS5_DOMAINS = ("mnist", "svhn", "usps", "synthdigits", "mnistm")
+DOMAINS = tuple(dict.fromkeys((*RENDERED_DOMAINS, *DIGITS5_DOMAINS)))
+# Each domain's accuracy: its test set, through its clients' models (the global model, or each
+# client's own under personalized BN, weighted by how much of the domain each client holds)
+DOMAIN_ACCURACY = tuple(f"test_accuracy_{d}" for d in DOMAINS)
+# A run's values at an evaluation point (an accuracy as a fraction); ``domain_accuracy``: the
+# mean of its domains' accuracies, ``worst_domain_accuracy`` their least (NaN without domains)
 RUN_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var",
-               *DYNAMICS, "comm_rounds", "local_test_accuracy", "val_accuracy")
+               *DYNAMICS, "comm_rounds", "local_test_accuracy", "val_accuracy",
+               "domain_accuracy", "worst_domain_accuracy", *DOMAIN_ACCURACY)
 METRIC_COLUMNS = ("step", *RUN_METRICS)  # a run's metrics.csv, one row per evaluation point
 RUN_STATUS = ("status", "wall_time_s")  # from the run's run.json, the same on all its rows
 SUMMARY_METRICS = (*METRIC_COLUMNS, *RUN_STATUS)  # the summary's last columns, in this order

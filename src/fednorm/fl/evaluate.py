@@ -47,20 +47,8 @@ def evaluate_chunks(trainer: _Trainer, chunks: Chunks, label_dist: Tensor
     test images of class c: its test set drawn from its own label distribution, in
     expectation.
     """
-    model, runs = trainer.model, trainer.runs
-    local = {k: own for k, own in trainer.state.local.items() if k not in trainer.kept}
-    model.eval()
-    if local:
-        def clients(p, s, own, xb):  # one run: (n, B, classes), a model per client
-            return vmap(lambda o: functional_call(model, {**p, **s, **o}, (xb,)))(own)
-
-        fn = over_runs(clients, runs, in_dims=(0, 0, 0, None))
-        state = (trainer.state.params, trainer.state.stats, local)
-        models = trainer.n
-    else:
-        fn = over_runs(lambda p, s, xb: functional_call(model, {**p, **s}, (xb,)).unsqueeze(0),
-                       runs, in_dims=(0, 0, None))
-        state, models = (trainer.state.params, trainer.state.stats), 1
+    runs = trainer.runs
+    fn, state, models = _models(trainer)
     classes, dtype = label_dist.shape[-1], label_dist.dtype
     loss = label_dist.new_zeros(runs, models)
     correct = label_dist.new_zeros(runs, models, classes)  # right answers per test class
@@ -72,11 +60,56 @@ def evaluate_chunks(trainer: _Trainer, chunks: Chunks, label_dist: Tensor
         right = (out.argmax(3) == yb).to(dtype)  # (R, models, B)
         correct += right @ F.one_hot(yb, classes).to(dtype)
         counts += torch.bincount(yb, minlength=classes)
-    model.train()
+    trainer.model.train()
     total = int(counts.sum())
     per_class = correct / counts.clamp_min(1).to(dtype)
     local_acc = (label_dist * per_class).sum(-1).mean(-1)  # (R, n) with (R, 1 or n) models
     return (correct.sum(-1) / total).mean(1), (loss / total).mean(1), local_acc
+
+
+def _models(trainer: _Trainer) -> tuple[Callable, tuple, int]:
+    """What tests the runs, in eval mode: ``fn(*state, x)`` gives (R, models, B, classes),
+    ``models`` 1 (the global model) or n (personalized BN: each client's own model)."""
+    model, runs = trainer.model, trainer.runs
+    local = {k: own for k, own in trainer.state.local.items() if k not in trainer.kept}
+    model.eval()
+    if local:
+        def clients(p, s, own, xb):  # one run: (n, B, classes), a model per client
+            return vmap(lambda o: functional_call(model, {**p, **s, **o}, (xb,)))(own)
+
+        return (over_runs(clients, runs, in_dims=(0, 0, 0, None)),
+                (trainer.state.params, trainer.state.stats, local), trainer.n)
+    fn = over_runs(lambda p, s, xb: functional_call(model, {**p, **s}, (xb,)).unsqueeze(0),
+                   runs, in_dims=(0, 0, None))
+    return fn, (trainer.state.params, trainer.state.stats), 1
+
+
+@torch.no_grad()
+def domain_accuracies(trainer: _Trainer, chunks: Chunks, domain_of: Tensor,
+                      domain_dist: Tensor) -> Tensor:
+    """Every run's accuracy on each domain's test images, (R, D) (feature shift): the images
+    ``chunks(size)`` hands out, in order, image j of domain ``domain_of[j]``. Through the
+    global model; under personalized BN (a model per client) the clients' accuracies on the
+    domain weighted by the share of it each holds, sum_i p_i(d) acc_i(d) / sum_i p_i(d), p_i =
+    ``domain_dist`` (R, n, D): a client that holds one domain is tested on that domain alone
+    (FedBN's evaluation), as its own label distribution weighs the local accuracy."""
+    runs = trainer.runs
+    fn, state, models = _models(trainer)
+    n_domains, dtype = domain_dist.shape[-1], domain_dist.dtype
+    correct = domain_dist.new_zeros(runs, models, n_domains)
+    start = 0
+    for xb, yb in chunks(max(1, EVAL_IMAGES // (runs * models))):
+        ids = domain_of[start:start + len(yb)]
+        start += len(yb)
+        right = (fn(*state, xb).argmax(3) == yb).to(dtype)  # (R, models, B)
+        correct += right @ F.one_hot(ids, n_domains).to(dtype)
+    trainer.model.train()
+    counts = torch.bincount(domain_of, minlength=n_domains).clamp_min(1).to(dtype)
+    accuracy = correct / counts  # (R, models, D)
+    if models == 1:
+        return accuracy[:, 0]
+    held = domain_dist.sum(1)  # (R, D)
+    return (domain_dist * accuracy).sum(1) / held.clamp_min(1e-12)
 
 
 def label_distributions(data: Arrays | StreamedImages, parts: Sequence[Sequence[Tensor]]) -> Tensor:
@@ -84,4 +117,12 @@ def label_distributions(data: Arrays | StreamedImages, parts: Sequence[Sequence[
     y = data.train_y
     return torch.stack([torch.stack([
         torch.bincount(y[idx.to(y.device)], minlength=data.n_classes).to(data.dtype)
+        / max(len(idx), 1) for idx in run_parts]) for run_parts in parts])
+
+
+def domain_distributions(data: Arrays, parts: Sequence[Sequence[Tensor]]) -> Tensor:
+    """(R, n, D): the fraction of each domain in each client's training data, per run."""
+    domain = data.train_domain
+    return torch.stack([torch.stack([
+        torch.bincount(domain[idx.to(domain.device)], minlength=len(data.domains)).to(data.dtype)
         / max(len(idx), 1) for idx in run_parts]) for run_parts in parts])

@@ -41,7 +41,12 @@ from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import QUANTITIES
 from fednorm.fl.engine import _Trainer, make_trainer
-from fednorm.fl.evaluate import evaluate_chunks, label_distributions
+from fednorm.fl.evaluate import (
+    domain_accuracies,
+    domain_distributions,
+    evaluate_chunks,
+    label_distributions,
+)
 from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.fl.resume import ResumeStore
 from fednorm.fl.state import HISTORY, BundleState
@@ -202,7 +207,9 @@ class _Bundle:
         cfg = cfgs[0]
         data = hold_out(self.data, cfg.val_fraction).to(self.device)  # a bundle_key field
         models = [_model(c, data, self.device) for c in cfgs]
-        parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
+        domains = getattr(data, "train_domain", None)  # feature shift: each image's domain
+        parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed,
+                           None if domains is None else domains.cpu())
                  for c in cfgs]
         trainer = make_trainer(cfgs, models, normalizer_for(cfg),
                                training_batches(cfgs, data, parts), self.force_fedavg)
@@ -213,7 +220,8 @@ class _Bundle:
         elif trainer.normalizer.calibrate:
             trainer.calibrate()
         self.live = _Loop(cfgs, ids, data, trainer, _probe(cfgs, data, parts),
-                          label_distributions(data, parts), self)
+                          label_distributions(data, parts), self,
+                          None if domains is None else domain_distributions(data, parts))
         self.live.run(resumed=state is not None)
         self.live = None
 
@@ -292,9 +300,11 @@ class _Loop:
 
     def __init__(self, cfgs: Sequence[RunConfig], ids: list[int], data: Data,
                  trainer: _Trainer, probe: ClientBatches, label_dist: Tensor,
-                 bundle: _Bundle) -> None:
+                 bundle: _Bundle, domain_dist: Tensor | None = None) -> None:
         self.cfg, self.total, self.data = cfgs[0], len(cfgs), data
         self.trainer, self.probe, self.label_dist = trainer, probe, label_dist
+        # feature shift: the share of each domain in each client's data (R, n, D), or None
+        self.domain_dist = domain_dist
         self.ids = list(ids)  # the bundle index of each run still training
         self.bundle = bundle
         self.started = self.last_time = time.perf_counter()
@@ -330,6 +340,15 @@ class _Loop:
         self.finish(list(range(trainer.runs)), "ok")
 
 
+    def domain_columns(self, accuracies: list[float]) -> dict[str, float]:
+        """A run's per-domain accuracies as metric columns (fednorm.metrics.DOMAIN_ACCURACY),
+        their mean and least; nothing without domains (the columns stay NaN)."""
+        if not accuracies:
+            return {}
+        names = getattr(self.data, "domains", ())
+        return {"domain_accuracy": _mean(accuracies), "worst_domain_accuracy": min(accuracies),
+                **{f"test_accuracy_{d}": a for d, a in zip(names, accuracies, strict=True)}}
+
     def record(self, step: int, train_loss: Tensor) -> bool:
         """Append an evaluation row to every active run; finish and drop those that diverged.
         False when no run is left."""
@@ -342,6 +361,9 @@ class _Loop:
         with trainer.evaluation_statistics(step):
             acc, test_loss, local_acc = evaluate_chunks(
                 trainer, partial(self.data.chunks, "test"), self.label_dist)
+            by_domain = (acc.new_zeros(trainer.runs, 0) if self.domain_dist is None else
+                         domain_accuracies(trainer, partial(self.data.chunks, "test"),
+                                           self.data.test_domain, self.domain_dist))
             val_acc = acc.new_full((trainer.runs,), math.nan)  # no validation set held out
             if self.data.val_y is not None:
                 val_acc, _, _ = evaluate_chunks(trainer, partial(self.data.chunks, "val"),
@@ -355,6 +377,7 @@ class _Loop:
         test_loss = torch.where(trained, test_loss, math.nan)
         acc = torch.where(torch.isfinite(test_loss), acc, math.nan)  # argmax over NaN: no acc
         val_acc = torch.where(torch.isfinite(test_loss), val_acc, math.nan)
+        by_domain = torch.where(torch.isfinite(test_loss)[:, None], by_domain, math.nan)
         names = [layer.key for layer in measured]
         dynamics = ({q: v.tolist()
                      for q, v in trainer.dynamics.take(trainer.state.dynamics).items()}
@@ -364,8 +387,8 @@ class _Loop:
         local_acc = torch.where(torch.isfinite(test_loss), local_acc, math.nan)
         columns = zip(trainer.state.history, accuracies, test_loss.tolist(),
                       train_loss.tolist(), mean_err.tolist(), var_err.tolist(),
-                      local_acc.tolist(), val_acc.tolist(), strict=True)
-        for r, (result, a, tl, trl, me, ve, la, va) in enumerate(columns):
+                      local_acc.tolist(), val_acc.tolist(), by_domain.tolist(), strict=True)
+        for r, (result, a, tl, trl, me, ve, la, va, dom) in enumerate(columns):
             result["layer_rows"] += [{"step": step, "layer": name, "mean_error": m, "var_error": v}
                                   for name, m, v in zip(names, me, ve, strict=True)]
             # the dynamics sum over layers: the L1 norm over every statistic of the network
@@ -381,7 +404,7 @@ class _Loop:
                 step=step, test_accuracy=a, test_loss=tl, train_loss=trl,
                 norm_error_mean=_mean(me), norm_error_var=_mean(ve), **totals,
                 comm_rounds=trainer.communication_rounds(step), local_test_accuracy=la,
-                val_accuracy=va))
+                val_accuracy=va, **self.domain_columns(dom)))
         ok = torch.isfinite(test_loss) & trained
         if bool(ok.all()):
             return True
@@ -393,6 +416,8 @@ class _Loop:
         trainer.keep(kept)  # the state's select, and the kept runs' samplers and keys
         self.probe = self.probe.select(kept)
         self.label_dist = self.label_dist[kept]
+        if self.domain_dist is not None:
+            self.domain_dist = self.domain_dist[kept]
         return True
 
     def finish(self, positions: list[int], status: str) -> None:
