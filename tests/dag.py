@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from fednorm.data.digits5 import write_sample_archives
 from fednorm.data.imagenet import write_sample_tree
 from fednorm.data.tinyimagenet import ARCHIVE_NAME, write_sample_archive
 from fednorm.run import train_bundle
@@ -35,6 +36,8 @@ def work_copy(tmp_path):
                          val_per_class=3)
     # the ImageNet-shaped experiment's folder tree (.test/data/imagenet; never downloaded)
     write_sample_tree(work / ".test/data", n_classes=4, train_per_class=20, val_per_class=3)
+    # the feature-shift experiment's Digits-Five files, each in its published format
+    write_sample_archives(work / ".test/data/digits5", per_class=2)
     return work
 
 

@@ -159,7 +159,7 @@ SETTING = r"claim 'c', recipe 'tiny' \+ setting: "  # the recipe's keys, then th
     ({"recipe": "paper"}, r"claim 'c': key 'recipe' has value 'paper'; allowed: one of \['tiny'"),
     ({"at": "best"}, r"claim 'c': key 'at' has value 'best'; allowed: one of \['final', 'max'\]"),
     ({"metric": "accuracy"}, r"claim 'c': key 'metric' has value 'accuracy'; allowed: one of"),
-    ({"paper": "fedbn"}, r"claim 'c': key 'paper' has value 'fedbn'; allowed: one of \['fbn'"),
+    ({"paper": "silobn"}, r"claim 'c': key 'paper' has value 'silobn'; allowed: one of \['fbn'"),
     ({"value": "high"}, r"claim 'c': key 'value' has value 'high'; allowed: a finite number"),
     ({"spread": -1}, r"claim 'c': key 'spread' has value -1; allowed: a finite number >= 0"),
     ({"vlaue": 3}, r"claim 'c': unknown key 'vlaue'; allowed keys: \['id'"),
@@ -248,7 +248,8 @@ def _profile(*names):
 
 def _plan_summary(plan):
     """The plan's runs as summary rows, one evaluation point each (accuracy 0.5)."""
-    return planned_runs(plan).assign(step=100, test_accuracy=0.5, status="ok")
+    return planned_runs(plan).assign(step=100, test_accuracy=0.5, domain_accuracy=0.5,
+                                     status="ok")
 
 
 def _check_words(plan, words, n_seeds, one_seed=()):
@@ -278,7 +279,7 @@ def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
     counts = {p: sum(c.paper == p for c in claims) for p in ("fbn", "fixbn", "fedtan")}
     assert counts == {"fbn": 12, "fixbn": 32, "fedtan": 0}  # 3 of fixbn on ImageNet-1K
     words = {p: sum(c.paper == p for c in both.words.claims) for p in PAPERS}
-    assert words == {"fbn": 19, "fixbn": 33, "fedtan": 3, "hybridbn": 3, "fedwon": 3,
+    assert words == {"fbn": 19, "fixbn": 33, "fedtan": 3, "hybridbn": 3, "fedbn": 1, "fedwon": 3,
                      "fedfn": 2}  # 9 of fixbn on Tiny-ImageNet
     assert _check_words(plan, both.words, n_seeds=3) == []
     runs = _plan_summary(plan)
@@ -305,8 +306,9 @@ def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
     all runs equal none holds."""
     plan, both = _profile(*profile)
     assert not [c for c in both.numbers if c.paper in NEW_METHODS]
-    claims = tuple(c for c in both.words.claims if c.paper in NEW_METHODS)
-    assert len(claims) == 8
+    claims = tuple(c for c in both.words.claims
+                   if c.paper in NEW_METHODS and c.experiments != ("feature_shift",))
+    assert len(claims) == 7  # and FedWon's on feature shift: the next test
     runs = _plan_summary(plan)
     largest = runs[in_experiments(runs, ["compare"])].local_steps.max()
     assert largest == (100 if len(profile) == 1 else 5)
@@ -338,6 +340,32 @@ def test_the_newer_methods_claims_compare_each_method_on_its_own_runs(profile):
     assert tuned.loc[skew, "detail"].str.contains("at lr × 1 (common): ", regex=False).all()
     assert tuned.loc["fedwon-small-batch", "rates"].endswith("(common: no tuning run at "
                                                              "normalizer=fedwon)")
+
+
+@pytest.mark.parametrize("profile", [("config/config.yaml",),
+                                     ("config/config.yaml", "config/quick.yaml")])
+def test_the_feature_shift_claims_compare_the_domains_mean_accuracy_at_the_largest_e(profile):
+    """FedBN's and FedWon's claims in their setting (feature shift): with the method's runs 40
+    points above the others' in the mean over the domains (``domain_accuracy``) at the
+    experiment's largest E (paper: its only one, 23 steps; quick: 5), each holds (3 seeds; the
+    quick profile's 2), and with every run equal none does; test_accuracy plays no part."""
+    plan, both = _profile(*profile)
+    claims = tuple(c for c in both.words.claims if c.experiments == ("feature_shift",))
+    assert {c.id for c in claims} == {"fedbn-beats-fedavg-feature-shift",
+                                      "fedwon-beats-fedavg-bn-and-fedbn"}
+    assert all(c.metric == "domain_accuracy" for c in claims)
+    runs = _plan_summary(plan)
+    shift = in_experiments(runs, ["feature_shift"])
+    largest = runs[shift].local_steps.max()
+    assert largest == (23 if len(profile) == 1 else 5)
+    for claim in claims:
+        a = claim.a[0][1]  # the method: fedbn, fedwon
+        ahead = shift & (runs.normalizer == a) & (runs.local_steps == largest)
+        better = runs.assign(domain_accuracy=0.5 + 0.4 * ahead, test_accuracy=0.5 - 0.4 * ahead)
+        table = words_ledger(Words(claims=(claim,)), better).set_index("id")
+        assert table.loc[claim.id, "verdict"] == "holds", table.detail.to_dict()
+        equal = words_ledger(Words(claims=(claim,)), runs).set_index("id")
+        assert equal.loc[claim.id, "verdict"] == "inconclusive"
 
 
 def test_the_quick_profile_compares_no_claim_with_the_paper():

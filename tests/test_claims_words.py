@@ -443,7 +443,7 @@ WHERE = r"qualitative: claim 'c'"
     ({"a": {"colour": "red"}}, WHERE + r", a: unknown key 'colour'; allowed keys: \["),
     ({"a": {"normalizer": ["bn"]}}, WHERE + r", a: key 'normalizer' has value \['bn'\]; "
                                     r"allowed: a single value"),
-    ({"paper": "fedbn"}, WHERE + r": key 'paper' has value 'fedbn'; allowed: one of \['fbn'"),
+    ({"paper": "silobn"}, WHERE + r": key 'paper' has value 'silobn'; allowed: one of \['fbn'"),
     ({"at": "best"}, WHERE + r": key 'at' has value 'best'; allowed: one of \['final', 'max'\]"),
     ({"for_each": "colour"}, WHERE + r": key 'for_each' has value 'colour'; allowed: a summary "
                              r"column"),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fednorm.metrics import DOMAIN_ACCURACY
 from fednorm.cli import main
 from fednorm.inputs import InputError
 
@@ -30,7 +31,8 @@ def test_run_writes_metrics_and_metadata_bit_identically(tmp_path):
     assert first == second
     assert first.decode().splitlines()[0] == (
         "step,test_accuracy,test_loss,train_loss,norm_error_mean,norm_error_var,stat_change,"
-        "stat_deviation,stat_variance,comm_rounds,local_test_accuracy,val_accuracy")
+        "stat_deviation,stat_variance,comm_rounds,local_test_accuracy,val_accuracy,"
+        "domain_accuracy,worst_domain_accuracy," + ",".join(DOMAIN_ACCURACY))
     meta = json.loads((tmp_path / "a" / "run.json").read_text())
     assert meta["status"] == "ok" and meta["config"]["steps"] == 6 and meta["device"] == "cpu"
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
@@ -69,8 +71,8 @@ def test_plan_checks_the_claims_file_too(tmp_path, capsys, monkeypatch):
     assert main(["plan", "config/config.yaml"]) == 0
     out = capsys.readouterr().out
     assert "44 claims numeric in config/claims.yaml (fbn 12, fixbn 32)" in out
-    assert ("63 claims in words in config/claims.yaml (fbn 19, fixbn 33, fedtan 3, hybridbn 3, "
-            "fedwon 3, fedfn 2)") in out
+    assert ("64 claims in words in config/claims.yaml (fbn 19, fixbn 33, fedtan 3, hybridbn 3, "
+            "fedbn 1, fedwon 3, fedfn 2)") in out
     bad = tmp_path / "claims.yaml"
     bad.write_text(yaml.safe_dump({"claims": [{"id": "c", "paper": "fbn", "source": "Fig 3a",
                                                "setting": {"normalizer": "fedprox"}, "value": 1}]}))

@@ -119,7 +119,7 @@ PINNED_DEFAULTS = {
     "fixbn_fix": "stats", "fedtan_union": "every_step",
     "hybridbn_stats_images": 64, "hybridbn_report": "mixed", "hybridbn_momentum": 0.002,
     "hybridbn_eval": "fresh", "hybridbn_mixing": "client", "clip_norm": None,
-    "time_constants": "given", "weighted_average": False, "n_clients": 10, "participation": 1.0,
+    "time_constants": "given", "weighted_average": False, "domains": [], "n_clients": 10, "participation": 1.0,
     "partition": "gamma",
     "heterogeneity": 0.0, "batch_size": 50, "local_steps": 1, "steps": 3000,
     "lr": [0.1, 0.05, 0.033], "lr_milestones": [1000, 2000], "momentum": 0.99,

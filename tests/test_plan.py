@@ -68,10 +68,13 @@ def test_paper_config_counts_the_issue_grids():
     shared += 2 * 5 * 3 + (2 * 5 * 3 + 3)
     imagenet = {"fixbn_imagenet": 3 * 3}  # Table 2: gn, bn, fixbn x seed
     assert len(plan.experiments["fixbn_imagenet"]) == 9
+    shift = {"feature_shift": 11 * 3}  # Digits-Five: 11 methods x seed (nothing shared)
+    assert len(plan.experiments["feature_shift"]) == 33
     assert len(plan.runs) == (144 + sum(byzantine.values()) + sum(fixbn.values())
                               + sum(fedtan.values()) + sum(compare.values())
-                              + sum(tiny.values()) + sum(imagenet.values()) - shared)
-    assert len(plan.runs) == 1944 + 417 + 9
+                              + sum(tiny.values()) + sum(imagenet.values())
+                              + sum(shift.values()) - shared)
+    assert len(plan.runs) == 1944 + 417 + 9 + 33
     # ImageNet-1K: E = 2 epochs of a client of average size = 1,281 steps, 64 epochs of the
     # 10 participants' images = 320 rounds, lr x0.1 at 30, 60, 90 % of them (96, 192, 288)
     net = [plan.runs[r] for r in plan.experiments["fixbn_imagenet"]]

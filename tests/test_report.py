@@ -18,7 +18,7 @@ PROFILES = {"paper": ("config/config.yaml",), "quick": ("config/config.yaml", "c
 # The figures of config/config.yaml that no paper has (README, The figures)
 OURS = {"fbn/norm_error_curves", "fbn/norm_error_vs_heterogeneity", "fbn/byzantine_norm_error",
         "compare/heatmap", "compare/table", "compare/norm_error", "compare/tuning",
-        "compare/small_batch"}
+        "compare/small_batch", "compare/feature_shift", "compare/feature_shift_domains"}
 
 
 def _plan(profile):
@@ -64,9 +64,9 @@ def test_each_caption_names_its_figure_and_what_it_reproduces(profile):
         assert f"(``{fig.name}``)" in text
         assert f":Reproduces: {fig.paper or NOT_IN_PAPERS}\n" in text
         datasets = {r.dataset for r in plan.figure_runs(fig)}
-        assert datasets <= {"test": {"synthetic", "tinyimagenet", "imagenet"},
+        assert datasets <= {"test": {"synthetic", "tinyimagenet", "imagenet", "digits5"},
                             "quick": {"mnist5k"}}.get(
-            name, {"cifar10", "tinyimagenet", "imagenet"}), fig.name
+            name, {"cifar10", "tinyimagenet", "imagenet", "digits5"}), fig.name
         assert (SYNTHETIC in text) == ("synthetic" in datasets), fig.name
         assert (MNIST5K in text) == (name == "quick"), fig.name
         assert ("at a reduced scale" in text) == (name != "paper"), fig.name

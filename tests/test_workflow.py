@@ -233,9 +233,14 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     # + 17: Tiny-ImageNet-shaped, 8 (bn, gn x 2 splits x 2 E) + 4 fixed rounds at E = 1 + 2
     # fixbn + 3 momentum (fixbn reset at E = 1, global at E = 1 and 4)
     # + 2: the small batches (bn, fedwon at batch 2); + 3: ImageNet-shaped (Table 2: gn, bn,
-    # fixbn)
+    # fixbn); + 2: feature shift on Digits-Five-shaped files (bn, fedbn)
     assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
-                                           + 16 + 9 + 4 + 4 + 17 + 2 + 3)
+                                           + 16 + 9 + 4 + 4 + 17 + 2 + 3 + 2)
+    shifted = summary[(summary.dataset == "digits5") & (summary.step > 0)]
+    assert shifted.run_id.nunique() == 2 and (shifted.status == "ok").all()
+    both = shifted[["test_accuracy_usps", "test_accuracy_svhn"]]
+    assert both.notna().all().all() and shifted.test_accuracy_mnist.isna().all()
+    assert np.allclose(shifted.domain_accuracy, both.mean(axis=1))
     tiny_runs = summary[summary.dataset == "tinyimagenet"]
     assert tiny_runs.run_id.nunique() == 17 and set(tiny_runs.model) == {"resnet18"}
     imagenet = summary[summary.dataset == "imagenet"]  # 10 rounds, evaluated every 5 steps

@@ -183,7 +183,8 @@ METHODS: tuple[Method, ...] = (
            # first of each round only, the other steps naive BN (the authors' code)
            keys=(Key("fedtan_union", "every_step", OneOf(("every_step", "first_step")), "str",
                      "FedTAN's union statistics in every local step, or the first of a round"),)),
-    Method("fedbn", Look("FedBN", "#e377c2", "h", (0, (1, 2))), personal=("stats", "affine")),
+    Method("fedbn", Look("FedBN", "#e377c2", "h", (0, (1, 2))), personal=("stats", "affine"),
+           paper="FedBN: Li, Jiang, Zhang, Kamp, Dou, ICLR 2021, arXiv 2102.07623"),
     Method("silobn", Look("SiloBN", "#8c564b", "p", (0, (3, 2))), personal=("stats",)),
     Method("heterofl_sbn", Look("HeteroFL (static BN)", "#17becf", "d", (0, (2, 1, 2, 3))),
            static=True),

@@ -169,7 +169,7 @@ def test_partition_converts_integral_float_for_shards():
 
 
 def test_partition_dispatches_by_name():
-    assert PARTITIONS == ("iid", "gamma", "dirichlet", "shards")
+    assert PARTITIONS == ("iid", "gamma", "dirichlet", "shards", "domains")
     got = partition(SHUFFLED, "gamma", 4, 0.3, seed=8)
     want = gamma_similarity(SHUFFLED, 4, 0.3, seed=8)
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
