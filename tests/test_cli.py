@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fednorm.metrics import DOMAIN_ACCURACY
 from fednorm.cli import main
 from fednorm.inputs import InputError
+from fednorm.metrics import DOMAIN_ACCURACY
 
 TINY = {"dataset": "synthetic", "n_train": 200, "n_test": 100, "image_size": 8, "width": 4,
         "hidden": 8, "batch_size": 4, "n_clients": 4, "steps": 6, "lr": [0.05],
