@@ -43,7 +43,8 @@ def test_a_method_s_own_key_is_refused_with_another_method(key):
     value = {"fbn_init": "first_batch", "fixbn_freeze": 0.25, "fixbn_fix": "both",
              "fedtan_union": "first_step", "hybridbn_stats_images": 8,
              "hybridbn_report": "batch", "hybridbn_momentum": 0.1, "hybridbn_eval": "global",
-             "hybridbn_mixing": "shared", "agc_lambda": 0.1}[key.name]
+             "hybridbn_mixing": "shared", "agc_lambda": 0.1, "agc_unit": "element",
+             "fedwon_ws_gain": "none"}[key.name]
     assert key.rule(value) is None and value != key.default
     with pytest.raises(ConfigError, match=rf"key '{key.name}'.*'{owner}' only"):
         run_config({**QUICK, "normalizer": other, key.name: value})

@@ -120,6 +120,9 @@ class RunConfig:
     # FedFN (Kim et al. 2023): the penultimate feature scaled to unit L2 norm before the
     # classifier, with any normalizer (FedFN itself: normalizer 'none')
     feature_norm: bool = False
+    # unit: the feature at unit L2 norm (FedFN's name); sqrt_dim: times sqrt(D), as the Hybrid
+    # BN authors' FedFN baseline (no official FedFN code is public; docs/new-methods.md)
+    feature_norm_scale: str = "unit"
     # federation
     n_clients: int = 10
     # fraction of the clients drawn (without replacement) to take part in each round (FedAvg) or
@@ -298,6 +301,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "gn_groups": IntIn(1),
     **dict(methods.key_rules()),
     "feature_norm": Boolean(),
+    "feature_norm_scale": OneOf(("unit", "sqrt_dim")),
     "n_clients": IntIn(1),
     "participation": NumberIn(0, 1, low_open=True),
     "partition": OneOf(PARTITIONS),
@@ -373,6 +377,9 @@ def _cross_checks(cfg: RunConfig, where: str) -> None:
     if cfg.model == "lenet" and cfg.image_size < 8:
         # three 3x3 stride-2 poolings (ceil mode): 8 -> 4 -> 2 -> 1; 7 -> 3 -> 1 -> nothing
         raise fail(where, "image_size", cfg.image_size, "an integer >= 8 with model 'lenet'")
+    if cfg.feature_norm_scale != "unit" and not cfg.feature_norm:
+        raise fail(where, "feature_norm_scale", cfg.feature_norm_scale,
+                   "'unit' (the default) with feature_norm: false (no feature to scale)")
     if cfg.client_momentum == "global" and cfg.attack_updates:
         # the server combines attacked updates robustly; averaging the Byzantine clients'
         # momenta as honest ones would be a threat model of its own, not implemented

@@ -214,7 +214,16 @@ METHODS: tuple[Method, ...] = (
            # Normalization", §4.1: 0.01 is their choice for their large batches (4096);
            # FedWon's text states no value that we could read
            keys=(Key("agc_lambda", 0.01, NumberIn(0, math.inf, low_open=True), "float",
-                     "adaptive gradient clipping's lambda"),)),
+                     "adaptive gradient clipping's lambda"),
+                 # a vector (bias, gain) is one unit in Brock et al.'s code, nfnets-pytorch and
+                 # timm (FedWon's code is not public); element: each entry its own unit
+                 Key("agc_unit", "vector", OneOf(("vector", "element")), "str",
+                     "the unit of adaptive clipping for a vector parameter"),
+                 # relu: the NF-ResNet gamma sqrt(2 / (1 - 1/pi)) folded into every conv;
+                 # none: 1, nfnets-pytorch's WSConv2d (FedWon's text names neither)
+                 Key("fedwon_ws_gain", "relu", OneOf(("relu", "none")), "str",
+                     "the fixed factor of each scaled weight-standardized conv")),
+           revision=1),
     Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False),
 )
 BY_NAME = {m.name: m for m in METHODS}

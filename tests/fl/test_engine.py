@@ -383,13 +383,16 @@ def test_hybrid_bn_global_statistics_after_a_round_do_not_depend_on_the_learning
     assert not torch.allclose(stats[0][next(iter(stats[0]))], torch.zeros(1, dtype=torch.float64))
 
 
-def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise():
+@pytest.mark.parametrize("unit", ["vector", "element"])
+def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise(unit):
     """FedWon trains on FedAvg's per-client path also at E = 1 (each client clips its own
     gradient; clipping the clients' mean gradient would be another method): one round equals
     the average of the clients' SGD steps with Brock et al.'s adaptive clipping applied by
-    hand, unit by unit (a Python loop over output units), to every parameter but the last
+    hand, unit by unit (a Python loop over output units; a vector, bias or gain, one unit
+    with ``agc_unit: vector``, each entry with ``element``), to every parameter but the last
     nn.Linear's; lambda small enough that most units are clipped."""
-    cfg = tiny_config(normalizer="fedwon", steps=1, momentum=0.0, agc_lambda=0.002)
+    cfg = tiny_config(normalizer="fedwon", steps=1, momentum=0.0, agc_lambda=0.002,
+                      agc_unit=unit)
     m_run, m_ref = twin_models(cfg)
     x, y, parts = client_data()
     trainer = make_trainer([cfg], [m_run], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
@@ -407,10 +410,11 @@ def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise(
         for name, p, g in zip(names, m_ref.parameters(), grads, strict=True):
             g = g.clone()
             if name not in classifier:
-                for unit in range(g.shape[0]):
-                    w_norm = max(float(p[unit].detach().norm()), AGC_EPS)
-                    if float(g[unit].norm()) > cfg.agc_lambda * w_norm:
-                        g[unit] *= cfg.agc_lambda * w_norm / float(g[unit].norm())
+                whole = p.dim() == 1 and unit == "vector"
+                for i_unit in [slice(None)] if whole else range(g.shape[0]):
+                    w_norm = max(float(p[i_unit].detach().norm()), AGC_EPS)
+                    if float(g[i_unit].norm()) > cfg.agc_lambda * w_norm:
+                        g[i_unit] *= cfg.agc_lambda * w_norm / float(g[i_unit].norm())
                         clipped_units += 1
             step[name] = cfg.lr[0] * (1 - cfg.momentum) * g
         steps.append(step)

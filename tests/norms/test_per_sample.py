@@ -8,6 +8,8 @@ normalizing over the wrong dimensions changes the result at order 1.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,7 +167,26 @@ def test_statistic_free_normalizers_have_no_rule_no_bn_layers_and_no_buffers(nam
 @pytest.mark.parametrize("name", NORMALIZERS)
 def test_only_gn_ws_and_fedwon_standardize_convolutions(name):
     expected = {"gn_ws": WSConv2d, "fedwon": ScaledWSConv2d}.get(name, nn.Conv2d)
-    assert normalizer_for(RunConfig(normalizer=name)).conv is expected
+    conv = normalizer_for(RunConfig(normalizer=name)).conv(3, 4, 3)
+    assert type(conv) is expected
+
+
+@pytest.mark.parametrize(("gain", "gamma"), [("relu", RELU_GAIN), ("none", 1.0)])
+def test_fedwon_s_conv_gain_is_its_key_s(gain, gamma):
+    """``fedwon_ws_gain``: the NF-ResNet gamma folded into every conv, or none (nfnets-pytorch's
+    WSConv2d): the standardized weight times it exactly."""
+    conv = normalizer_for(RunConfig(normalizer="fedwon", fedwon_ws_gain=gain)).conv(3, 4, 3)
+    want = standardize_weight(conv.weight) * (gamma / math.sqrt(27))
+    torch.testing.assert_close(scaled_standardize_weight(conv.weight, conv.gain, conv.gamma),
+                               want)
+    assert conv.gamma == gamma
+
+
+def test_fedfn_s_sqrt_dim_scale_is_the_unit_feature_times_sqrt_d():
+    x = torch.randn(5, 16, dtype=torch.float64)
+    unit = FeatureNorm()(x)
+    torch.testing.assert_close(unit.norm(dim=1), torch.ones(5, dtype=torch.float64))
+    torch.testing.assert_close(FeatureNorm(sqrt_dim=True)(x), unit * 4.0)
 
 
 # --- FedWon's scaled weight standardization and FedFN's feature normalization ----------------

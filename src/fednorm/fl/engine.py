@@ -197,7 +197,9 @@ class _Trainer:
         self.names = [name for name, _ in self.model.named_parameters()]
         # what adaptive gradient clipping needs: each parameter's unit (all dimensions but its
         # first) and the classifier's parameters (the last nn.Linear, by type), never clipped
-        self.unit_dims = {name: p.dim() - 1 for name, p in self.model.named_parameters()}
+        # (a vector, a bias or a gain, is one unit, as in Brock et al.'s code; or each element)
+        self.unit_dims = {name: max(p.dim() - 1, int(normalizer.agc_vector))
+                          for name, p in self.model.named_parameters()}
         linears = [m for m in self.model.modules() if isinstance(m, nn.Linear)]
         self.classifier = ({f"{name}.{p}" for name, m in self.model.named_modules()
                             if m is linears[-1] for p, _ in m.named_parameters(recurse=False)}

@@ -19,6 +19,8 @@ __all__ = ["FBNCNN", "FixupResNet20", "LeNet", "ResNet18", "ResNet20", "build_mo
 def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
     normalizer = normalizer_for(cfg)
     norm, conv = normalizer.make_layer, normalizer.conv
+    # FedFN's unit feature (``feature_norm``), times sqrt(D) with feature_norm_scale: sqrt_dim
+    feature_norm = cfg.feature_norm and cfg.feature_norm_scale
     if norm is None:  # normalization-free (fixup): a ResNet-20 only, as run_config checks
         if cfg.model != "resnet20":
             raise ConfigError(f"key 'model' has value {cfg.model!r}; allowed: 'resnet20' "
@@ -26,13 +28,13 @@ def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
         return FixupResNet20(cfg.width, n_classes)
     if cfg.model == "fbn_cnn":
         model = FBNCNN(norm, cfg.width, cfg.hidden, cfg.dropout, cfg.image_size, n_classes,
-                       conv=conv, feature_norm=cfg.feature_norm)
+                       conv=conv, feature_norm=feature_norm)
     elif cfg.model == "lenet":
         model = LeNet(norm, cfg.width, cfg.image_size, n_classes, conv=conv,
-                      feature_norm=cfg.feature_norm)
+                      feature_norm=feature_norm)
     elif cfg.model == "resnet18":
-        model = ResNet18(norm, cfg.width, n_classes, feature_norm=cfg.feature_norm)
+        model = ResNet18(norm, cfg.width, n_classes, feature_norm=feature_norm)
     else:
-        model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=cfg.feature_norm,
+        model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=feature_norm,
                          residual_alpha=normalizer.residual_alpha)
     return clientwise(model) if normalizer.clientwise else model

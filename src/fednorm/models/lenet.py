@@ -50,7 +50,7 @@ class LeNet(nn.Module):
         n_classes: int = 10,
         in_channels: int = 3,
         conv: type[nn.Conv2d] = nn.Conv2d,
-        feature_norm: bool = False,
+        feature_norm: bool | str = False,
     ) -> None:
         super().__init__()
         w1, w2 = width, 2 * width

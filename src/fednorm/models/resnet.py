@@ -105,7 +105,7 @@ class ResNet20(nn.Module):
         in_channels: int = 3,
         blocks_per_stage: int = 3,
         conv: Callable[..., nn.Conv2d] = nn.Conv2d,
-        feature_norm: bool = False,
+        feature_norm: bool | str = False,
         residual_alpha: float | None = None,
     ) -> None:
         """``residual_alpha``: None, post-activation blocks with ``norm`` (He et al.); a

@@ -44,7 +44,8 @@ def _stage(c_in: int, c_out: int, stride: int, norm: Callable[[int], nn.Module])
 
 class ResNet18(nn.Module):
     def __init__(self, norm: Callable[[int], nn.Module], width: int = 64,
-                 n_classes: int = 1000, in_channels: int = 3, feature_norm: bool = False) -> None:
+                 n_classes: int = 1000, in_channels: int = 3,
+                 feature_norm: bool | str = False) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, width, 7, stride=2, padding=3, bias=False)
         self.bn1 = norm(width)  # torchvision's name, whatever the normalizer

@@ -89,6 +89,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 
 from torch import nn
 
@@ -96,6 +97,7 @@ from fednorm import methods
 from fednorm.config import RunConfig
 from fednorm.norms.layer import FedBatchNorm2d, HybridBatchNorm2d, NormContext, norm_context
 from fednorm.norms.per_sample import (
+    RELU_GAIN,
     FeatureNorm,
     InstanceNorm2d,
     LayerNorm2d,
@@ -172,6 +174,7 @@ class Normalizer:
     round_start: RoundStart | None = None  # reports at a round's start (Hybrid BN)
     calibrate: bool = False  # shared statistics from one union batch before training (FBN)
     agc: float | None = None  # adaptive gradient clipping's lambda (FedWon); None: no clipping
+    agc_vector: bool = True  # a vector (bias, gain) clipped as one unit; False: each element
     # NF-ResNet residual scaling alpha of the ResNets (FedWon; fednorm.models.resnet); None:
     # plain residual sums
     residual_alpha: float | None = None
@@ -254,8 +257,10 @@ LAYERS: dict[str, Callable[[RunConfig], dict]] = {
     "silobn": lambda cfg: _bn(cfg, BatchStats()),
     "heterofl_sbn": lambda cfg: _bn(cfg, BatchStats()),
     "hybridbn": _hybridbn,
-    "fedwon": lambda cfg: dict(make_layer=_identity, conv=ScaledWSConv2d, agc=cfg.agc_lambda,
-                               residual_alpha=NF_ALPHA),
+    "fedwon": lambda cfg: dict(
+        make_layer=_identity, agc=cfg.agc_lambda, agc_vector=cfg.agc_unit == "vector",
+        conv=partial(ScaledWSConv2d, gamma=RELU_GAIN if cfg.fedwon_ws_gain == "relu" else 1.0),
+        residual_alpha=NF_ALPHA),
     "none": lambda cfg: dict(make_layer=_identity),
 }
 
@@ -282,10 +287,11 @@ def fixbn_freeze_step(cfg: RunConfig) -> int:
     return cfg.local_steps * math.ceil(t_star / cfg.local_steps)
 
 
-def feature_normalization(on: bool) -> list[nn.Module]:
+def feature_normalization(on: bool | str) -> list[nn.Module]:
     """The modules a model puts between its penultimate feature and its classifier: FedFN's
-    unit-norm scaling (``feature_norm``), or nothing."""
-    return [FeatureNorm()] if on else []
+    unit-norm scaling (``feature_norm``; "sqrt_dim": times sqrt(D), ``feature_norm_scale``),
+    or nothing."""
+    return [FeatureNorm(sqrt_dim=on == "sqrt_dim")] if on else []
 
 
 def bn_layers(model: nn.Module) -> list[FedBatchNorm2d]:

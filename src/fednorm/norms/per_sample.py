@@ -102,19 +102,27 @@ def scaled_standardize_weight(weight: Tensor, gain: Tensor, gamma: float = RELU_
 
 class ScaledWSConv2d(nn.Conv2d):
     """``nn.Conv2d`` (same signature and init) convolving with
-    :func:`scaled_standardize_weight`; adds the learnable gain ``gain`` (C_out,), init 1."""
+    :func:`scaled_standardize_weight`; adds the learnable gain ``gain`` (C_out,), init 1;
+    ``gamma``: the fixed factor (RELU_GAIN, or 1: nfnets-pytorch's WSConv2d)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, gamma: float = RELU_GAIN, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.gamma = gamma
         self.gain = nn.Parameter(torch.ones(self.out_channels))
 
     def forward(self, x: Tensor) -> Tensor:
-        return self._conv_forward(x, scaled_standardize_weight(self.weight, self.gain),
-                                  self.bias)
+        return self._conv_forward(x, scaled_standardize_weight(self.weight, self.gain,
+                                                               self.gamma), self.bias)
 
 
 class FeatureNorm(nn.Module):
-    """x (N, D) -> x / max(||x||, eps) per sample (eps 1e-12): unit L2 norm, no parameters."""
+    """x (N, D) -> x / max(||x||, eps) per sample (eps 1e-12): unit L2 norm, no parameters;
+    times sqrt(D) with ``sqrt_dim`` (the Hybrid BN authors' FedFN baseline, ``Nets.py``)."""
+
+    def __init__(self, sqrt_dim: bool = False) -> None:
+        super().__init__()
+        self.sqrt_dim = sqrt_dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.normalize(x, dim=1)
+        out = F.normalize(x, dim=1)
+        return out * math.sqrt(x.shape[1]) if self.sqrt_dim else out
