@@ -38,7 +38,8 @@ def _bundle_jobs(counts):
     # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (510); FixBN on
     # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2);
     # ImageNet-1K 9 (Table 2); the small batches 42 (7 methods x 2 batch sizes x 3 seeds)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 510 + 417 + 9 + 42),
+    # Digits-Five's feature shift 33 (11 methods x 3 seeds)
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 510 + 417 + 9 + 42 + 33),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -65,7 +66,9 @@ def _bundle_jobs(counts):
      # the epoch budget)
      + (20 + 2 + 4 + 10)
      # ImageNet-1K: gn, bn, fixbn, 3 seeds each -> 3
-     + 3),
+     + 3
+     # Digits-Five's feature shift, per method: 3 seeds -> 11
+     + 11),
 ])
 @pytest.mark.slow
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
@@ -350,7 +353,8 @@ def _check_report(html, work, plan):
         assert "at a reduced scale" in caption  # the toy's 20 rounds, or synthetic data
         assert ("Synthetic data" in caption) == (entry.labels["figure"] not in {
             *(f"fbn/{n}" for n in ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")),
-            *(f"fixbn/{n}" for n in ("fig2a_tiny", "fig2b_tiny", "figG", "table2"))})  # JPEGs
+            *(f"fixbn/{n}" for n in ("fig2a_tiny", "fig2b_tiny", "figG", "table2")),  # JPEGs
+            "compare/feature_shift", "compare/feature_shift_domains"})  # Digits-Five's files
         if entry.file.endswith(".md") and entry.category != "Claims ledger":
             header = (work / entry.file).read_text().splitlines()[2]  # the table's first row
             assert header.startswith("| ") and header in caption

@@ -51,6 +51,7 @@ from fednorm.fl.norm_error import layer_errors, union_statistics
 from fednorm.fl.resume import ResumeStore
 from fednorm.fl.state import HISTORY, BundleState
 from fednorm.fl.streamed import streamed_batches
+from fednorm.metrics import DOMAIN_ACCURACY
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 
@@ -342,11 +343,14 @@ class _Loop:
 
     def domain_columns(self, accuracies: list[float]) -> dict[str, float]:
         """A run's per-domain accuracies as metric columns (fednorm.metrics.DOMAIN_ACCURACY),
-        their mean and least; nothing without domains (the columns stay NaN)."""
+        their mean and least; NaN where the run has no such domain (or none)."""
+        out = dict.fromkeys(("domain_accuracy", "worst_domain_accuracy", *DOMAIN_ACCURACY),
+                            math.nan)
         if not accuracies:
-            return {}
+            return out
         names = getattr(self.data, "domains", ())
-        return {"domain_accuracy": _mean(accuracies), "worst_domain_accuracy": min(accuracies),
+        return {**out, "domain_accuracy": _mean(accuracies),
+                "worst_domain_accuracy": min(accuracies),
                 **{f"test_accuracy_{d}": a for d, a in zip(names, accuracies, strict=True)}}
 
     def record(self, step: int, train_loss: Tensor) -> bool:

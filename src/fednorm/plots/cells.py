@@ -24,8 +24,9 @@ Orders = Mapping[str, Sequence[Any]]  # column -> the order of its values along 
 
 
 def percent(y: str) -> bool:
-    """Whether ``y`` is shown in % (an accuracy, stored as a fraction in the summary)."""
-    return y.endswith("accuracy")
+    """Whether ``y`` is shown in % (an accuracy, stored as a fraction in the summary; a
+    domain's too, ``test_accuracy_<domain>``)."""
+    return "accuracy" in y
 
 
 def value_label(y: str) -> str:
