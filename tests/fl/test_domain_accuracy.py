@@ -1,4 +1,4 @@
-"""Each domain's accuracy (feature shift; fednorm.fl.evaluate.domain_accuracies) against the
+"""Each domain's accuracy (feature shift; fednorm.fl.evaluate.evaluate_chunks) against the
 models run by hand: the global model on each domain's test images, and under personalized BN
 each client's own model, weighted by the share of the domain it holds."""
 
@@ -10,7 +10,7 @@ import torch
 from test_engine import _float64, batches_for, client_data, tiny_config, twin_models  # noqa: F401
 
 from fednorm.fl.engine import make_trainer
-from fednorm.fl.evaluate import domain_accuracies
+from fednorm.fl.evaluate import evaluate_chunks
 from fednorm.norms import normalizer_for
 
 
@@ -42,10 +42,13 @@ def accuracy(model, x, y) -> torch.Tensor:
 def test_the_global_model_is_tested_on_each_domain_s_images():
     trainer, model, x, y, domain_of, chunks = trained("bn")
     dist = torch.full((1, 3, 3), 1 / 3, dtype=torch.float64)
-    got = domain_accuracies(trainer, chunks, domain_of, dist)[0]
+    evaluation = evaluate_chunks(trainer, chunks, torch.full((1, 3, 10), 0.1), domain_of, dist)
+    got = evaluation.domain_accuracy[0]
     want = torch.stack([accuracy(model, x[domain_of == d], y[domain_of == d])
                         for d in range(3)])
     torch.testing.assert_close(got, want)
+    # the domains' images are all the test images: its accuracy is theirs, in one pass
+    torch.testing.assert_close(evaluation.accuracy[0], accuracy(model, x, y))
 
 
 def test_under_personalized_bn_a_domain_is_tested_through_the_models_of_its_clients():
@@ -53,7 +56,8 @@ def test_under_personalized_bn_a_domain_is_tested_through_the_models_of_its_clie
     accuracy weighs each client's by the share p_i(d) of the domain in its data."""
     trainer, model, x, y, domain_of, chunks = trained("fedbn")
     dist = torch.tensor([[[1.0, 0, 0], [0.5, 0.5, 0], [0, 0.25, 0.75]]], dtype=torch.float64)
-    got = domain_accuracies(trainer, chunks, domain_of, dist)[0]
+    got = evaluate_chunks(trainer, chunks, torch.full((1, 3, 10), 0.1), domain_of,
+                          dist).domain_accuracy[0]
     per_client = torch.zeros(3, 3, dtype=torch.float64)
     for i in range(3):
         client = copy.deepcopy(model)

@@ -119,7 +119,7 @@ def test_personalized_accuracies_are_those_of_each_clients_model():
             t.add_(torch.randn(t.shape, generator=torch.Generator().manual_seed(2),
                                dtype=t.dtype).abs() * 0.5)
     dist = label_distributions(DATA, [parts])
-    acc, loss, local = evaluate(trainer, DATA.test_x, DATA.test_y, dist)
+    acc, loss, local, _ = evaluate(trainer, DATA.test_x, DATA.test_y, dist)
     accs, losses, locals_ = [], [], []
     for i in range(N):
         client = copy.deepcopy(model).eval()

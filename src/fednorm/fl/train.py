@@ -42,7 +42,6 @@ from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import QUANTITIES
 from fednorm.fl.engine import _Trainer, make_trainer
 from fednorm.fl.evaluate import (
-    domain_accuracies,
     domain_distributions,
     evaluate_chunks,
     label_distributions,
@@ -363,14 +362,12 @@ class _Loop:
         measured = [] if "stats" in trainer.normalizer.local else trainer.layers
         # Hybrid BN's fresh statistics of the current global model, for this test alone
         with trainer.evaluation_statistics(step):
-            acc, test_loss, local_acc = evaluate_chunks(
-                trainer, partial(self.data.chunks, "test"), self.label_dist)
-            by_domain = (acc.new_zeros(trainer.runs, 0) if self.domain_dist is None else
-                         domain_accuracies(trainer, partial(self.data.chunks, "test"),
-                                           self.data.test_domain, self.domain_dist))
+            acc, test_loss, local_acc, by_domain = evaluate_chunks(
+                trainer, partial(self.data.chunks, "test"), self.label_dist,
+                getattr(self.data, "test_domain", None), self.domain_dist)
             val_acc = acc.new_full((trainer.runs,), math.nan)  # no validation set held out
             if self.data.val_y is not None:
-                val_acc, _, _ = evaluate_chunks(trainer, partial(self.data.chunks, "val"),
+                val_acc, *_ = evaluate_chunks(trainer, partial(self.data.chunks, "val"),
                                                 self.label_dist)
             mean_err = var_err = acc.new_zeros(trainer.runs, 0)  # no BN layer: nothing to measure
             if measured:
