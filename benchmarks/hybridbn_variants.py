@@ -8,8 +8,9 @@ Takes the quick plan's Hybrid BN and naive BN runs of the ``compare`` and ``tuni
 experiments (Dir(0.1) and Shards(2), E = 1 and 5, lr x 1 and 4), trains each on ``--seeds``
 as four variants of Hybrid BN, ``hybridbn_mixing`` (one shared d, or each client's own d: the
 authors' code) x ``time_constants`` (the smoothing 0.002 a round as given, or scaled so that G
-moves by the end of the run as far as over the paper's 500 rounds), and BN alongside (its runs
-do not change with the two keys). Bundles as the pipeline's (fednorm.plan.bundles), one thread.
+moves by the end of the run as far as over the paper's 500 rounds), a fifth with G unsmoothed
+(``hybridbn_momentum: 1``: the root cause), and BN alongside (its runs do not change with the
+keys). Bundles as the pipeline's (fednorm.plan.bundles), one thread.
 Prints, per setting and variant, the mean final test accuracy and the paired margin Hybrid BN
 - BN by seed with its t interval (95 %); writes every run's row to ``--out``/runs.csv.
 """
@@ -27,8 +28,15 @@ from fednorm.config import bundle_key, with_values
 from fednorm.plan import load_plan, merged_config
 from fednorm.run import train_bundle
 
-VARIANTS = {"shared d, given": ("shared", "given"), "shared d, scaled": ("shared", "scaled"),
-            "own d, given": ("client", "given"), "own d, scaled": ("client", "scaled")}
+VARIANTS = {
+    "shared d, given": {"hybridbn_mixing": "shared", "time_constants": "given"},
+    "shared d, scaled": {"hybridbn_mixing": "shared", "time_constants": "scaled"},
+    "own d, given": {"hybridbn_mixing": "client", "time_constants": "given"},
+    "own d, scaled": {"hybridbn_mixing": "client", "time_constants": "scaled"},
+    # the root cause: G unsmoothed, the pooled statistics of each round's start
+    "own d, G unsmoothed": {"hybridbn_mixing": "client", "time_constants": "given",
+                            "hybridbn_momentum": 1.0},
+}
 
 
 def runs(configs: list[str], seeds: list[int]) -> pd.DataFrame:
@@ -39,10 +47,8 @@ def runs(configs: list[str], seeds: list[int]) -> pd.DataFrame:
             if plan.runs[r].normalizer in ("hybridbn", "bn") and not plan.runs[r].feature_norm]
     rows = []
     for cfg in base:
-        variants = VARIANTS.items() if cfg.normalizer == "hybridbn" else [("BN", None)]
-        for name, keys in variants:
-            extra = {} if keys is None else {"hybridbn_mixing": keys[0],
-                                             "time_constants": keys[1]}
+        variants = VARIANTS.items() if cfg.normalizer == "hybridbn" else [("BN", {})]
+        for name, extra in variants:
             for seed in seeds:
                 run = with_values(cfg, seed=seed, **extra)
                 rows.append({"setting": f"{run.regime}, lr x {run.lr_scale:g}",
