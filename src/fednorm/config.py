@@ -396,10 +396,10 @@ def _domain_checks(cfg: RunConfig, where: str) -> None:
                    f"distinct names from {list(allowed)} with dataset '{cfg.dataset}'"
                    if allowed else f"[] with dataset '{cfg.dataset}' (domains: "
                    f"{sorted(DATASET_DOMAINS)})")
-    if cfg.dataset == "digits5" and not cfg.domains:
-        raise fail(where, "domains", [], f"a non-empty list from {list(DIGITS5_DOMAINS)} with "
-                   "dataset 'digits5'")
     if cfg.dataset == "digits5":
+        if not cfg.domains:
+            raise fail(where, "domains", [], f"a non-empty list from {list(DIGITS5_DOMAINS)} "
+                       "with dataset 'digits5'")
         for key, i in (("n_train", 0), ("n_test", 1)):
             most = min(DIGITS5_SIZES[d][i] for d in cfg.domains)
             if (getattr(cfg, key) or 0) > most:
@@ -619,6 +619,11 @@ def checked_section(section: Any, where: str, allowed: tuple[str, ...]) -> Mappi
     return section
 
 
+# Keys whose numbers are stored as floats (a YAML integer such as 1 becomes 1.0, one run id)
+_FLOAT_KEYS = ("foe_eps", "alie_z", "var_floor", "val_fraction", "lr_scale", "clip_norm",
+               *(k.name for k in methods.KEYS if k.type == "float"))
+
+
 def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     """Build and validate a RunConfig from plain values; unknown keys are errors. The budget
     keys (``epochs``, ``rounds``, ``lr_decay_at``: :func:`resolve_budget`) are accepted and
@@ -628,9 +633,7 @@ def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:
     clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if "heterogeneity" in clean and clean["heterogeneity"] is not None:
         clean["heterogeneity"] = float(clean["heterogeneity"])
-    floats = [k.name for k in methods.KEYS if k.type == "float"]
-    for key in ("foe_eps", "alie_z", "var_floor", "val_fraction", "lr_scale", "clip_norm",
-                *floats):
+    for key in _FLOAT_KEYS:
         if clean.get(key) is not None:
             clean[key] = float(clean[key])
     if not methods.method(clean.get("normalizer", RunConfig.normalizer)).per_round_keys:

@@ -60,8 +60,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fednorm.data.arrays import Arrays, DatasetUnavailable
+from fednorm.metrics import DIGITS5_DOMAINS
 
-DOMAINS = ("mnist", "svhn", "usps", "synthdigits", "mnistm")
+DOMAINS = DIGITS5_DOMAINS  # the names the configuration checks (fednorm.metrics)
 SPLITS = ("train", "test")
 N_CLASSES = 10
 IMAGE_SIZE = 28  # FedBN resizes every domain to MNIST's 28×28

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fednorm.metrics import RENDERED_DOMAINS
 from fednorm.rng import fold, run_key, uniform
 
 NOISE_STD = 0.2  # σ of the additive noise, in units of the [0, 1] pixel range
@@ -107,9 +108,12 @@ def texture(x: Tensor, key: Tensor) -> Tensor:
     return x + (1.0 - x) * smooth
 
 
+# In the order of fednorm.metrics.RENDERED_DOMAINS (the names the configuration checks): a
+# domain's position there is part of its images' random keys
 TRANSFORMS: dict[str, Transform] = {"mnist": mnist, "inverted": inverted, "colour": colour,
                                     "noise": noise, "blur": blur, "texture": texture}
-DOMAINS = tuple(TRANSFORMS)
+DOMAINS = RENDERED_DOMAINS
+assert tuple(TRANSFORMS) == DOMAINS, "one transform per domain name, in its order"
 
 
 def _check_domains(domains: Sequence[str]) -> None:

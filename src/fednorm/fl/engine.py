@@ -666,10 +666,12 @@ class FedAvg(_Trainer):
                 own.copy_(new)
             else:
                 own.scatter_(1, _row_index(who, own), new)
-        if self.kept:
+        if self.kept:  # the round's clients have trained: their own parts are theirs now
             joined = self.state.joined["clients"]
-            joined.copy_(torch.ones_like(joined) if who is None else
-                         joined.scatter(1, who, True))
+            if who is None:
+                joined.fill_(True)
+            else:
+                joined.scatter_(1, who, True)
         # the parts the clients keep to themselves are never averaged; kept ones are
         self._aggregate(params, stats, rule, set(names) - (set(self.state.local) - self.kept),
                         start, clients=n, who=who)

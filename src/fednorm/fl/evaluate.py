@@ -113,17 +113,20 @@ def _models(trainer: _Trainer) -> tuple[Callable, tuple, int]:
     return fn, (trainer.state.params, trainer.state.stats), 1
 
 
+def _shares(values: Tensor, count: int, parts: Sequence[Sequence[Tensor]],
+            dtype: torch.dtype) -> Tensor:
+    """(R, n, count): the fraction of each value 0 .. count - 1 of ``values`` (one per training
+    image) in each client's part, per run."""
+    return torch.stack([torch.stack([
+        torch.bincount(values[idx.to(values.device)], minlength=count).to(dtype)
+        / max(len(idx), 1) for idx in run_parts]) for run_parts in parts])
+
+
 def label_distributions(data: Arrays | StreamedImages, parts: Sequence[Sequence[Tensor]]) -> Tensor:
     """(R, n, classes): the fraction of each class in each client's training data, per run."""
-    y = data.train_y
-    return torch.stack([torch.stack([
-        torch.bincount(y[idx.to(y.device)], minlength=data.n_classes).to(data.dtype)
-        / max(len(idx), 1) for idx in run_parts]) for run_parts in parts])
+    return _shares(data.train_y, data.n_classes, parts, data.dtype)
 
 
 def domain_distributions(data: Arrays, parts: Sequence[Sequence[Tensor]]) -> Tensor:
     """(R, n, D): the fraction of each domain in each client's training data, per run."""
-    domain = data.train_domain
-    return torch.stack([torch.stack([
-        torch.bincount(domain[idx.to(domain.device)], minlength=len(data.domains)).to(data.dtype)
-        / max(len(idx), 1) for idx in run_parts]) for run_parts in parts])
+    return _shares(data.train_domain, len(data.domains), parts, data.dtype)

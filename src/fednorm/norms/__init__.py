@@ -226,8 +226,7 @@ def _fixbn(cfg: RunConfig) -> dict:
     else:
         rule_at = lambda step: batch if step < freeze_at else frozen  # noqa: E731
     affine_at = freeze_at if cfg.fixbn_fix in ("affine", "both") else None
-    return dict(make_layer=lambda c: FedBatchNorm2d(c, eps=cfg.bn_eps), rule_at=rule_at,
-                freeze_affine_at=affine_at)
+    return {**_bn(cfg, batch), "rule_at": rule_at, "freeze_affine_at": affine_at}
 
 
 def _hybridbn(cfg: RunConfig) -> dict:
@@ -258,9 +257,8 @@ LAYERS: dict[str, Callable[[RunConfig], dict]] = {
     "heterofl_sbn": lambda cfg: _bn(cfg, BatchStats()),
     "hybridbn": _hybridbn,
     "fedwon": lambda cfg: dict(
-        make_layer=_identity, agc=cfg.agc_lambda, agc_vector=cfg.agc_unit == "vector",
-        conv=partial(ScaledWSConv2d, gamma=RELU_GAIN if cfg.fedwon_ws_gain == "relu" else 1.0),
-        residual_alpha=NF_ALPHA),
+        make_layer=_identity, residual_alpha=NF_ALPHA,
+        conv=partial(ScaledWSConv2d, gamma=RELU_GAIN if cfg.fedwon_ws_gain == "relu" else 1.0)),
     "none": lambda cfg: dict(make_layer=_identity),
 }
 
@@ -270,6 +268,8 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
     record = methods.method(cfg.normalizer)
     flags = dict(rule_at=_no_rule, clientwise=record.clientwise, static=record.static,
                  local=record.personal)
+    if record.clips:  # adaptive gradient clipping, with the keys that set it
+        flags.update(agc=cfg.agc_lambda, agc_vector=cfg.agc_unit == "vector")
     return Normalizer(cfg.normalizer, **{**flags, **LAYERS[cfg.normalizer](cfg)})
 
 
