@@ -184,8 +184,10 @@ def _summary(plan, accuracy):
     return pd.DataFrame(rows)
 
 
-def _claim(cid, experiment, a, b):
-    return {"id": cid, "paper": "fbn", "source": "§4", "words": f"{a} beats {b}",
+def _claim(cid, experiment, a, b, paper="fixbn"):
+    """A claim of ``a`` over ``b`` (FixBN's: not about its own method, so a contradiction
+    needs no tuned values: fednorm.claims.verdicts)."""
+    return {"id": cid, "paper": paper, "source": "§4", "words": f"{a} beats {b}",
             "experiment": experiment, "relation": "greater", "a": {"normalizer": a},
             "b": {"normalizer": b}}
 

@@ -44,7 +44,13 @@ def test_paper_config_counts_the_issue_grids():
                "compare_central": 4 * 3,
                "compare_fedfn": 2 * 4 * 2 * 3,  # normalizer (none, bn) x split x E x seed
                "compare_batch": 7 * 2 * 3,  # normalizer x batch size x seed
-               "tuning": 17 * 2 * 5 * 3}  # method x E x lr_scale x seed, Dir(0.1)
+               # method x E x lr_scale x seed, Dir(0.1), each method's own keys swept too
+               # (fednorm.methods: FedWon's 9 lambdas, Hybrid BN's 4 smoothings, FedFN's 2
+               # scales): 13 methods at one value, the others at theirs
+               "tuning": (13 + 4 + 9 + 2 + 2) * 2 * 5 * 3,
+               "tuning_splits": (1 + 4) * 3 * 5 * 3,  # BN, Hybrid BN x split x lr x seed
+               "tuning_small_batch": (5 + 4 + 9) * 2 * 5 * 3,  # x batch size x lr x seed
+               "tuning_feature_shift": (2 + 9) * 5 * 3}  # BN, FedBN, FedWon x lr x seed
     assert {name: len(plan.experiments[name]) for name in {**fedtan, **compare}} == {
         **fedtan, **compare}
     # trained once: FBN's 'no attack' runs; FixBN's E = 500 at fixed rounds is the fixed-epochs
@@ -74,7 +80,9 @@ def test_paper_config_counts_the_issue_grids():
                               + sum(fedtan.values()) + sum(compare.values())
                               + sum(tiny.values()) + sum(imagenet.values())
                               + sum(shift.values()) - shared)
-    assert len(plan.runs) == 1944 + 417 + 9 + 33
+    # 1,944 + 417 + 9 + 33 before the tuning swept each method's own keys in every setting
+    # of its claims (900 - 510 + 225 + 540 + 165 more)
+    assert len(plan.runs) == 1944 + 417 + 9 + 33 + 1320
     # ImageNet-1K: E = 2 epochs of a client of average size = 1,281 steps, 64 epochs of the
     # 10 participants' images = 320 rounds, lr x0.1 at 30, 60, 90 % of them (96, 192, 288)
     net = [plan.runs[r] for r in plan.experiments["fixbn_imagenet"]]

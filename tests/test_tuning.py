@@ -66,11 +66,13 @@ def test_the_tuning_table_reports_the_chosen_runs_test_accuracy_beside_the_commo
     assert table["tuned_mean"].to_dict() == pytest.approx({"bn": 10.0, "fbn": 20.0})
     assert table["common_mean"].to_dict() == pytest.approx({"bn": 10.0, "fbn": 30.0})
     assert table["n_seeds"].to_dict() == {"bn": 2, "fbn": 2}
-    assert table["edge"].to_dict() == {"bn": "", "fbn": "low"}
+    assert table["edge"].to_dict() == {"bn": "", "fbn": "lr_scale:low"}
+    assert table["chosen"].to_dict() == {"bn": "lr × 1", "fbn": "lr × 0.5↓"}
+    assert table["grid"].to_dict() == {"bn": "lr × 0.5, 1, 2", "fbn": "lr × 0.5, 1, 2"}
     # the best at the largest factor: marked 'high'; one factor swept: no edge
     high = frame()
     high.loc[high["lr_scale"] == 2.0, "val_accuracy"] = 0.99
-    assert choices(high, ["method", "regime"])["edge"].tolist() == ["high", "high"]
+    assert choices(high, ["method", "regime"])["edge"].tolist() == ["lr_scale:high"] * 2
     alone = frame()[lambda f: f["lr_scale"] == 1.0]
     assert choices(alone, ["method", "regime"])["edge"].tolist() == ["", ""]
 
@@ -81,13 +83,14 @@ def test_a_tuning_figure_writes_the_table_as_csv_and_markdown_in_the_figure_orde
     csv, md = draw(fig, frame(), tmp_path / "tuning")
     assert pd.read_csv(csv)["method"].tolist() == ["fbn", "bn"]
     lines = md.read_text().splitlines()
-    assert lines[2].startswith("| method | regime | lr × (chosen) |")
-    assert lines[4] == "| FBN | IID, E=1 | 0.5↓ | 50.50 | 20.00 ± 0.00 | 30.00 ± 0.00 | 2 |"
-    assert lines[5].startswith("| Naive BN | IID, E=1 | 1 |")  # inside the sweep 0.5 ... 2
+    assert lines[2].startswith("| method | regime | swept | chosen | val accuracy (chosen) |")
+    assert lines[4] == ("| FBN | IID, E=1 | lr × 0.5, 1, 2 | lr × 0.5↓ | 50.50 | 20.00 ± 0.00 | "
+                        "– | 30.00 ± 0.00 | 2 + 0 |")
+    assert lines[5].startswith("| Naive BN | IID, E=1 | lr × 0.5, 1, 2 | lr × 1 |")
     assert "never on the test set" in md.read_text()
-    assert "↓: the smallest lr × swept (the best may lie beyond it" in md.read_text()
+    assert "↓: the smallest value swept (the best may lie beyond it" in md.read_text()
     assert pd.read_csv(csv, keep_default_na=False).set_index("method")["edge"].to_dict() == {
-        "fbn": "low", "bn": ""}
+        "fbn": "lr_scale:low", "bn": ""}
 
 
 def test_a_combination_no_run_has_is_a_row_without_a_run(tmp_path):
@@ -98,7 +101,7 @@ def test_a_combination_no_run_has_is_a_row_without_a_run(tmp_path):
     fig = Figure("compare/tuning", ("tuning",), "tuning", rows="method", cols="regime",
                  select="val_accuracy")
     _, md = draw(fig, pd.concat([frame(), other]), tmp_path / "tuning")
-    assert "| FBN | IID, E=5 | – | – | – | – | 0 |" in md.read_text().splitlines()
+    assert "| FBN | IID, E=5 | – | – | – | – | – | – | 0 + 0 |" in md.read_text().splitlines()
 
 
 def test_a_table_with_select_shows_each_cells_chosen_runs_only(tmp_path):
@@ -108,3 +111,40 @@ def test_a_table_with_select_shows_each_cells_chosen_runs_only(tmp_path):
     data = pd.read_csv(csv).set_index("method")
     assert data["mean"].to_dict() == pytest.approx({"bn": 10.0, "fbn": 20.0})
     assert data["lr_scale"].to_dict() == {"bn": 1.0, "fbn": 0.5}
+
+
+def _joint() -> pd.DataFrame:
+    """FedWon swept over lr × {1, 4} and λ {0.01, 0.16, none} on tuning seeds 0, 1 (val best
+    at × 4, λ none; test best elsewhere), and its choice again on the fresh seeds 100, 101."""
+    rows = []
+    val = {(1.0, 0.01): 0.2, (1.0, 0.16): 0.5, (1.0, None): 0.6,
+           (4.0, 0.01): 0.3, (4.0, 0.16): 0.7, (4.0, None): 0.8}
+    for (scale, lam), v in val.items():
+        seeds = (0, 1, 100, 101) if (scale, lam) == (4.0, None) else (0, 1)
+        for seed in seeds:
+            fresh = seed >= 100
+            rows.append(dict(run_id=f"{scale}-{lam}-{seed}", method="fedwon", regime="Dir",
+                             lr_scale=scale, agc_lambda=lam, seed=seed, step=10, status="ok",
+                             # the fresh seeds score low on validation: never read
+                             val_accuracy=0.0 if fresh else v + 0.01 * seed,
+                             test_accuracy=0.4 if fresh else 1.0 - v))
+    return pd.DataFrame(rows)
+
+
+def test_the_rate_and_a_methods_own_key_are_chosen_jointly_on_the_tuning_seeds_only():
+    """The joint best on the seeds every combination has (× 4, no clipping: λ none, the
+    limit λ → ∞, the sweep's high end); the fresh seeds at that choice, however low their
+    validation accuracy, never move it; the table keeps them apart from the tuning seeds."""
+    chosen = choices(_joint(), ["method"]).iloc[0]
+    assert (chosen["lr_scale"], chosen["agc_lambda"]) == (4.0, math.inf)
+    assert chosen["score"] == pytest.approx(0.805) and chosen["n_seeds"] == 2
+    assert chosen["edge"] == "lr_scale:high,agc_lambda:high"
+    picked = select_by_validation(_joint(), ["method"])
+    assert sorted(picked["seed"]) == [0, 1, 100, 101]
+    assert picked["agc_lambda"].isna().all()  # the rows as they were: null
+    table = tuning_table(_joint(), ["method"]).iloc[0]
+    assert table["chosen"] == "lr × 4↑, λ none↑"
+    assert table["grid"] == "lr × 1, 4; λ 0.01, 0.16, none"
+    assert table["tuned_mean"] == pytest.approx(20.0)  # 1 - 0.8 on seeds 0, 1
+    assert table["fresh_mean"] == pytest.approx(40.0) and table["fresh_seeds"] == 2
+    assert table["common_mean"] == pytest.approx(80.0)  # lr × 1 at λ 0.01 (the default)

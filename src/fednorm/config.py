@@ -239,6 +239,13 @@ class RunConfig:
         return f"{self.split}, E={self.local_steps}"
 
     @property
+    def setting(self) -> str:
+        """The regime and the batch, e.g. 'Dir(0.1), E=1, B=2': one column of the tuning table
+        per setting in which a method's claims are judged (label skew, small batch, feature
+        shift)."""
+        return f"{self.regime}, B={self.batch_size}"
+
+    @property
     def training_images(self) -> int:
         """The images the engine trains on: steps x clients x batch_size, the clients being the
         m participants of each round under partial participation (only they compute)."""
@@ -338,7 +345,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 _DEFAULT_IDENTITY = RunConfig().identity()
 # Columns derived from a run's config (properties of RunConfig), usable like keys in figures.
-DERIVED = ("scenario", "split", "regime", "method")
+DERIVED = ("scenario", "split", "regime", "setting", "method")
 assert set(_RULES) == set(FIELDS), set(_RULES) ^ set(FIELDS)
 
 
@@ -621,7 +628,7 @@ def checked_section(section: Any, where: str, allowed: tuple[str, ...]) -> Mappi
 
 # Keys whose numbers are stored as floats (a YAML integer such as 1 becomes 1.0, one run id)
 _FLOAT_KEYS = ("foe_eps", "alie_z", "var_floor", "val_fraction", "lr_scale", "clip_norm",
-               *(k.name for k in methods.KEYS if k.type == "float"))
+               *(k.name for k in methods.KEYS if k.type.startswith("float")))
 
 
 def run_config(values: Mapping[str, Any], where: str = "run") -> RunConfig:

@@ -40,6 +40,7 @@ from typing import Any
 from fednorm.checks import (
     Check,
     IntIn,
+    Nullable,
     NumberIn,
     OneOf,
     fail,
@@ -62,6 +63,18 @@ class Key:
     # a per-round constant given for this many rounds (its paper's): with ``time_constants:
     # scaled`` it moves the same fraction by the end of a run of any length (:func:`per_round`)
     per_round_of: int | None = None
+
+
+@dataclass(frozen=True)
+class Tune:
+    """A key that a method's paper or official code tunes (or states per setting): a tuning
+    experiment (``tune: true``, fednorm.plan.experiments) sweeps ``grid`` jointly with the
+    learning rate, and the claims judge the method at the values chosen on held-out data
+    (fednorm.tuning). ``symbol``: how the chosen value is written (``λ 0.16``)."""
+
+    key: str
+    symbol: str
+    grid: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,11 @@ class Method:
     clientwise: bool = False
     clips: bool = False
     keys: tuple[Key, ...] = ()
+    # the keys its paper or official code tunes per setting (beyond the learning rate)
+    tunes: tuple[Tune, ...] = ()
+    # the keys of its official code's recipe that differ from the common one (an experiment
+    # with ``recipes: own`` runs the method at them: fednorm.plan.experiments)
+    recipe: tuple[tuple[str, Any], ...] = ()
     # rules of its own that tie keys together: (cfg, where) -> None, or a ConfigError
     checks: Callable[[Cfg, Where], None] | None = None
     models: tuple[str, ...] | None = None  # the models it can be built in; None: every one
@@ -207,14 +225,21 @@ METHODS: tuple[Method, ...] = (
                  # client: each client keeps its own d, starting from the server's average on
                  # its first round (the code's buffer_w); shared: one d, averaged like a weight
                  Key("hybridbn_mixing", "client", OneOf(("client", "shared")), "str",
-                     "whose mixing weight d a client normalizes with"))),
+                     "whose mixing weight d a client normalizes with")),
+           # the smoothing decides how far G moves from its start at (0, 1) within a budget
+           # (docs/new-methods.md, Hybrid BN re-measured): 1 is G unsmoothed, each round's own
+           tunes=(Tune("hybridbn_momentum", "G smoothing", (0.002, 0.01, 0.05, 1.0)),),
+           # its code (Hongyao-Chen/HybridBN at 1c0e151): parameters averaged by the clients'
+           # data sizes, every gradient clipped at norm 10 (its benchmark does so for every
+           # method; here Hybrid BN's own recipe, the common recipe for the others)
+           recipe=(("weighted_average", True), ("clip_norm", 10.0))),
     Method("fedwon", Look("FedWon", "#006d2c", "H", (0, (6, 1))), statistics=False, clips=True,
            models=OWN_CONVS, paper="FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
            # Brock et al. (2021), "High-Performance Large-Scale Image Recognition Without
            # Normalization", §4.1: 0.01 is their choice for their large batches (4096);
            # FedWon's text states no value that we could read
-           keys=(Key("agc_lambda", 0.01, NumberIn(0, math.inf, low_open=True), "float",
-                     "adaptive gradient clipping's lambda"),
+           keys=(Key("agc_lambda", 0.01, Nullable(NumberIn(0, math.inf, low_open=True)),
+                     "float | None", "adaptive gradient clipping's lambda; null: no clipping"),
                  # a vector (bias, gain) is one unit in Brock et al.'s code, nfnets-pytorch and
                  # timm (FedWon's code is not public); element: each entry its own unit
                  Key("agc_unit", "vector", OneOf(("vector", "element")), "str",
@@ -223,6 +248,10 @@ METHODS: tuple[Method, ...] = (
                  # none: 1, nfnets-pytorch's WSConv2d (FedWon's text names neither)
                  Key("fedwon_ws_gain", "relu", OneOf(("relu", "none")), "str",
                      "the fixed factor of each scaled weight-standardized conv")),
+           # NFNets' 0.01 was chosen for batches of 4,096 (Brock et al. 2021, §4.1, Fig 3: the
+           # best lambda grows as the batch shrinks); FedWon tunes it per setting. null: none
+           tunes=(Tune("agc_lambda", "λ", (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28,
+                                            None)),),
            revision=1),
     Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False),
 )
@@ -240,8 +269,25 @@ VARIANT_LOOKS = {
 }
 
 
+# FedFN's own key (a RunConfig field: FedFN is a variant of any normalizer): its feature's
+# scale, unit (its paper's name) or sqrt(D) (the Hybrid BN authors' FedFN baseline)
+FEATURE_NORM_TUNES = (Tune("feature_norm_scale", "scale", ("unit", "sqrt_dim")),)
+RATE = "lr_scale"  # the learning rate's factor: tuned for every method
+# Every key a tuning chooses: the rate, then each method's own (the choice's columns)
+TUNED_KEYS: tuple[str, ...] = (RATE, *dict.fromkeys(
+    t.key for t in (*(t for m in METHODS for t in m.tunes), *FEATURE_NORM_TUNES)))
+SYMBOLS = {RATE: "lr ×", **{t.key: t.symbol for m in METHODS for t in m.tunes},
+           **{t.key: t.symbol for t in FEATURE_NORM_TUNES}}
+
+
 def method(name: str) -> Method:
     return BY_NAME[name]
+
+
+def tunes_of(normalizer: str, feature_norm: bool = False) -> tuple[Tune, ...]:
+    """The keys a run of this method tunes beyond the rate: its record's, and FedFN's scale
+    when the feature is normalized."""
+    return method(normalizer).tunes + (FEATURE_NORM_TUNES if feature_norm else ())
 
 
 def own_keys(after: str) -> Callable[[type], type]:

@@ -1,14 +1,23 @@
-"""Each method at its own learning rate, chosen on data held out of the training set.
+"""Each method at its own hyperparameters, chosen on data held out of the training set.
 
 One learning rate for every method misleads: a method whose best step size differs from the
 common recipe's looks worse than it is (the Hybrid BN authors warn of it; FBN barely learns at
-the FixBN recipe's step size on the quick digits). So a tuning experiment trains every method
-at several ``lr_scale`` factors on the recipe's schedule, with ``val_fraction`` of the training
-images held out (fednorm.data.arrays.hold_out), and :func:`select_by_validation` keeps, per
-cell of a table, the factor whose final validation accuracy is best. The choice reads the
-validation column alone: the test set only reports the chosen runs. A choice at the largest or
-smallest factor of its cell's sweep is marked (``edge``): the best may lie beyond it, and the
-sweep should be widened before the choice is trusted.
+the FixBN recipe's step size on the quick digits), and so does a method run at a key chosen for
+another regime (FedWon's clipping λ, chosen by NFNets for batches of 4,096). So a tuning
+experiment (``tune: true``, fednorm.plan.experiments) trains every method at several
+``lr_scale`` factors jointly with the keys its record tunes (fednorm.methods.Tune), with
+``val_fraction`` of the training images held out (fednorm.data.arrays.hold_out, stratified by
+class and domain, scored as the test is: fednorm.fl.train), and :func:`choices` keeps, per cell
+of a table, the combination whose final validation accuracy is best.
+
+- The choice reads the validation column alone, on the seeds that every combination of its
+  cell has (the *tuning seeds*); a run of another seed at the chosen values (the claims' second
+  stage trains the chosen values on fresh seeds: fednorm.claims.stage2) never moves it, and
+  only those fresh seeds judge a claim (fednorm.claims.verdicts): the choice's own seeds carry
+  its winner's curse.
+- A null tuned value (FedWon's λ: no clipping) is the limit λ → ∞ (:data:`NONE`).
+- A choice at the largest or smallest value of a numeric key's sweep is marked (``edge``): the
+  best may lie beyond it, and the sweep should be widened before the choice is trusted.
 """
 
 from __future__ import annotations
@@ -19,118 +28,243 @@ from pathlib import Path
 
 import pandas as pd
 
+from fednorm.config import RunConfig
+from fednorm.methods import RATE, SYMBOLS, TUNED_KEYS
 from fednorm.plots import style
 from fednorm.plots.cells import DIVERGED_NOTE, Orders, cell_stats, percent, value_text
 from fednorm.plots.save import save_table
 from fednorm.plots.table import NO_RUN, SEEDS, cell_text, escape_cell, extra_text
 from fednorm.results import matches, seed_stats
 
-OVER = "lr_scale"  # the hyper-parameter chosen
+OVER = RATE  # the hyper-parameter every method tunes
+NONE = math.inf  # a null tuned value: no clipping is the limit of λ → ∞
 EDGES = {"high": "↑", "low": "↓"}  # a choice at the largest / smallest value swept
+COMMON = 1.0  # the lr_scale of the common recipe: every method at the recipe's own schedule
+
+
+def tuned_keys(rows: pd.DataFrame) -> list[str]:
+    """The tuned keys (fednorm.methods.TUNED_KEYS) that ``rows`` has as columns."""
+    return [k for k in TUNED_KEYS if k in rows.columns]
+
+
+def _filled(rows: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """``rows`` with a null in a numeric tuned key read as :data:`NONE`."""
+    out = rows.copy()
+    for key in keys:
+        if pd.api.types.is_numeric_dtype(out[key]) or out[key].isna().all():
+            out[key] = pd.to_numeric(out[key]).fillna(NONE)
+    return out
+
+
+def _cell_ids(rows: pd.DataFrame, cells: Sequence[str]) -> pd.Series:
+    """One label per cell (the ``cells`` columns' values together); one cell without any."""
+    if not cells:
+        return pd.Series("", index=rows.index)
+    return rows[list(cells)].map(str).agg("\x1f".join, axis=1)
+
+
+def tuning_seeds(rows: pd.DataFrame, cells: Sequence[str], over: Sequence[str]) -> pd.Series:
+    """Per row, whether its seed is one that every swept combination of ``over`` in its cell
+    has: the seeds a choice is made on (a seed added at one combination never moves it)."""
+    cell = _cell_ids(rows, cells)
+    combo = _cell_ids(rows, over)
+    seeds = pd.DataFrame({"cell": cell, "combo": combo, "seed": rows["seed"]})
+    per_combo = seeds.groupby(["cell", "combo"])["seed"].agg(frozenset)
+    common = per_combo.groupby(level="cell").agg(lambda s: frozenset.intersection(*s))
+    return pd.Series([s in common[c] for c, s in zip(cell, rows["seed"], strict=True)],
+                     index=rows.index)
 
 
 def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
-            over: str = OVER) -> pd.DataFrame:
-    """Per combination of the ``cells`` columns: the ``over`` value whose runs' final ``by``
-    (fednorm.results.run_values), averaged over the seeds, is highest. A value with a diverged
-    run (status ``diverged``) or without any ``by`` is never chosen over one without; ties go
-    to the smaller value. Only ``by`` is read among the metrics. Returns the ``cells``
-    columns, ``over``, ``score`` (the mean ``by``; -inf: ruled out), ``n_seeds`` and ``edge``:
-    'high' / 'low' when the chosen value is the largest / smallest of the cell's (two or
-    more) values, else ''."""
+            over: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per combination of the ``cells`` columns: the combination of the ``over`` values
+    (default: every tuned key the rows have) whose runs' final ``by``
+    (fednorm.results.run_values), averaged over the cell's tuning seeds (:func:`tuning_seeds`),
+    is highest. A combination with a diverged run (status ``diverged``) or without any ``by``
+    is never chosen over one without; ties go to the smaller values, key by key. Only ``by``
+    is read among the metrics. Returns the ``cells`` and ``over`` columns (a null as
+    :data:`NONE`), ``score`` (the mean ``by``; -inf: ruled out), ``n_seeds`` and ``edge``:
+    per numeric key with two values or more in the cell, 'key:high' / 'key:low' when the
+    choice is its largest / smallest, joined by ','."""
     cells = list(cells)
-    stats = seed_stats(rows, [*cells, over], y=by)
+    over = tuned_keys(rows) if over is None else list(over)
+    rows = _filled(rows, over)
+    rows = rows[tuning_seeds(rows, cells, over)]
+    stats = seed_stats(rows, [*cells, *over], y=by)
     ruled_out = (stats["n_diverged"] > 0) | (stats["n_seeds"] == 0)
     stats["score"] = stats["mean"].where(~ruled_out, float("-inf"))
-    best = stats.sort_values([*cells, "score", over],
-                             ascending=[True] * len(cells) + [False, True], kind="stable")
-    best = best.groupby(cells, sort=False, dropna=False).head(1)
-    swept = stats.groupby(cells, sort=False, dropna=False)[over].agg(
-        lowest="min", highest="max", values="nunique").reset_index()
-    best = best[[*cells, over, "score", "n_seeds"]].merge(swept, on=cells, how="left")
-    several = best["values"] > 1
-    best["edge"] = ""
-    best.loc[several & (best[over] == best["lowest"]), "edge"] = "low"
-    best.loc[several & (best[over] == best["highest"]), "edge"] = "high"
-    return best[[*cells, over, "score", "n_seeds", "edge"]].reset_index(drop=True)
+    best = stats.sort_values([*cells, "score", *over],
+                             ascending=[True] * len(cells) + [False] + [True] * len(over),
+                             kind="stable")
+    group = (lambda f: f.groupby(cells, sort=False, dropna=False)) if cells else None
+    best = group(best).head(1) if group else best.head(1)
+    best = best[[*cells, *over, "score", "n_seeds"]].reset_index(drop=True)
+    best["edge"] = [_edges(stats, cells, over, choice) for _, choice in best.iterrows()]
+    return best
+
+
+def _edges(stats: pd.DataFrame, cells: Sequence[str], over: Sequence[str],
+           choice: pd.Series) -> str:
+    """The numeric keys whose choice is at an end of its cell's sweep: 'key:high,key:low'."""
+    mine = stats
+    for c in cells:
+        mine = mine[matches(mine[c], choice[c])]
+    out = []
+    for key in over:
+        values = mine[key]
+        if not pd.api.types.is_numeric_dtype(values) or values.nunique() < 2:
+            continue
+        if choice[key] == values.max():
+            out.append(f"{key}:high")
+        elif choice[key] == values.min():
+            out.append(f"{key}:low")
+    return ",".join(out)
+
+
+def _words(value: object) -> str:
+    if value is None or value == NONE or (isinstance(value, float) and math.isnan(value)):
+        return "none"
+    return value_text(value)
+
+
+def chosen_text(choice: pd.Series | dict, over: Sequence[str]) -> str:
+    """A choice in words, each key's edge marked: 'lr × 4↑, λ 0.16' (NONE: 'none')."""
+    edges = dict(e.split(":") for e in str(choice.get("edge", "") or "").split(",") if e)
+    return ", ".join(f"{SYMBOLS[k]} {_words(choice[k])}{EDGES.get(edges.get(k, ''), '')}"
+                     for k in over)
+
+
+def grid_text(rows: pd.DataFrame, over: Sequence[str]) -> str:
+    """The values a cell swept, key by key: 'lr × 1, 4; λ 0.01 … 1.28, none (9)'."""
+    rows = _filled(rows, over)
+    parts = []
+    for key in over:
+        values = sorted(rows[key].unique())
+        if len(values) < 2:
+            continue
+        words = [_words(v) for v in values]
+        text = ", ".join(words) if len(words) <= 3 else f"{words[0]} … {words[-1]} ({len(words)})"
+        parts.append(f"{SYMBOLS[key]} {text}")
+    return "; ".join(parts) or "–"
+
+
+def at_choice(rows: pd.DataFrame, chosen: pd.DataFrame, cells: Sequence[str],
+              over: Sequence[str]) -> pd.DataFrame:
+    """The rows (every evaluation point, every seed) of the runs at each cell's choice."""
+    keys = [*cells, *over]
+    rows = rows.reset_index(drop=True)
+    filled = _filled(rows, over)
+    kept = filled.reset_index().merge(chosen[keys], on=keys, how="inner")["index"]
+    return rows.loc[sorted(kept)]
 
 
 def select_by_validation(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
-                         over: str = OVER) -> pd.DataFrame:
-    """The rows (every evaluation point) of the runs at each cell's chosen ``over`` value
+                         over: Sequence[str] | None = None) -> pd.DataFrame:
+    """The rows (every evaluation point) of the runs at each cell's chosen values
     (:func:`choices`)."""
-    chosen = choices(rows, cells, by, over)[[*cells, over]]
-    return rows.merge(chosen, on=[*cells, over], how="inner")
+    over = tuned_keys(rows) if over is None else list(over)
+    return at_choice(rows, choices(rows, cells, by, over), cells, over)
 
 
-COMMON = 1.0  # the lr_scale of the common recipe: every method at the recipe's own schedule
+def at_common(rows: pd.DataFrame, over: Sequence[str], common: float = COMMON) -> pd.DataFrame:
+    """The rows at the common recipe: ``lr_scale`` = ``common`` and every other tuned key at
+    its default (FedWon's λ 0.01)."""
+    mask = matches(rows[OVER], common)
+    for key in over:
+        if key != OVER:
+            mask &= matches(rows[key], getattr(RunConfig, key))
+    return rows[mask]
 
 
 def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_accuracy",
                  y: str = "test_accuracy", order: Orders | None = None,
                  common: float = COMMON) -> pd.DataFrame:
     """One row per combination of the ``cells`` columns (in axis order, fednorm.plots.cells):
-    ``lr_scale`` chosen on ``by`` (:func:`choices`), ``by`` (its mean over seeds at that
-    choice; NaN where every value is ruled out), then ``y``'s ``mean``, ``std``, ``cell``
-    (the table's text) at the chosen value (``tuned_*``) and at ``lr_scale`` = ``common``
-    (``common_*``), the chosen runs' ``n_seeds`` and ``n_diverged``, and ``edge``
-    (:func:`choices`). Accuracies in %."""
+    the tuned keys' chosen values (:func:`choices`; ``chosen``: in words, ``grid``: what was
+    swept), ``by`` (its mean over the tuning seeds at that choice; NaN where every value is
+    ruled out), then ``y``'s ``mean``, ``std``, ``cell`` (the table's text) at the choice on
+    the tuning seeds (``tuned_*``), on the seeds beyond them (``fresh_*``: the seeds that
+    judge the claims) and at the common recipe (``common_*``), the chosen runs' ``n_seeds``
+    and ``n_diverged`` on the tuning seeds, and ``edge``. Accuracies in %."""
     cells = list(cells)
-    chosen = choices(rows, cells, by).rename(columns={"score": by})
+    rows = rows.reset_index(drop=True)
+    over = tuned_keys(rows)
+    chosen = choices(rows, cells, by, over).rename(columns={"score": by})
     chosen[by] = chosen[by].where(chosen[by] > float("-inf"))
     if percent(by):
         chosen[by] *= 100.0
-    out = chosen[[*cells, OVER, by, "edge"]]
-    for name, part in (("tuned", select_by_validation(rows, cells, by)),
-                       ("common", rows[matches(rows[OVER], common)])):
-        stats = cell_stats(part, cells, y=y, order=order) if not part.empty else None
-        if stats is None:  # no run at the common value: its columns stay empty
-            out = out.assign(**{f"{name}_{k}": math.nan for k in ("mean", "std")},
-                             **{f"{name}_cell": NO_RUN})
-            continue
-        stats[f"{name}_cell"] = [cell_text(m, s, n, d, y=y) for m, s, n, d in zip(
-            stats["mean"], stats["std"], stats["n_seeds"], stats["n_diverged"], strict=True)]
-        keep = [*cells, "mean", "std", f"{name}_cell",
-                *(("n_seeds", "n_diverged") if name == "tuned" else ())]
-        stats = stats[keep].rename(columns={"mean": f"{name}_mean", "std": f"{name}_std"})
-        out = out.merge(stats, on=cells, how="left")
+    chosen["chosen"] = [chosen_text(c, over) for _, c in chosen.iterrows()]
+    chosen["grid"] = [grid_text(_in_cell(rows, cells, c), over) for _, c in chosen.iterrows()]
+    out = chosen[[*cells, *over, "chosen", "grid", by, "edge"]]
+    picked = at_choice(rows, chosen, cells, over)
+    tuning = tuning_seeds(_filled(rows, over), cells, over)
+    seen = tuning.loc[picked.index].to_numpy()
+    parts = (("tuned", picked[seen]), ("fresh", picked[~seen]),
+             ("common", at_common(rows, over, common)))
+    for name, part in parts:
+        out = out.merge(_stats(part, cells, name, y, order), on=cells, how="left")
     levels = cell_stats(rows, cells, y=by, order=order)[cells]  # the axis order
     out = levels.merge(out, on=cells, how="left")
     # a combination of the axes that no run has (a method the grid tunes at one E only)
-    for name in ("tuned", "common"):
+    for name in ("tuned", "fresh", "common"):
         out[f"{name}_cell"] = out[f"{name}_cell"].fillna(NO_RUN)
-    out["n_seeds"] = out["n_seeds"].fillna(0).astype(int)
-    out["n_diverged"] = out["n_diverged"].fillna(0).astype(int)
-    out["edge"] = out["edge"].fillna("")
+    for count in ("n_seeds", "n_diverged", "fresh_seeds"):
+        out[count] = out[count].fillna(0).astype(int)
+    out[["edge", "chosen", "grid"]] = out[["edge", "chosen", "grid"]].fillna("")
     return out
+
+
+def _in_cell(rows: pd.DataFrame, cells: Sequence[str], choice: pd.Series) -> pd.DataFrame:
+    mask = pd.Series(True, index=rows.index)
+    for c in cells:
+        mask &= matches(rows[c], choice[c])
+    return rows[mask]
+
+
+def _stats(part: pd.DataFrame, cells: Sequence[str], name: str, y: str,
+           order: Orders | None) -> pd.DataFrame:
+    """``name``_mean, _std, _cell per cell of ``part`` (the tuned part's seeds and diverged
+    counts as n_seeds, n_diverged; the fresh part's seeds as fresh_seeds)."""
+    columns = [*cells, f"{name}_mean", f"{name}_std", f"{name}_cell"]
+    counts = {"tuned": ["n_seeds", "n_diverged"], "fresh": ["fresh_seeds"]}.get(name, [])
+    if part.empty:
+        return pd.DataFrame(columns=[*columns, *counts])
+    stats = cell_stats(part, cells, y=y, order=order)
+    stats[f"{name}_cell"] = [cell_text(m, s, n, d, y=y) for m, s, n, d in zip(
+        stats["mean"], stats["std"], stats["n_seeds"], stats["n_diverged"], strict=True)]
+    stats = stats.rename(columns={"mean": f"{name}_mean", "std": f"{name}_std",
+                                  **({"n_seeds": "fresh_seeds"} if name == "fresh" else {})})
+    return stats[[*columns, *counts]]
 
 
 def tuning_markdown(data: pd.DataFrame, cells: Sequence[str], *, by: str = "val_accuracy",
                     title: str = "") -> str:
     """:func:`tuning_table` as a Markdown table: the ``cells`` columns (their values' labels),
-    the chosen lr_scale (↑ / ↓: at the sweep's edge), ``by`` at it, the test accuracy at it
-    and at the common recipe, the seeds."""
+    what was swept, the chosen values (↑ / ↓: at the sweep's edge), ``by`` at them, the test
+    accuracy at them on the tuning seeds and on fresh seeds, at the common recipe, the
+    seeds."""
     cells = list(cells)
-    header = [*(c.replace("_", " ") for c in cells), "lr × (chosen)",
-              f"{by.replace('_', ' ')} (chosen)", "test (chosen lr)",
-              f"test (lr × {COMMON:g}, common recipe)", SEEDS]
+    header = [*(c.replace("_", " ") for c in cells), "swept", "chosen",
+              f"{by.replace('_', ' ')} (chosen)", "test (chosen, tuning seeds)",
+              "test (chosen, fresh seeds)", f"test (lr × {COMMON:g}, common recipe)", SEEDS]
     lines = ["| " + " | ".join(map(escape_cell, header)) + " |",
-             "|" + "---|" * len(cells) + "---:|" * (len(header) - len(cells))]
+             "|" + "---|" * (len(cells) + 2) + "---:|" * (len(header) - len(cells) - 2)]
     for row in data.itertuples(index=False):
         values = row._asdict()
-        scale = values[OVER]
-        line = [*(style.label(value_text(values[c])) for c in cells),
-                NO_RUN if pd.isna(scale) else f"{scale:g}{EDGES.get(values['edge'], '')}",
-                extra_text(values[by], by),
-                values["tuned_cell"], values["common_cell"], str(values["n_seeds"])]
+        seeds = f"{values['n_seeds']} + {values['fresh_seeds']}"
+        line = [*(style.label(value_text(values[c])) for c in cells), values["grid"] or NO_RUN,
+                values["chosen"] or NO_RUN, extra_text(values[by], by), values["tuned_cell"],
+                values["fresh_cell"], values["common_cell"], seeds]
         lines.append("| " + " | ".join(map(escape_cell, line)) + " |")
     notes = [f"{DIVERGED_NOTE}."] if data["n_diverged"].any() else []
-    notes.append(f"The lr × is chosen on {by.replace('_', ' ')} (images held out of the "
-                 "training set), never on the test set.")
-    edges = sorted({e for e in data["edge"] if e})
+    notes.append(f"The values are chosen on {by.replace('_', ' ')} (images held out of the "
+                 "training set, scored as the test is), never on the test set, on the tuning "
+                 "seeds (seeds: tuning + fresh); the claims are judged on the fresh seeds, "
+                 "which the choice never saw.")
+    edges = sorted({e.split(":")[1] for es in data["edge"] for e in str(es).split(",") if e})
     if edges:
         notes.append("; ".join(f"{EDGES[e]}: the {'largest' if e == 'high' else 'smallest'} "
-                               f"lr × swept" for e in edges)
+                               f"value swept" for e in edges)
                      + " (the best may lie beyond it: widen the sweep).")
     head = [f"**{title}**", ""] if title else []
     return "\n".join([*head, *lines, "", *notes]) + "\n"

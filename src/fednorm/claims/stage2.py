@@ -35,7 +35,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fednorm.claims.verdicts import Comparison, Judged, Unit, compare_all, judge_compared
+from fednorm.claims.verdicts import (
+    Comparison,
+    Judged,
+    Unit,
+    compare_all,
+    judge_compared,
+    margins,
+)
 from fednorm.claims.words import CONTRADICTED, INCONCLUSIVE, Relation, Words
 from fednorm.config import RunConfig
 from fednorm.io import write_text
@@ -77,8 +84,12 @@ class Request:
 
 
 # what is granted first: a contradiction's recheck and a wait on a climbing side (each a verdict
-# that the first stage nearly made), then more seeds, with or without a recheck, by cost alone
+# that the first stage nearly made), then more seeds, with or without a recheck, by cost alone.
+# A unit at tuned values is judged on fresh seeds alone: those ('fresh', with their recheck
+# where the tuning seeds lean to a contradiction) are part of the design, granted outside the
+# share.
 ORDER = {"recheck": 0, "budget": 0, "seeds+recheck": 1, "seeds": 1}
+FRESH = ("fresh", "fresh+recheck")
 
 
 def _doubled(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Added, ...]:
@@ -91,11 +102,12 @@ def _doubled(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Added, ...]:
 
 
 def _seeded(unit: Comparison, plan: Plan, spec: Stage2, factor: int = 1) -> tuple[Added, ...]:
-    """The unit's settings on the stage's seeds, in the experiments of the runs they copy;
-    with ``factor``, at that many times the budget, in the experiments' '@x' twins."""
+    """The unit's settings on the stage's seeds, in the experiments of the runs they copy (at
+    tuned values: a run at the chosen values, the side's ``template``); with ``factor``, at
+    that many times the budget, in the experiments' '@x' twins."""
     out = []
     for side in unit.sides:
-        first = side.run_ids[0]
+        first = side.template or side.run_ids[0]
         groups = tuple(plan.groups(first).split("|"))
         for seed in spec.seeds:
             cfg = with_seed(plan.runs[first], seed)
@@ -114,10 +126,14 @@ def _leaning(unit: Unit, claim: Relation, sesoi: float) -> bool:
     so that a contradiction at the last look is never left unchecked."""
     if unit.test is None:  # diverged runs alone: more of them against than for
         return unit.n_against > unit.n_for
+    return _leans_against(unit.estimate, claim, sesoi)
+
+
+def _leans_against(estimate: float, claim: Relation, sesoi: float) -> bool:
     if claim.kind == "within":
         assert claim.delta is not None
-        return abs(unit.estimate) > claim.delta
-    return unit.estimate + claim.slack < -sesoi
+        return abs(estimate) > claim.delta
+    return estimate + claim.slack < -sesoi
 
 
 def _strength(unit: Unit, scale: float) -> float:
@@ -145,6 +161,10 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
             if not comparison.sides or any(r not in plan.runs for s in comparison.sides
                                            for r in s.run_ids):
                 continue
+            if comparison.chosen is not None and not all(len(s.runs) for s in
+                                                          comparison.sides):
+                out.append(_fresh(comparison, j.claim, unit.label, plan, spec, sesoi))
+                continue
             if j.verdict == CONTRADICTED and unit.verdict == CONTRADICTED:
                 kind, runs = "recheck", _doubled(comparison, plan, spec)
             elif j.verdict == INCONCLUSIVE and unit.needs == "budget":
@@ -161,6 +181,21 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
     return out
 
 
+def _fresh(comparison: Comparison, claim: Relation, label: str, plan: Plan, spec: Stage2,
+           sesoi: float) -> Request:
+    """A unit at tuned values without fresh seeds: its sides' chosen values on the stage's
+    seeds, the only runs that judge it (fednorm.tuning); with their recheck at the stage's
+    budget where the tuning seeds' margin (the choice's own, biased for the tuned side)
+    already points to a contradiction."""
+    assert comparison.chosen is not None
+    runs = _seeded(comparison, plan, spec)
+    seen = margins(comparison.chosen, claim.kind == "within")
+    if seen.values and _leans_against(float(np.mean(seen.values)), claim, sesoi):
+        return Request("fresh+recheck", claim.id, label,
+                       runs + _seeded(comparison, plan, spec, spec.budget))
+    return Request("fresh", claim.id, label, runs)
+
+
 def _priority(request: Request, cost: float, turns: Mapping[str, int]
               ) -> tuple[int, int, float]:
     """Rechecks and waits on budget by cost; then seeds by turn of their claim, then by cost
@@ -172,16 +207,18 @@ def _priority(request: Request, cost: float, turns: Mapping[str, int]
 
 def granted(wanted: list[Request], cap: float, have: Iterable[str],
             measured: Mapping[str, float]) -> list[Request]:
-    """The requests that ``cap`` seconds afford (each run priced by ``measured``,
+    """Every ``fresh`` request (a unit at tuned values: its fresh seeds, outside the cap),
+    then the requests that ``cap`` seconds afford (each run priced by ``measured``,
     :meth:`Request.seconds`; a run two requests share is paid once, a run in ``have`` not at
     all): rechecks and waits on budget first, cheapest first; then seeds, claim by claim in
     turns (each claim's next unit before any claim's second: a claim of many cheap units does
     not take the stage from the others), within a turn by cost over (1 + the unit's |t| at the
     first look): a clear effect on one seed decides with fewer seeds than a margin inside the
     noise. A request that does not fit is skipped."""
-    known = set(have)
-    spent, out, turns = 0.0, [], dict.fromkeys((r.claim for r in wanted), 0)
-    left = list(wanted)
+    out = [r for r in wanted if r.kind in FRESH]
+    known = set(have) | {a.cfg.run_id for r in out for a in r.runs}
+    spent, turns = 0.0, dict.fromkeys((r.claim for r in wanted), 0)
+    left = [r for r in wanted if r.kind not in FRESH]
     while left:
         request = min(left, key=lambda r: _priority(r, r.seconds(known, measured), turns))
         left.remove(request)

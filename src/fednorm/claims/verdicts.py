@@ -71,15 +71,16 @@ from fednorm.claims.words import (
     resolve,
 )
 from fednorm.config import FIELDS
+from fednorm.methods import TUNED_KEYS, tunes_of
 from fednorm.plots.cells import DIVERGED_MARK, percent
 from fednorm.results import in_experiments, matches, run_values, settling, values_of
-from fednorm.tuning import OVER, choices
+from fednorm.tuning import OVER, at_choice, choices, chosen_text, tuned_keys, tuning_seeds
 
 # A claim compares methods when its compared groups name one of these keys
 METHOD_KEYS = ("normalizer", "feature_norm")
-# The keys on which a run and its tuning cell may differ: the seed, the rate chosen and the
+# The keys on which a run and its tuning cell may differ: the seed, the values chosen and the
 # held-out images the choice needs (paper scale: the comparison trains on every image)
-TUNING_FREE = ("seed", OVER, "val_fraction")
+TUNING_FREE = ("seed", *TUNED_KEYS, "val_fraction")
 CHOSEN_BY = "val_accuracy"  # the tuning's choice reads the held-out images alone
 
 
@@ -92,7 +93,11 @@ class Side:
     rows: pd.DataFrame = field(repr=False)  # its summary rows
     gain: float = math.nan  # points the seed mean gains over the last quarter of its budget
     settled: bool | None = None  # None: not an accuracy (the rule is on accuracies)
-    rate: str = "lr × 1"  # its learning rate: the recipe's times lr_scale
+    rate: str = "lr × 1"  # its learning rate (the recipe's times lr_scale) and tuned keys
+    # at tuned values: a run at them (the second stage copies it on fresh seeds), and whether
+    # every key its method tunes was swept ('' / False: at the common recipe)
+    template: str = ""
+    tuned: bool = False
 
     @property
     def mean(self) -> float:
@@ -115,8 +120,17 @@ class Comparison:
     pool: tuple[str, ...] = ()
     measure: tuple[str, str] = ("test_accuracy", "final")  # the claim's metric and ``at``
     common: Comparison | None = None
+    # at tuned values: the same unit on the tuning seeds (what the choice saw; the second
+    # stage reads its lean, never the verdict)
+    chosen: Comparison | None = None
     reason: str = ""  # why it has no sides (not run, refused)
     note: str = ""  # at the common rate where a side has no tuning cell
+
+    @property
+    def tuned(self) -> bool:
+        """Whether it is judged at every side's tuned values (the rate and each key its method
+        tunes) on fresh seeds: a contradiction of a paper's own method needs it."""
+        return self.common is not None and all(s.tuned for s in self.sides)
 
     @property
     def group(self) -> tuple[Any, ...]:
@@ -200,20 +214,26 @@ def _side(group: Group, rows: pd.DataFrame, claim: Relation, cache: Sides | None
 
 
 def side_of(label: str, picked: pd.DataFrame, claim: Relation, rate: str = "lr × 1",
-            cache: Sides | None = None) -> Side:
-    """The side of a group whose runs are ``picked`` (the seeds of one setting), with its
-    settling (:func:`fednorm.results.settling`) where the metric is an accuracy; ``cache``
-    keeps the sides measured so far (claims share most of their sides)."""
-    key = (tuple(sorted(picked["run_id"].unique())), label, claim.metric, claim.at, rate)
+            cache: Sides | None = None, template: str = "", tuned: bool = False) -> Side:
+    """The side of a group whose runs are ``picked`` (the seeds of one setting; none: a side
+    at tuned values whose fresh seeds are not trained yet), with its settling
+    (:func:`fednorm.results.settling`) where the metric is an accuracy; ``cache`` keeps the
+    sides measured so far (claims share most of their sides)."""
+    key = (tuple(sorted(picked["run_id"].unique())), label, claim.metric, claim.at, rate,
+           template)
     if cache is not None and key in cache:
         return cache[key]
     side = _measured(label, picked, claim, rate)
+    side = replace(side, template=template, tuned=tuned)
     if cache is not None:
         cache[key] = side
     return side
 
 
 def _measured(label: str, picked: pd.DataFrame, claim: Relation, rate: str) -> Side:
+    if picked.empty:
+        return Side(label, pd.DataFrame({"diverged": pd.Series(dtype=bool),
+                                         "value": pd.Series(dtype=float)}), picked, rate=rate)
     values = run_values(picked, ["seed"], y=claim.metric, at=claim.at)
     if not percent(claim.metric):
         return Side(label, values.set_index("seed")[["diverged", "value"]], picked, rate=rate)
@@ -229,27 +249,43 @@ def compares_methods(claim: Relation) -> bool:
     return any(key in METHOD_KEYS for group in groups for key, _ in group)
 
 
-def _tuned(side: Side, tuning: pd.DataFrame, claim: Relation, cache: Sides | None = None
-           ) -> Side | None:
-    """``side`` at its method's own learning rate: the tuning runs that equal its runs on
-    every config key but TUNING_FREE, at the lr_scale the tuning chose for them on held-out
-    data (:func:`fednorm.tuning.choices`); None where the tuning has no such cell."""
+def _tuned(side: Side, tunings: Sequence[tuple[str, pd.DataFrame]], claim: Relation,
+           cache: Sides | None = None) -> tuple[Side, str, Side] | None:
+    """``side`` at its method's own values: the tuning runs that equal its runs on every
+    config key but TUNING_FREE (in the first tuning experiment that has them), at the values
+    the tuning chose for them on held-out data and its tuning seeds
+    (:func:`fednorm.tuning.choices`). Returns the side on the *fresh* seeds, those the choice
+    never saw (no runs yet: the second stage trains them, fednorm.claims.stage2), the tuning
+    experiment, and the side on the tuning seeds (what the choice saw: its winner's curse);
+    None where no tuning experiment has such a cell."""
     first = side.rows.iloc[0]
-    cell = pd.Series(True, index=tuning.index)
-    for key in (k for k in FIELDS if k not in TUNING_FREE):
-        value = first[key]
-        cell &= tuning[key].isna() if pd.isna(value) else matches(tuning[key], value)
-    rows = tuning[cell]
-    if rows.empty:
+    for name, tuning in tunings:
+        cell = pd.Series(True, index=tuning.index)
+        for key in (k for k in FIELDS if k not in TUNING_FREE):
+            value = first[key]
+            cell &= tuning[key].isna() if pd.isna(value) else matches(tuning[key], value)
+        rows = tuning[cell]
+        if not rows.empty:
+            break
+    else:
         return None
-    # chosen on the seeds that every rate has: a seed added at one rate (more evidence for a
-    # verdict, fednorm.claims.stage2) does not move the choice
-    seeds = [set(part["seed"]) for _, part in rows.groupby(OVER)]
-    common = rows[rows["seed"].isin(set.intersection(*seeds))]
-    choice = choices(common.assign(tuning_cell=0), ["tuning_cell"], by=CHOSEN_BY).iloc[0]
-    edge = {"high": "↑", "low": "↓"}.get(choice["edge"], "")
-    rate = f"lr × {choice[OVER]:g}{edge} (chosen)"
-    return side_of(side.label, rows[matches(rows[OVER], choice[OVER])], claim, rate, cache)
+    over = tuned_keys(rows)
+    choice = choices(rows, [], by=CHOSEN_BY, over=over)
+    picked = at_choice(rows, choice, [], over)
+    seen = picked["seed"].isin(set(rows.loc[tuning_seeds(rows, [], over), "seed"]))
+    swept = [k for k in over if rows[k].nunique(dropna=False) > 1]
+    missing = [t.key for t in tunes_of(first["normalizer"], bool(first["feature_norm"]))
+               if t.key not in swept]
+    tuned_seeds = sorted(set(picked.loc[seen, "seed"]))
+    fresh_seeds = sorted(set(picked.loc[~seen, "seed"]))
+    rate = (f"{chosen_text(choice.iloc[0], swept or [OVER])} (chosen on seed"
+            f"{'s' if len(tuned_seeds) > 1 else ''} {', '.join(map(str, tuned_seeds))}; "
+            + (f"judged on {', '.join(map(str, fresh_seeds))})" if fresh_seeds
+               else "no fresh seed yet)")
+            + (f"; untuned: {', '.join(missing)}" if missing else ""))
+    template = str(picked["run_id"].iloc[0])
+    fresh = side_of(side.label, picked[~seen], claim, rate, cache, template, tuned=not missing)
+    return fresh, name, side_of(side.label, picked[seen], claim, rate, cache, template)
 
 
 def _cells(axes: Sequence[str], rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -287,13 +323,14 @@ def _contrasts(claim: Relation, rows: pd.DataFrame, runs: pd.DataFrame
     return [("", (a, resolve(claim.b, runs)), (1.0, -1.0))]
 
 
-def comparisons(claim: Relation, summary: pd.DataFrame, tuning: str | None = None,
+def comparisons(claim: Relation, summary: pd.DataFrame, tuning: Sequence[str] = (),
                 cache: Sides | None = None) -> list[Comparison]:
-    """Every unit of ``claim`` on ``summary``, at each side's own learning rate where the
-    experiment ``tuning`` chose one for every side (the common rate's unit in ``common``)."""
+    """Every unit of ``claim`` on ``summary``, at each side's own values on fresh seeds where
+    one of the experiments ``tuning`` chose them for every side (the common rate's unit in
+    ``common``, the tuning seeds' in ``chosen``)."""
     runs = summary[in_experiments(summary, claim.experiments)]
-    chosen = tuning and compares_methods(claim) and CHOSEN_BY in summary.columns
-    tuned = summary[in_experiments(summary, [tuning])] if chosen else None
+    chosen = bool(tuning) and compares_methods(claim) and CHOSEN_BY in summary.columns
+    tunings = [(t, summary[in_experiments(summary, [t])]) for t in tuning] if chosen else []
     # ``where`` leaves the variant keys open: each group keeps its runs at their defaults
     # unless it names one (FedFN's side names feature_norm: true, its baseline's does not)
     rows = runs[selects(runs, resolve(claim.where, runs), variants=False)]
@@ -308,11 +345,14 @@ def comparisons(claim: Relation, summary: pd.DataFrame, tuning: str | None = Non
                 continue
             measure = (claim.metric, claim.at)
             unit = Comparison(label, tuple(sides), coefs, claim.experiments, measure)
-            if tuned is not None:
-                own = [_tuned(s, tuned, claim, cache) for s in sides]
-                if all(s is not None for s in own):
-                    unit = Comparison(label, tuple(own), coefs, (str(tuning),), measure,
-                                      common=unit)
+            if tunings:
+                own = [_tuned(s, tunings, claim, cache) for s in sides]
+                if all(o is not None for o in own):
+                    pool = tuple(dict.fromkeys(o[1] for o in own if o is not None))
+                    fresh = tuple(o[0] for o in own if o is not None)
+                    seen = tuple(o[2] for o in own if o is not None)
+                    unit = Comparison(label, fresh, coefs, pool, measure, common=unit,
+                                      chosen=Comparison(label, seen, coefs, pool, measure))
                 else:
                     missing = sides[own.index(None)].label
                     unit = replace(unit, note=f" (common: no tuning run at {missing})")
@@ -458,6 +498,11 @@ def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
                          + (f"else {verdict}" if blocking else "the side behind settled"))
         final = INCONCLUSIVE if blocking else verdict
         needs = "budget" if blocking else "seeds" if final == INCONCLUSIVE else ""
+        if final == CONTRADICTED and claim.own_method and not unit.tuned:
+            # a paper's own method is contradicted only at its own tuned values, judged on
+            # seeds the choice never saw; this margin stays in the detail
+            final, needs = INCONCLUSIVE, "tuning"
+            unsettled = "; ".join(t for t in (unsettled, UNTUNED) if t)
         measured = [s.settled for s in unit.sides if s.settled is not None]
         out.append(Unit(unit.label, final, _values_text(unit.sides), test, p_for,
                         float(p_against), m.n_for, m.n_against,
@@ -466,6 +511,10 @@ def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
                         rates="; ".join(f"{s.label}: {s.rate}" for s in unit.sides)
                         + unit.note, needs=needs))
     return out
+
+
+UNTUNED = ("contradicted at values not tuned on held-out data (a paper's own method is "
+           "contradicted only at its tuned rate and keys, on fresh seeds)")
 
 
 def claim_verdict(units: Sequence[Unit]) -> str:

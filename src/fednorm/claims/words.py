@@ -9,8 +9,9 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
       sesoi: {default: 2, fixbn: 2}  # points: the smallest effect of interest, a number or per
                                      # paper (default: 2); a claim may set its own
       min_seeds: 2                   # seeds with a margin a firm verdict needs (2)
-      tuning: tuning                 # optional: the experiment that chooses each method's lr
-                                     # (the default; null: every claim at the common rate)
+      tuning: [tuning, tuning_batch] # optional: the experiments that choose each method's
+                                     # rate and own keys (a name or a list; default 'tuning';
+                                     # null: every claim at the common recipe)
       claims:
         - id: fixbn-s4-gn-falls-with-E       # unique; names the claim in every message
           paper: fixbn                       # a key of fednorm.claims.PAPERS
@@ -148,7 +149,9 @@ class Words:
 
     claims: tuple[Relation, ...] = ()
     rule: Rule = Rule()
-    tuning: str | None = TUNING  # None: every claim at the common recipe's learning rate
+    # the tuning experiments, searched in order for a side's cell; (): every claim at the
+    # common recipe
+    tuning: tuple[str, ...] = (TUNING,)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,8 +268,11 @@ def parse_words(spec: Any) -> Words:
             raise ConfigError(f"{SECTION}: unknown key '{key}'; allowed keys: "
                               f"{list(SECTION_KEYS)}")
     tuning = spec.get("tuning", TUNING)
-    if tuning is not None:
-        _text(SECTION, "tuning", tuning)
+    tuning = [] if tuning is None else [tuning] if isinstance(tuning, str) else tuning
+    if not isinstance(tuning, list):
+        raise fail(SECTION, "tuning", tuning, "an experiment's name, a list of them, or null")
+    for name in tuning:
+        _text(SECTION, "tuning", name)
     entries = spec.get("claims")
     if not isinstance(entries, list) or not entries:
         raise fail(SECTION, "claims", entries, "a non-empty list of claims")
@@ -279,7 +285,7 @@ def parse_words(spec: Any) -> Words:
                   NumberIn(0, 0.5, low_open=True, high_open=True))
     rule = Rule(float(alpha), _sesoi(spec.get("sesoi", SESOI)),
                 check(SECTION, "min_seeds", spec.get("min_seeds", MIN_SEEDS), IntIn(2)))
-    return Words(claims, rule, tuning)
+    return Words(claims, rule, tuple(tuning))
 
 
 def _sesoi(value: Any) -> tuple[tuple[str, float], ...]:

@@ -113,7 +113,7 @@ def _row(judged: Judged, sesoi: float, q_for: float, q_against: float) -> dict[s
     test = shown.test if shown else None
     common = {u.label: outcome(u) for u in judged.common}
     units = tuple(u if u.label not in common else
-                  replace(u, common=f"at lr × 1 (common): {common[u.label]}") for u in units)
+                  replace(u, common=f"at the common recipe: {common[u.label]}") for u in units)
     values = "; ".join(f"{u.label}: {u.values}" if u.label else u.values
                        for u in units if u.values)
     needs = sorted({u.needs for u in units if u.needs})

@@ -96,10 +96,12 @@ Data = TypeVar("Data")
 
 
 def hold_out(data: Data, fraction: float) -> Data:
-    """``data`` with round(fraction x n_c) training images of each class c moved into the
-    validation set (``val_x``, ``val_y``): drawn by a permutation of fixed seed (HOLD_OUT_SEED),
-    so every run and every method of a grid holds out the same images, and stratified, so the
-    validation set has the training set's class proportions. The remaining training images
+    """``data`` with round(fraction x n_c) training images of each class c (under feature
+    shift: of each class and domain, ``train_domain``) moved into the validation set
+    (``val_x``, ``val_y``, ``val_domain``): drawn by a permutation of fixed seed
+    (HOLD_OUT_SEED), so every run and every method of a grid holds out the same images, and
+    stratified, so the validation set has the training set's class (and domain)
+    proportions, and every domain is scored as the test scores it. The remaining training images
     keep their order; the test set is untouched. ``fraction`` 0 returns ``data`` itself.
     ``data``: in-memory :class:`Arrays`, or images on disk (fednorm.data.imagenet.
     StreamedImages: its file lists split so): what is held out depends on the labels alone."""
@@ -109,9 +111,12 @@ def hold_out(data: Data, fraction: float) -> Data:
         raise ValueError(f"{data.name}: a validation set is already held out")
     y = data.train_y.cpu()
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(HOLD_OUT_SEED))
+    domain = getattr(data, "train_domain", None)
+    # one stratum per class, or per (class, domain): without domains the same images as ever
+    strata = y if domain is None else y * (int(domain.max()) + 1) + domain.cpu()
     held = []
-    for c in range(data.n_classes):
-        members = perm[y[perm] == c]
+    for c in strata.unique().tolist():
+        members = perm[strata[perm] == c]
         held.append(members[:round(fraction * len(members))])
     val = torch.cat(held).sort().values
     keep = torch.ones(len(y), dtype=torch.bool)

@@ -366,9 +366,13 @@ class _Loop:
                 trainer, partial(self.data.chunks, "test"), self.label_dist,
                 getattr(self.data, "test_domain", None), self.domain_dist)
             val_acc = acc.new_full((trainer.runs,), math.nan)  # no validation set held out
-            if self.data.val_y is not None:
-                val_acc, *_ = evaluate_chunks(trainer, partial(self.data.chunks, "val"),
-                                                self.label_dist)
+            if self.data.val_y is not None:  # scored as the test is: under feature shift the
+                # mean of the domains' accuracies, each through its clients' models
+                val_acc, _, _, val_domains = evaluate_chunks(
+                    trainer, partial(self.data.chunks, "val"), self.label_dist,
+                    getattr(self.data, "val_domain", None), self.domain_dist)
+                if val_domains.shape[1]:
+                    val_acc = val_domains.nanmean(1)
             mean_err = var_err = acc.new_zeros(trainer.runs, 0)  # no BN layer: nothing to measure
             if measured:
                 central = union_statistics(trainer, self.probe.sample(step)[0],
