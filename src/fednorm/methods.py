@@ -23,6 +23,10 @@ The flags answer what the engine and the configuration must know of a method:
   round's start (needs the images in memory: a forward apart from training).
 - ``clientwise``: the layers take client-stacked weights (one forward over all clients).
 - ``clips``: the clients clip their gradients adaptively (AGC).
+- ``offset``: its layer after each convolution has a learnable per-channel offset (beta: BN's,
+  GN's, LN's, IN's bias). False (no normalization: ``none``; FedWon's scaled WS convs, nothing
+  after them): the models give those convolutions a bias instead (fednorm.models.build_model,
+  through ``Normalizer.conv_bias``), so that every network has a per-channel offset there.
 
 Own keys (:class:`Key`) are RunConfig fields that only their method reads: any allowed value
 with it, the default with every other method (an error naming the key otherwise). A key given
@@ -88,6 +92,7 @@ class Method:
     round_start: bool = False
     clientwise: bool = False
     clips: bool = False
+    offset: bool = True
     keys: tuple[Key, ...] = ()
     # rules of its own that tie keys together: (cfg, where) -> None, or a ConfigError
     checks: Callable[[Cfg, Where], None] | None = None
@@ -173,7 +178,8 @@ METHODS: tuple[Method, ...] = (
            checks=_groups_divide_width, models=OWN_CONVS),
     Method("ln", Look("LayerNorm", "#c51b7d", "<", (0, (5, 2))), statistics=False),
     Method("in", Look("InstanceNorm", "#6b8e23", ">", (0, (2, 2))), statistics=False),
-    # Fixup initializes residual branches: the other models have none
+    # Fixup initializes residual branches: the other models have none (its blocks' scalar
+    # biases are its offsets: FixupResNet20 reads no ``offset``)
     Method("fixup", Look("Fixup", "#00688b", "X", (0, (4, 1, 1, 1, 1, 1))), statistics=False,
            models=("resnet20",), checks=_no_feature_norm),
     Method("fedtan", Look("FedTAN", "#b8860b", "*", (0, (6, 2, 1, 2))), union=True,
@@ -223,8 +229,11 @@ METHODS: tuple[Method, ...] = (
                  # none: 1, nfnets-pytorch's WSConv2d (FedWon's text names neither)
                  Key("fedwon_ws_gain", "relu", OneOf(("relu", "none")), "str",
                      "the fixed factor of each scaled weight-standardized conv")),
-           revision=1),
-    Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False),
+           # 2: LeNet's and ResNet-20's convs carry a bias (``offset``)
+           offset=False, revision=2),
+    # revision 1: LeNet's and ResNet-20's convs carry a bias (``offset``)
+    Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False,
+           offset=False, revision=1),
 )
 BY_NAME = {m.name: m for m in METHODS}
 NAMES = tuple(BY_NAME)

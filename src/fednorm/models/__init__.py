@@ -31,10 +31,10 @@ def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
                        conv=conv, feature_norm=feature_norm)
     elif cfg.model == "lenet":
         model = LeNet(norm, cfg.width, cfg.image_size, n_classes, conv=conv,
-                      feature_norm=feature_norm)
+                      feature_norm=feature_norm, conv_bias=normalizer.conv_bias)
     elif cfg.model == "resnet18":
         model = ResNet18(norm, cfg.width, n_classes, feature_norm=feature_norm)
     else:
         model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=feature_norm,
-                         residual_alpha=normalizer.residual_alpha)
+                         residual_alpha=normalizer.residual_alpha, conv_bias=normalizer.conv_bias)
     return clientwise(model) if normalizer.clientwise else model
