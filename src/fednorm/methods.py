@@ -125,8 +125,8 @@ def _one_step(cfg: Cfg, where: Where) -> None:
 
 
 def _groups_divide_width(cfg: Cfg, where: Where) -> None:
-    # every normalized width (fbn_cnn: w, 2w; resnet20: w, 2w, 4w; lenet: w, w, 2w) is a
-    # multiple of `width`
+    # every normalized width (fbn_cnn: w, 2w; resnet20: w, 2w, 4w; lenet: w, w, 2w;
+    # digits_cnn: w, w, 2w, then its hidden 32w, 8w) is a multiple of `width`
     if cfg.width % cfg.gn_groups:
         raise fail(where, "gn_groups", cfg.gn_groups,
                    f"a divisor of every normalized width (of width = {cfg.width})")
@@ -145,9 +145,21 @@ def _no_feature_norm(cfg: Cfg, where: Where) -> None:
                    f"(FixupResNet20 has no feature normalization)")
 
 
+def _spatial_maps(cfg: Cfg, where: Where) -> None:
+    # digits_cnn normalizes its hidden linear features as (N, C, 1, 1) maps: InstanceNorm
+    # over a 1x1 map subtracts each value from itself, so its output is beta whatever the input
+    if cfg.model in VECTOR_NORMS:
+        raise fail(where, "model", cfg.model,
+                   f"a model whose every normalization sees an HxW map with normalizer "
+                   f"'{cfg.normalizer}' (per-sample, per-channel statistics of {cfg.model}'s "
+                   f"hidden 1x1 features are the value itself: a constant output)")
+
+
 # The models whose convolutions the project builds itself (torchvision's resnet18 builds plain
 # nn.Conv2d and single-client layers: no WSConv2d, ScaledWSConv2d or client-stacked weights)
-OWN_CONVS = ("fbn_cnn", "resnet20", "lenet")
+OWN_CONVS = ("fbn_cnn", "resnet20", "lenet", "digits_cnn")
+# The models that normalize (N, C) features too, as (N, C, 1, 1) maps (FedBN's digits network)
+VECTOR_NORMS = ("digits_cnn",)
 
 # ---------------------------------------------------------------------------------------------
 # The records, in the order figures list them
@@ -177,7 +189,8 @@ METHODS: tuple[Method, ...] = (
     Method("gn_ws", Look("GN + WS", "#6a3d9a", "P", (0, (3, 1, 1, 1))), statistics=False,
            checks=_groups_divide_width, models=OWN_CONVS),
     Method("ln", Look("LayerNorm", "#c51b7d", "<", (0, (5, 2))), statistics=False),
-    Method("in", Look("InstanceNorm", "#6b8e23", ">", (0, (2, 2))), statistics=False),
+    Method("in", Look("InstanceNorm", "#6b8e23", ">", (0, (2, 2))), statistics=False,
+           checks=_spatial_maps),
     # Fixup initializes residual branches: the other models have none (its blocks' scalar
     # biases are its offsets: FixupResNet20 reads no ``offset``)
     Method("fixup", Look("Fixup", "#00688b", "X", (0, (4, 1, 1, 1, 1, 1))), statistics=False,
