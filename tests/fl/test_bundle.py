@@ -112,6 +112,8 @@ CASES = {
     # FedBN's digits network: BN on its hidden linear units too (FedBN keeps them local)
     **{f"digits-fedavg-E2-{n}": dict(model="digits_cnn", width=2, normalizer=n, local_steps=2)
        for n in ("bn", "fedbn", "gn", "fedwon", "none")},
+    # FedTAN's client-stacked layers: the hidden linears' weights and BN parts per client
+    "digits-dsgd-fedtan": dict(model="digits_cnn", width=2, normalizer="fedtan"),
 }
 
 
