@@ -45,7 +45,7 @@ TINYIMAGENET_TRAIN, TINYIMAGENET_TEST, TINYIMAGENET_SIZE = 100_000, 10_000, 64
 # ImageNet-1K (ILSVRC 2012; fednorm.data.imagenet): 1,281,167 training and 50,000 validation
 # (our test) images, each of its own size, streamed from disk
 IMAGENET_TRAIN, IMAGENET_TEST = 1_281_167, 50_000
-MODELS = ("fbn_cnn", "resnet20", "lenet", "resnet18")
+MODELS = ("fbn_cnn", "resnet20", "lenet", "resnet18", "digits_cnn")
 # The methods (fednorm.methods, one record each) and what the checks below ask of them
 NORMALIZERS = methods.NAMES
 # domains: feature shift, each client's images from one domain (``domains``), n_clients /
@@ -108,8 +108,9 @@ class RunConfig:
     model: str = "fbn_cnn"
     width: int = 64  # fbn_cnn: channels of the first two convs (then 2x); resnet20: first stage
     # (lenet: channels of its first two convs, then 2x; Hsieh et al.'s LeNet has width 32;
-    # resnet18: first stage, then 2x, 4x, 8x; 64 is torchvision's resnet18)
-    hidden: int = 128  # fbn_cnn: units of the hidden linear layer
+    # resnet18: first stage, then 2x, 4x, 8x; 64 is torchvision's resnet18; digits_cnn: w, w,
+    # 2w, hidden 32w and 8w; 64 is FedBN's)
+    hidden: int = 128  # fbn_cnn: units of the hidden linear layer (digits_cnn: from width)
     dropout: float = 0.25
     # normalization
     normalizer: str = "fbn"
@@ -293,7 +294,7 @@ _RULES: dict[str, Callable[[Any], str | None]] = {
     "n_train": Nullable(IntIn(1)),
     "n_test": Nullable(IntIn(1)),
     "val_fraction": NumberIn(0, 0.5),
-    "image_size": IntIn(4),
+    "image_size": IntIn(4),  # digits_cnn's two 2x2 pools: 4 -> 2 -> 1 (3 -> 1 -> nothing)
     "synthetic_separation": NumberIn(0, math.inf, low_open=True),
     "domains": ListOf(OneOf(DOMAINS), f"a list of domain names from {list(DOMAINS)}"),
     "augment": OneOf(AUGMENTS),

@@ -23,6 +23,10 @@ The flags answer what the engine and the configuration must know of a method:
   round's start (needs the images in memory: a forward apart from training).
 - ``clientwise``: the layers take client-stacked weights (one forward over all clients).
 - ``clips``: the clients clip their gradients adaptively (AGC).
+- ``offset``: its layer after each convolution has a learnable per-channel offset (beta: BN's,
+  GN's, LN's, IN's bias). False (no normalization: ``none``; FedWon's scaled WS convs, nothing
+  after them): the models give those convolutions a bias instead (fednorm.models.build_model,
+  through ``Normalizer.conv_bias``), so that every network has a per-channel offset there.
 
 Own keys (:class:`Key`) are RunConfig fields that only their method reads: any allowed value
 with it, the default with every other method (an error naming the key otherwise). A key given
@@ -101,6 +105,7 @@ class Method:
     round_start: bool = False
     clientwise: bool = False
     clips: bool = False
+    offset: bool = True
     keys: tuple[Key, ...] = ()
     # the keys its paper or official code tunes per setting (beyond the learning rate)
     tunes: tuple[Tune, ...] = ()
@@ -138,8 +143,8 @@ def _one_step(cfg: Cfg, where: Where) -> None:
 
 
 def _groups_divide_width(cfg: Cfg, where: Where) -> None:
-    # every normalized width (fbn_cnn: w, 2w; resnet20: w, 2w, 4w; lenet: w, w, 2w) is a
-    # multiple of `width`
+    # every normalized width (fbn_cnn: w, 2w; resnet20: w, 2w, 4w; lenet: w, w, 2w;
+    # digits_cnn: w, w, 2w, then its hidden 32w, 8w) is a multiple of `width`
     if cfg.width % cfg.gn_groups:
         raise fail(where, "gn_groups", cfg.gn_groups,
                    f"a divisor of every normalized width (of width = {cfg.width})")
@@ -158,9 +163,21 @@ def _no_feature_norm(cfg: Cfg, where: Where) -> None:
                    f"(FixupResNet20 has no feature normalization)")
 
 
+def _spatial_maps(cfg: Cfg, where: Where) -> None:
+    # digits_cnn normalizes its hidden linear features as (N, C, 1, 1) maps: InstanceNorm
+    # over a 1x1 map subtracts each value from itself, so its output is beta whatever the input
+    if cfg.model in VECTOR_NORMS:
+        raise fail(where, "model", cfg.model,
+                   f"a model whose every normalization sees an HxW map with normalizer "
+                   f"'{cfg.normalizer}' (per-sample, per-channel statistics of {cfg.model}'s "
+                   f"hidden 1x1 features are the value itself: a constant output)")
+
+
 # The models whose convolutions the project builds itself (torchvision's resnet18 builds plain
 # nn.Conv2d and single-client layers: no WSConv2d, ScaledWSConv2d or client-stacked weights)
-OWN_CONVS = ("fbn_cnn", "resnet20", "lenet")
+OWN_CONVS = ("fbn_cnn", "resnet20", "lenet", "digits_cnn")
+# The models that normalize (N, C) features too, as (N, C, 1, 1) maps (FedBN's digits network)
+VECTOR_NORMS = ("digits_cnn",)
 
 # ---------------------------------------------------------------------------------------------
 # The records, in the order figures list them
@@ -190,8 +207,10 @@ METHODS: tuple[Method, ...] = (
     Method("gn_ws", Look("GN + WS", "#6a3d9a", "P", (0, (3, 1, 1, 1))), statistics=False,
            checks=_groups_divide_width, models=OWN_CONVS),
     Method("ln", Look("LayerNorm", "#c51b7d", "<", (0, (5, 2))), statistics=False),
-    Method("in", Look("InstanceNorm", "#6b8e23", ">", (0, (2, 2))), statistics=False),
-    # Fixup initializes residual branches: the other models have none
+    Method("in", Look("InstanceNorm", "#6b8e23", ">", (0, (2, 2))), statistics=False,
+           checks=_spatial_maps),
+    # Fixup initializes residual branches: the other models have none (its blocks' scalar
+    # biases are its offsets: FixupResNet20 reads no ``offset``)
     Method("fixup", Look("Fixup", "#00688b", "X", (0, (4, 1, 1, 1, 1, 1))), statistics=False,
            models=("resnet20",), checks=_no_feature_norm),
     Method("fedtan", Look("FedTAN", "#b8860b", "*", (0, (6, 2, 1, 2))), union=True,
@@ -252,8 +271,11 @@ METHODS: tuple[Method, ...] = (
            # best lambda grows as the batch shrinks); FedWon tunes it per setting. null: none
            tunes=(Tune("agc_lambda", "λ", (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28,
                                             None)),),
-           revision=1),
-    Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False),
+           # 2: LeNet's and ResNet-20's convs carry a bias (``offset``)
+           offset=False, revision=2),
+    # revision 1: LeNet's and ResNet-20's convs carry a bias (``offset``)
+    Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False,
+           offset=False, revision=1),
 )
 BY_NAME = {m.name: m for m in METHODS}
 NAMES = tuple(BY_NAME)

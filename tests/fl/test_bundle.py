@@ -108,6 +108,12 @@ CASES = {
     "dsgd-fedfn": dict(normalizer="none", feature_norm=True),
     "lenet-fedavg-E2-bn-fedfn": dict(model="lenet", normalizer="bn", feature_norm=True,
                                      local_steps=2),
+    "lenet-dsgd-none": dict(model="lenet", normalizer="none"),  # conv biases (``offset``)
+    # FedBN's digits network: BN on its hidden linear units too (FedBN keeps them local)
+    **{f"digits-fedavg-E2-{n}": dict(model="digits_cnn", width=2, normalizer=n, local_steps=2)
+       for n in ("bn", "fedbn", "gn", "fedwon", "none")},
+    # FedTAN's client-stacked layers: the hidden linears' weights and BN parts per client
+    "digits-dsgd-fedtan": dict(model="digits_cnn", width=2, normalizer="fedtan"),
 }
 
 

@@ -383,16 +383,20 @@ def test_hybrid_bn_global_statistics_after_a_round_do_not_depend_on_the_learning
     assert not torch.allclose(stats[0][next(iter(stats[0]))], torch.zeros(1, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("unit", ["vector", "element"])
-def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise(unit):
+@pytest.mark.parametrize(("unit", "model", "head"), [
+    ("vector", "fbn_cnn", "classifier.3"), ("element", "fbn_cnn", "classifier.3"),
+    ("vector", "lenet", "classifier.1"), ("vector", "digits_cnn", "classifier.7")])
+def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise(unit, model,
+                                                                                 head):
     """FedWon trains on FedAvg's per-client path also at E = 1 (each client clips its own
     gradient; clipping the clients' mean gradient would be another method): one round equals
     the average of the clients' SGD steps with Brock et al.'s adaptive clipping applied by
     hand, unit by unit (a Python loop over output units; a vector, bias or gain, one unit
     with ``agc_unit: vector``, each entry with ``element``), to every parameter but the last
-    nn.Linear's; lambda small enough that most units are clipped."""
+    nn.Linear's; lambda small enough that most units are clipped. LeNet's and the digits
+    network's convs carry FedWon's biases (no offset after them), each clipped as one unit."""
     cfg = tiny_config(normalizer="fedwon", steps=1, momentum=0.0, agc_lambda=0.002,
-                      agc_unit=unit)
+                      agc_unit=unit, model=model, width=2 if model == "digits_cnn" else 4)
     m_run, m_ref = twin_models(cfg)
     x, y, parts = client_data()
     trainer = make_trainer([cfg], [m_run], normalizer_for(cfg), batches_for(x, y, parts, seed=4))
@@ -400,7 +404,7 @@ def test_fedwon_clients_clip_their_own_gradients_but_the_classifier_s_unit_wise(
     trainer.round(0)
     xb, yb = draw(batches_for(x, y, parts, seed=4), 0)
     names = [k for k, _ in m_ref.named_parameters()]
-    classifier = {"classifier.3.weight", "classifier.3.bias"}
+    classifier = {f"{head}.weight", f"{head}.bias"}
     clipped_units, steps = 0, []
     for i in range(cfg.n_clients):
         rows = slice(i * B, (i + 1) * B)

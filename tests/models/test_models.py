@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fednorm import methods
 from fednorm.config import RunConfig
 from fednorm.models import FBNCNN, LeNet, ResNet20, build_model
 from fednorm.models.dropout import KeyedDropout
@@ -243,12 +244,12 @@ def test_gn_ws_network_computes_with_standardized_weights():
 
 def fedwon_resnet(seed: int, residual_alpha: float | None = NF_ALPHA) -> ResNet20:
     """FedWon's ResNet-20 (width 16) from build_model; ``residual_alpha`` None: the same convs
-    with plain residual sums (what FedWon's ResNet-20 was before the NF blocks)."""
+    with plain residual sums (what FedWon's ResNet-20 was before the NF blocks), biases and all."""
     torch.manual_seed(seed)
     if residual_alpha == NF_ALPHA:
         return build_model(RunConfig(model="resnet20", normalizer="fedwon", width=16))
     return ResNet20(lambda c: nn.Identity(), 16, conv=ScaledWSConv2d,
-                    residual_alpha=residual_alpha)
+                    residual_alpha=residual_alpha, conv_bias=True)
 
 
 def block_variances(model: ResNet20, x: torch.Tensor) -> list[float]:
@@ -326,3 +327,41 @@ def test_fedwon_resnet20_has_the_parameters_of_the_plain_one_and_only_fedwon_sca
     for name in ("bn", "gn", "none", "hybridbn"):
         model = build_model(RunConfig(model="resnet20", normalizer=name, width=4, gn_groups=2))
         assert not any(isinstance(m, NFBasicBlock) for m in model.modules()), name
+
+
+# --- Conv biases where no normalization supplies an offset (the records' ``offset``) ---------
+
+
+@pytest.mark.parametrize("model_name", ["lenet", "resnet20", "fbn_cnn"])
+def test_convs_carry_a_bias_exactly_where_the_method_s_layer_has_no_offset(model_name):
+    """LeNet and ResNet-20: a bias in every conv (selected by type) for the methods without a
+    learnable offset (none, FedWon), in none for the others, whose parameter counts stay those
+    pinned above; FBNCNN keeps its paper's biases with every method."""
+    for record in methods.METHODS:
+        if record.name == "fixup" or (record.models and model_name not in record.models):
+            continue
+        model = build_model(RunConfig(model=model_name, normalizer=record.name, width=4,
+                                      gn_groups=2))
+        convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+        want = model_name == "fbn_cnn" or not record.offset
+        assert convs and all((c.bias is not None) == want for c in convs), record.name
+
+
+def test_lenet_without_normalization_is_convs_with_biases_pools_and_relus():
+    """LeNet with normalizer none, float64, against the same layers as plain functions."""
+    torch.manual_seed(0)
+    model = build_model(RunConfig(model="lenet", normalizer="none", width=3,
+                                  image_size=16)).double()
+    c1, c2, c3 = (m for m in model.modules() if isinstance(m, nn.Conv2d))
+    head = model.classifier[-1]
+    x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1),
+                    dtype=torch.float64)
+
+    def conv(m: nn.Conv2d, h: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(h, m.weight, padding=2) + m.bias[:, None, None]
+
+    h = F.relu(F.max_pool2d(conv(c1, x), 3, 2, ceil_mode=True))
+    h = F.avg_pool2d(F.relu(conv(c2, h)), 3, 2, ceil_mode=True)
+    h = F.avg_pool2d(F.relu(conv(c3, h)), 3, 2, ceil_mode=True)
+    want = F.log_softmax(h.flatten(1) @ head.weight.T + head.bias, dim=1)
+    torch.testing.assert_close(model(x), want, rtol=1e-10, atol=1e-12)

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fednorm import methods
 from fednorm.config import NORMALIZERS, RunConfig
 from fednorm.models import build_model
 from fednorm.norms import (
@@ -258,3 +259,34 @@ def test_feature_norm_sits_right_before_the_classifier(model):
     last.register_forward_hook(lambda m, inp, out: seen.append(inp[0]))
     net(torch.randn(3, 3, 8, 8, dtype=torch.float64))
     torch.testing.assert_close(seen[0].norm(dim=1), torch.ones(3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", [n for n in NORMALIZERS if n != "fixup"])
+def test_a_method_s_offset_flag_says_whether_its_layer_has_a_learnable_shift(name):
+    """The record's ``offset`` (fednorm.methods) against the layer its normalizer builds: a
+    (C,) bias parameter exactly when the flag is set; the models' conv bias is its negation."""
+    normalizer = normalizer_for(RunConfig(normalizer=name))
+    bias = getattr(normalizer.make_layer(64), "bias", None)  # 64 channels: gn_groups divide
+    has_shift = isinstance(bias, nn.Parameter) and bias.shape == (64,)
+    assert has_shift == methods.method(name).offset
+    assert normalizer.conv_bias == (not has_shift)
+
+
+def test_fedwon_s_biased_conv_is_a_scaled_ws_conv_plus_a_bias_per_output_channel():
+    """Written out by hand in float64: W_hat = g * gamma * (W - mean) / (std * sqrt(fan_in))
+    per output channel (std biased, WS_EPS inside the root), the convolution with W_hat, then
+    + b per channel."""
+    conv = normalizer_for(RunConfig(normalizer="fedwon", model="lenet")).conv(
+        4, 5, 3, padding=1, bias=True).double()
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        conv.weight.copy_(conv_weight())
+        conv.gain.copy_(torch.linspace(0.5, 2.0, 5))
+        conv.bias.copy_(torch.randn(5, generator=gen, dtype=torch.float64))
+    x = torch.randn(2, 4, 6, 6, generator=gen, dtype=torch.float64)
+    w = conv.weight.reshape(5, -1)
+    mean = w.mean(1, keepdim=True)
+    std = ((w - mean).pow(2).mean(1, keepdim=True) + WS_EPS).sqrt()
+    w_hat = conv.gain[:, None] * RELU_GAIN * (w - mean) / (std * math.sqrt(36))
+    want = F.conv2d(x, w_hat.reshape(5, 4, 3, 3), padding=1) + conv.bias[:, None, None]
+    torch.testing.assert_close(conv(x), want, rtol=1e-10, atol=1e-12)

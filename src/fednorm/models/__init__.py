@@ -7,13 +7,14 @@ from torch import nn
 from fednorm.config import ConfigError, RunConfig
 from fednorm.models.clientwise import clientwise
 from fednorm.models.cnn import FBNCNN
+from fednorm.models.digits import DigitsCNN
 from fednorm.models.fixup import FixupResNet20
 from fednorm.models.lenet import LeNet
 from fednorm.models.resnet import ResNet20
 from fednorm.models.resnet18 import ResNet18
 from fednorm.norms import normalizer_for
 
-__all__ = ["FBNCNN", "FixupResNet20", "LeNet", "ResNet18", "ResNet20", "build_model"]
+__all__ = ["FBNCNN", "DigitsCNN", "FixupResNet20", "LeNet", "ResNet18", "ResNet20", "build_model"]
 
 
 def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
@@ -31,10 +32,13 @@ def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
                        conv=conv, feature_norm=feature_norm)
     elif cfg.model == "lenet":
         model = LeNet(norm, cfg.width, cfg.image_size, n_classes, conv=conv,
-                      feature_norm=feature_norm)
+                      feature_norm=feature_norm, conv_bias=normalizer.conv_bias)
+    elif cfg.model == "digits_cnn":
+        model = DigitsCNN(norm, cfg.width, cfg.image_size, n_classes, conv=conv,
+                          feature_norm=feature_norm)
     elif cfg.model == "resnet18":
         model = ResNet18(norm, cfg.width, n_classes, feature_norm=feature_norm)
     else:
         model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=feature_norm,
-                         residual_alpha=normalizer.residual_alpha)
+                         residual_alpha=normalizer.residual_alpha, conv_bias=normalizer.conv_bias)
     return clientwise(model) if normalizer.clientwise else model

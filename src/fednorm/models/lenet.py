@@ -22,8 +22,11 @@ follows it; PyTorch's BatchNorm2d, which the FixBN paper's code presumably used,
 weights take PyTorch's default initialization (Caffe: Gaussian, std 1e-4 for conv1, 1e-2
 elsewhere).
 
-With w = 32 and 32x32 inputs it has 89,706 parameters (norm affine included). Any image size
->= 8 works (three poolings leave at least 1x1; the config refuses smaller ones).
+With w = 32 and 32x32 inputs it has 89,706 parameters (norm affine included). Where the
+norm has no learnable offset (``none``, FedWon: ``conv_bias``, fednorm.norms) the convs carry a
+bias instead (Caffe's default; the files above build these convs, each followed by a norm,
+without one). Any image size >= 8 works (three poolings leave at least 1x1; the config refuses
+smaller ones).
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ class LeNet(nn.Module):
         in_channels: int = 3,
         conv: type[nn.Conv2d] = nn.Conv2d,
         feature_norm: bool | str = False,
+        conv_bias: bool = False,
     ) -> None:
+        """``conv_bias``: the convs carry a bias (when ``norm`` has no offset: none, FedWon)."""
         super().__init__()
         w1, w2 = width, 2 * width
         conv_class = conv
@@ -60,7 +65,7 @@ class LeNet(nn.Module):
             raise ValueError(f"LeNet needs images of at least 8x8 pixels, got {image_size}")
 
         def conv(c_in: int, c_out: int) -> nn.Conv2d:  # WS convs for gn_ws (fednorm.norms)
-            return conv_class(c_in, c_out, 5, padding=2, bias=False)
+            return conv_class(c_in, c_out, 5, padding=2, bias=conv_bias)
 
         def pool(kind: type[nn.Module]) -> nn.Module:
             return kind(3, stride=2, ceil_mode=True)

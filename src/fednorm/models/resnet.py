@@ -3,7 +3,8 @@
 Three stages of three basic blocks (widths w, 2w, 4w; w = 16 is the standard network with
 269,722 parameters, BN affine included). Option A: when a block halves the resolution and
 doubles the width, the shortcut subsamples by 2 and pads the new channels with zeros.
-``conv`` is the convolution class (``nn.Conv2d``; ``WSConv2d`` for GN+WS, fednorm.norms).
+``conv`` is the convolution class (``nn.Conv2d``; ``WSConv2d`` for GN+WS, fednorm.norms); the
+convs carry a bias only where the norm has no offset (``conv_bias``: none, FedWon).
 
 Normalization-free residuals (``residual_alpha``, FedWon's ResNet-20; Brock et al. 2021a,
 "Characterizing Signal Propagation to Close the Performance Gap in Unnormalized ResNets", §4):
@@ -45,12 +46,12 @@ def option_a_shortcut(x: Tensor, stride: int, pad: int) -> Tensor:
 class BasicBlock(nn.Module):
     def __init__(
         self, c_in: int, c_out: int, stride: int, norm: Callable[[int], nn.Module],
-        conv: Callable[..., nn.Conv2d] = nn.Conv2d,
+        conv: Callable[..., nn.Conv2d] = nn.Conv2d, bias: bool = False,
     ) -> None:
         super().__init__()
-        self.conv1 = conv(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.conv1 = conv(c_in, c_out, 3, stride=stride, padding=1, bias=bias)
         self.norm1 = norm(c_out)
-        self.conv2 = conv(c_out, c_out, 3, padding=1, bias=False)
+        self.conv2 = conv(c_out, c_out, 3, padding=1, bias=bias)
         self.norm2 = norm(c_out)
         self.stride = stride
         self.pad = c_out - c_in
@@ -69,10 +70,10 @@ class NFBasicBlock(nn.Module):
     alpha, plus the shortcut (of x / beta in a transition block, of x otherwise)."""
 
     def __init__(self, c_in: int, c_out: int, stride: int, conv: Callable[..., nn.Conv2d],
-                 alpha: float, beta: float) -> None:
+                 alpha: float, beta: float, bias: bool = False) -> None:
         super().__init__()
-        self.conv1 = conv(c_in, c_out, 3, stride=stride, padding=1, bias=False)
-        self.conv2 = conv(c_out, c_out, 3, padding=1, bias=False)
+        self.conv1 = conv(c_in, c_out, 3, stride=stride, padding=1, bias=bias)
+        self.conv2 = conv(c_out, c_out, 3, padding=1, bias=bias)
         self.stride, self.pad, self.alpha, self.beta = stride, c_out - c_in, alpha, beta
         self.transition = stride != 1 or c_out != c_in
 
@@ -107,12 +108,14 @@ class ResNet20(nn.Module):
         conv: Callable[..., nn.Conv2d] = nn.Conv2d,
         feature_norm: bool | str = False,
         residual_alpha: float | None = None,
+        conv_bias: bool = False,
     ) -> None:
         """``residual_alpha``: None, post-activation blocks with ``norm`` (He et al.); a
-        number, normalization-free blocks (:class:`NFBasicBlock`, ``norm`` unused in them)."""
+        number, normalization-free blocks (:class:`NFBasicBlock`, ``norm`` unused in them).
+        ``conv_bias``: every conv carries a bias (when ``norm`` has no offset: none, FedWon)."""
         super().__init__()
         self.stem = nn.Sequential(
-            conv(in_channels, width, 3, padding=1, bias=False), norm(width), nn.ReLU()
+            conv(in_channels, width, 3, padding=1, bias=conv_bias), norm(width), nn.ReLU()
         )
         shapes = []  # (c_in, c_out, stride) of each block
         c_in = width
@@ -122,11 +125,11 @@ class ResNet20(nn.Module):
                 c_in = c_out
         layers: list[nn.Module]
         if residual_alpha is None:
-            layers = [BasicBlock(i, o, s, norm, conv) for i, o, s in shapes]
+            layers = [BasicBlock(i, o, s, norm, conv, conv_bias) for i, o, s in shapes]
         else:
             variances = expected_variances([s != 1 or o != i for i, o, s in shapes],
                                            residual_alpha)
-            layers = [NFBasicBlock(i, o, s, conv, residual_alpha, math.sqrt(v))
+            layers = [NFBasicBlock(i, o, s, conv, residual_alpha, math.sqrt(v), conv_bias)
                       for (i, o, s), v in zip(shapes, variances, strict=True)]
             layers.append(nn.ReLU())  # the blocks end with a sum
         self.stages = nn.Sequential(*layers)

@@ -74,6 +74,18 @@ each of them feeds a normalization layer. ``make_layer`` None means a normalizat
 network: fednorm.models.build_model builds FixupResNet20 (the config allows it with
 ``model: resnet20`` only).
 
+``conv_bias`` (the record's ``offset``, fednorm.methods, negated) asks the models for a bias
+in each convolution that no normalization layer with a learnable offset beta follows (``none``
+and ``fedwon``: identities there), so that those networks keep a per-channel offset after each
+convolution as a network without normalization ordinarily has (nn.Conv2d's default;
+nfnets-pytorch's WSConv2d defaults to ``bias=True`` too, though its NF-ResNets pass False).
+With a beta after it a conv bias would be redundant (BN removes it; GN, LN, IN have beta), so
+the other methods' LeNet and ResNet-20 keep none: their networks, and their runs' ids, are
+unchanged. FBNCNN and DigitsCNN have conv biases with every method, as their papers' networks
+do; torchvision's ResNet-18 has none with any (it builds its own convolutions).
+WS and AGC take the bias as they take the gain: WS standardizes the weight only (the bias is
+added after the convolution, as in nfnets-pytorch), AGC clips the bias vector as one unit.
+
 FedWon (``fedwon``; Zhuang & Lyu, ICLR 2024, "FedWon: Triumphing Multi-domain Federated Learning
 Without Normalization") answers them as a network without normalization: no layer normalizes
 (``make_layer`` gives identities), every convolution is a ScaledWSConv2d, and one more answer,
@@ -175,6 +187,7 @@ class Normalizer:
     calibrate: bool = False  # shared statistics from one union batch before training (FBN)
     agc: float | None = None  # adaptive gradient clipping's lambda (FedWon); None: no clipping
     agc_vector: bool = True  # a vector (bias, gain) clipped as one unit; False: each element
+    conv_bias: bool = False  # convolutions carry a bias: no layer after them has an offset
     # NF-ResNet residual scaling alpha of the ResNets (FedWon; fednorm.models.resnet); None:
     # plain residual sums
     residual_alpha: float | None = None
@@ -267,7 +280,7 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
     """The normalizer a run config names: its record's flags, then its layer and rule."""
     record = methods.method(cfg.normalizer)
     flags = dict(rule_at=_no_rule, clientwise=record.clientwise, static=record.static,
-                 local=record.personal)
+                 local=record.personal, conv_bias=not record.offset)
     if record.clips:  # adaptive gradient clipping, with the keys that set it
         flags.update(agc=cfg.agc_lambda, agc_vector=cfg.agc_unit == "vector")
     return Normalizer(cfg.normalizer, **{**flags, **LAYERS[cfg.normalizer](cfg)})
