@@ -706,3 +706,43 @@ def test_gpu_hours_in_bundles_price_each_run_at_its_bundles_rate():
     assert len({len(ids) for ids in plan.bundles.values()}) > 1  # sizes differ: rate matters
     got = plan.gpu_hours_in_bundles(lambda part, runs: 50.0 * runs)
     assert got["all"] == pytest.approx(by_bundle)
+
+
+# Feature shift's figure: methods x the runs' domains (kind domains).
+SHIFT = {"run": {"steps": 100, "eval_every": 50},
+         "experiments": {
+             "shift": {"set": {"dataset": "mnist5k", "n_train": 4000, "n_test": 500,
+                               "image_size": 16, "model": "lenet", "partition": "domains",
+                               "heterogeneity": None, "n_clients": 5,
+                               "domains": ["mnist", "noise", "colour", "inverted", "blur"]},
+                       "grid": {"normalizer": ["bn", "fedbn", "gn"]}},
+             "plain": {"grid": {"normalizer": ["bn", "gn"]}}}}
+
+
+def _shift_figure(**spec):
+    spec = {"experiment": "shift", "kind": "domains", **spec}
+    return load_plan(merge(SHIFT, {"figures": {"f": spec}})).figures["f"]
+
+
+def test_a_domains_figure_takes_its_columns_from_the_runs_domains():
+    fig = _shift_figure(row_order=["gn", "bn", "fedbn"])
+    assert (fig.rows, fig.y, fig.orders) == ("method", "domain_accuracy",
+                                             (("method", ("gn", "bn", "fedbn")),))
+    assert fig.domains == ("mnist", "noise", "colour", "inverted", "blur")  # the runs' order
+    assert _shift_figure(domains=["blur", "mnist"]).domains == ("blur", "mnist")
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ({"domains": ["mnist", "svhn"]}, r"figures.f: key 'domains' has value \['mnist', 'svhn'\]; "
+     r"allowed: a list of different domains of the figure's runs, from \['mnist', 'noise'"),
+    ({"domains": ["mnist", "mnist"]}, r"key 'domains' has value \['mnist', 'mnist'\]"),
+    ({"domains": "mnist"}, r"key 'domains' has value 'mnist'"),
+    ({"experiment": "plain"}, r"key 'kind' has value 'domains'; allowed: runs with domains"),
+    ({"row_order": ["bn", "gn"]}, r"'row_order' has value \['bn', 'gn'\]; allowed: each value "
+     r"of 'method'"),
+    ({"cols": "split"}, r"key 'cols' is not one of kind 'domains'"),
+    ({"y": "accuracy"}, r"key 'y' has value 'accuracy'"),
+])
+def test_bad_domains_specs_name_the_key_the_value_and_what_is_allowed(spec, expected):
+    with pytest.raises(ConfigError, match=expected):
+        _shift_figure(**spec)

@@ -9,7 +9,14 @@ from pathlib import Path
 import pandas as pd
 
 from fednorm.plan import Figure
-from fednorm.plots import Part, make_figure, make_heatmap, make_parts_figure, make_table
+from fednorm.plots import (
+    Part,
+    make_domains,
+    make_figure,
+    make_heatmap,
+    make_parts_figure,
+    make_table,
+)
 from fednorm.plots.cells import value_label
 from fednorm.results import in_experiments
 from fednorm.tuning import make_tuning_table, select_by_validation
@@ -112,6 +119,14 @@ def _heatmap(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
                         title=fig.title or fig.name)
 
 
+def _domains(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
+    if rows.empty:
+        raise ValueError(f"figure {stem}: no rows matched its selection")
+    assert fig.rows is not None and isinstance(fig.y, str)
+    return make_domains(rows, stem, rows=fig.rows, domains=fig.domains, y=fig.y,
+                        order=dict(fig.orders), title=fig.title or fig.name)
+
+
 def _table(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
     if rows.empty:
         raise ValueError(f"table {stem}: no rows matched its selection")
@@ -130,6 +145,7 @@ def _tuning(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
 DRAW: dict[str, Callable[[Figure, pd.DataFrame, str | Path], list[Path]]] = {
     **dict.fromkeys(_ARGS, _plain),
     "heatmap": _heatmap,
+    "domains": _domains,
     "table": _table,
     "tuning": _tuning,
 }

@@ -12,9 +12,16 @@ DYNAMICS = ("stat_change", "stat_deviation", "stat_variance")
 RENDERED_DOMAINS = ("mnist", "inverted", "colour", "noise", "blur", "texture")
 DIGITS5_DOMAINS = ("mnist", "svhn", "usps", "synthdigits", "mnistm")
 DOMAINS = tuple(dict.fromkeys((*RENDERED_DOMAINS, *DIGITS5_DOMAINS)))
+
+
+def domain_metric(domain: str) -> str:
+    """The metric column of a domain's accuracy: ``test_accuracy_<domain>``."""
+    return f"test_accuracy_{domain}"
+
+
 # Each domain's accuracy: its test set, through its clients' models (the global model, or each
 # client's own under personalized BN, weighted by how much of the domain each client holds)
-DOMAIN_ACCURACY = tuple(f"test_accuracy_{d}" for d in DOMAINS)
+DOMAIN_ACCURACY = tuple(map(domain_metric, DOMAINS))
 # A run's values at an evaluation point (an accuracy as a fraction); ``domain_accuracy``: the
 # mean of its domains' accuracies, ``worst_domain_accuracy`` their least (NaN without domains)
 RUN_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "norm_error_var",

@@ -183,6 +183,10 @@ def shows(fig: Figure) -> str:
         return (f"the final {_metric(fig.y)} over {_literal(fig.rows)} (rows) × "
                 f"{_literal(fig.cols)} (columns), each cell the mean over seeds: panels "
                 f"{_literal(fig.compare)} = {a}, {b}, and {b} − {a}")
+    if fig.kind == "domains":
+        return (f"the final accuracy on each domain's test set ({', '.join(fig.domains)}), then "
+                f"the final {_metric(fig.y)}, rows {_literal(fig.rows)}, each cell the mean over "
+                f"seeds; each row's worst domain boxed")
     if fig.kind == "tuning":
         return (f"per {_literal(fig.rows)} (rows) and {_literal(fig.cols)}, the lr_scale with "
                 f"the best final {_metric(fig.select)} over seeds, its {_metric(fig.y)} as mean "

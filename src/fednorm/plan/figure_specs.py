@@ -54,6 +54,8 @@ class Figure:
     # table, heatmap: per cell, only the runs of the lr_scale whose final value of this metric
     # (a validation one), averaged over seeds, is best (fednorm.tuning); None: every run
     select: str | None = None
+    # domains: the domains shown, one column each (their test_accuracy_<domain>), in this order
+    domains: tuple[str, ...] = ()
 
 
 def _resolve_value(fig: str, key: str, value: Any, present: list[Any],
@@ -127,6 +129,7 @@ FIGURE_KEYS: dict[str, dict[str, Any]] = {
               "extra": None, "select": None},
     "tuning": {"rows": REQUIRED, "cols": REQUIRED, "row_order": None, "col_order": None,
                "select": "val_accuracy"},
+    "domains": {"rows": "method", "row_order": None, "domains": None},
     "parts": {"parts": REQUIRED},
 }
 FIGURE_KINDS = tuple(FIGURE_KEYS)
@@ -139,6 +142,7 @@ CURVE_X = ("step", "round", "progress")
 X_CHOICES = {"curves": (*CURVE_X, *FIELDS), "final_vs": FIELDS, "bars": COLUMNS}
 MAX_HUES = {"curves": 2, "final_vs": 2, "bars": 1}
 ORDER_OF = {"row_order": "rows", "col_order": "cols", "x_order": "x"}  # order key -> its axis
+DEFAULT_Y = {"domains": "domain_accuracy"}  # a kind's y when the figure gives none
 
 
 @dataclass
@@ -293,6 +297,23 @@ def _order(key: str) -> Callable[[_FigureSpec, Any], dict[str, Any]]:
     return rule
 
 
+def _domains(spec: _FigureSpec, value: Any) -> dict[str, Any]:
+    """``domains`` (kind domains): the domains shown, one column each, in this order; null:
+    every domain of the figure's runs (their ``domains`` key), in the order the runs list them.
+    """
+    present = list(dict.fromkeys(d for r in spec.runs for d in r.domains))
+    if not present:
+        raise spec.error("kind", spec.kind, f"runs with domains (feature shift: a run's key "
+                         f"'domains'); none of the figure's {len(spec.runs)} runs has any")
+    if value is None:
+        value = present
+    if not (isinstance(value, list) and value and len(set(value)) == len(value)
+            and set(value) <= set(present)):
+        raise spec.error("domains", value, f"a list of different domains of the figure's "
+                         f"runs, from {present}; or null (all of them)")
+    return {"domains": tuple(value)}
+
+
 _KEY_RULES: dict[str, Callable[[_FigureSpec, Any], dict[str, Any]]] = {
     "x": _x,
     "hue": _hue,
@@ -306,6 +327,7 @@ _KEY_RULES: dict[str, Callable[[_FigureSpec, Any], dict[str, Any]]] = {
     "extra": _extra,
     "select": _select,
     **{key: _order(key) for key in ORDER_OF},
+    "domains": _domains,
 }
 assert {k for keys in FIGURE_KEYS.values() for k in keys} == set(_KEY_RULES)
 
@@ -336,7 +358,7 @@ def figure_spec(name: str, spec: Any, experiments: dict[str, list[RunConfig]]) -
                       **checked.fields)
     names = _experiments(name, spec.get("experiment"), experiments)
     runs = [cfg for n in names for cfg in experiments[n]]
-    y = _y(where, kind, spec.get("y", "test_accuracy"))
+    y = _y(where, kind, spec.get("y", DEFAULT_Y.get(kind, "test_accuracy")))
     filters = _resolve_where(name, spec.get("where"), runs)
     checked = _FigureSpec(name, kind, [r for r in runs if matches_where(r, filters)], {})
     for key, default in own.items():

@@ -1,5 +1,6 @@
 """Figures: curves over training, final values vs a setting, grouped bars, heatmaps that compare
-two settings, tables of final values, and the 2-D toy's point clouds."""
+two settings, a heatmap of each method's accuracy per domain, tables of final values, and the
+2-D toy's point clouds."""
 
 import matplotlib
 
@@ -8,6 +9,7 @@ matplotlib.use("Agg")
 from fednorm.plots.bars import bar_data, plot_bars
 from fednorm.plots.cells import cell_stats
 from fednorm.plots.curves import curve_data, plot_curves
+from fednorm.plots.domains import domain_data, domains_figure, make_domains
 from fednorm.plots.figure import Part, make_figure, make_parts_figure
 from fednorm.plots.final import final_data, plot_final_vs
 from fednorm.plots.heatmap import heatmap_data, heatmap_figure, make_heatmap
@@ -22,11 +24,14 @@ __all__ = [
     "cell_stats",
     "colour",
     "curve_data",
+    "domain_data",
+    "domains_figure",
     "error_figure",
     "final_data",
     "heatmap_data",
     "heatmap_figure",
     "label",
+    "make_domains",
     "make_figure",
     "make_heatmap",
     "make_parts_figure",

@@ -76,6 +76,16 @@ def cell_stats(
     return out
 
 
+def seeds_text(counts: pd.Series) -> str:
+    """The seeds behind some cells (their ``n_seeds``): '3', or a range '2–3' when they
+    differ; empty cells (no run: 0 seeds) do not count."""
+    counts = counts[counts > 0]
+    if counts.empty:
+        return "0"
+    low, high = counts.min(), counts.max()
+    return f"{low}" if low == high else f"{low}–{high}"
+
+
 def mark(n_diverged: int) -> str:
     """The cell mark of ``n_diverged`` diverged seeds: '†' or ''."""
     return DIVERGED_MARK if n_diverged else ""

@@ -113,7 +113,8 @@ def draw_panel(
     ax.set_ylabel(rows.replace("_", " "))
 
 
-def _limits(values: pd.Series) -> tuple[float, float]:
+def limits(values: pd.Series) -> tuple[float, float]:
+    """A sequential colour scale's limits: the values' least and largest (±0.5 when equal)."""
     low, high = values.min(), values.max()
     if not (math.isfinite(low) and math.isfinite(high)):
         return 0.0, 1.0
@@ -146,7 +147,7 @@ def heatmap_figure(
     spread = np.nanmax(np.abs(data[data["panel"] == names[2]]["mean"].to_numpy(float)),
                        initial=0.0)
     spread = spread if spread > 0 else 1.0
-    norms = [Normalize(*_limits(sides))] * 2 + [Normalize(-spread, spread)]
+    norms = [Normalize(*limits(sides))] * 2 + [Normalize(-spread, spread)]
     cmaps = [colormaps[VALUE_CMAP]] * 2 + [colormaps[DIFF_CMAP]]
     digits = 1 if percent(y) else 3
     for ax, name, text, cmap, norm in zip(fig.subplots(1, 3), names, titles, cmaps, norms,
@@ -156,14 +157,20 @@ def heatmap_figure(
         ax.set_title(text, fontsize="medium")
     for ax in fig.axes[1:3]:
         ax.set_ylabel("")
-    notes = [DIVERGED_NOTE] if data["n_diverged"].any() else []
-    if (data["n_seeds"] + data["n_diverged"]).eq(0).any():
-        notes.append("grey: no run")
-    if notes:
+    if notes := cell_notes(data):
         fig.supxlabel("; ".join(notes), fontsize="small")
     if title:
         fig.suptitle(title)
     return fig, data
+
+
+def cell_notes(data: pd.DataFrame) -> list[str]:
+    """What a reader must know of a heatmap's cells (rows of :func:`cell_stats`): that '†'
+    marks a diverged seed, that grey is a cell without any run."""
+    notes = [DIVERGED_NOTE] if data["n_diverged"].any() else []
+    if (data["n_seeds"] + data["n_diverged"]).eq(0).any():
+        notes.append("grey: no run")
+    return notes
 
 
 def make_heatmap(df: pd.DataFrame, stem: str | Path, **kw: Any) -> list[Path]:

@@ -24,6 +24,10 @@ from fednorm.methods import Look
 
 # Every method's look from its record (fednorm.methods), then FedFN's variants
 KNOWN: dict[str, Look] = {**{m.name: m.look for m in methods.METHODS}, **methods.VARIANT_LOOKS}
+# How each domain of a feature-shift dataset (fednorm.metrics.DOMAINS) is named on a figure
+DOMAIN_LABELS = {"mnist": "MNIST", "inverted": "inverted", "colour": "colour", "noise": "noise",
+                 "blur": "blur", "texture": "texture", "svhn": "SVHN", "usps": "USPS",
+                 "synthdigits": "SynthDigits", "mnistm": "MNIST-M"}
 FALLBACK_COLOURS = ("#ff7f0e", "#bcbd22", "#7f7f7f", "#a6761d", "#1b9e77", "#e7298a")
 FALLBACK_MARKERS = ("P", "X", "*", "h", "<", ">")
 FALLBACK_DASHES = ("-", "--", "-.", ":", (0, (3, 1, 1, 1, 1, 1)), (0, (5, 2)))

@@ -18,6 +18,7 @@ from fednorm.plots.cells import (
     cell_stats,
     mark,
     percent,
+    seeds_text,
     value_text,
 )
 from fednorm.plots.save import save_table
@@ -54,15 +55,6 @@ def table_data(
     return stats[[rows, cols, "mean", "std", "n_seeds", "n_diverged", "cell"]]
 
 
-def _seeds(counts: pd.Series) -> str:
-    """The seeds behind a row's cells; its empty cells (no run: 0 seeds) do not count."""
-    counts = counts[counts > 0]
-    if counts.empty:
-        return "0"
-    low, high = counts.min(), counts.max()
-    return f"{low}" if low == high else f"{low}–{high}"
-
-
 def escape_cell(text: str) -> str:
     """Text safe in a Markdown table's cell: its '|' escaped."""
     return text.replace("|", r"\|")
@@ -91,7 +83,7 @@ def markdown(data: pd.DataFrame, *, rows: str, cols: str, title: str = "",
     for value, part in data.groupby(rows, sort=False):
         cells = part.set_index(cols)["cell"].reindex(columns)
         more = [extra_text(part[e].iloc[0], e) for e in extra]
-        line = [style.label(value_text(value)), *cells, *more, _seeds(part["n_seeds"])]
+        line = [style.label(value_text(value)), *cells, *more, seeds_text(part["n_seeds"])]
         lines.append("| " + " | ".join(map(escape_cell, line)) + " |")
     notes = [f"{DIVERGED_NOTE}."] if data["n_diverged"].any() else []
     head = [f"**{title}**", ""] if title else []
