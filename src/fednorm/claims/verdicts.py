@@ -259,16 +259,10 @@ def _tuned(side: Side, tunings: Sequence[tuple[str, pd.DataFrame]], claim: Relat
     experiment, and the side on the tuning seeds (what the choice saw: its winner's curse);
     None where no tuning experiment has such a cell."""
     first = side.rows.iloc[0]
-    for name, tuning in tunings:
-        cell = pd.Series(True, index=tuning.index)
-        for key in (k for k in FIELDS if k not in TUNING_FREE):
-            value = first[key]
-            cell &= tuning[key].isna() if pd.isna(value) else matches(tuning[key], value)
-        rows = tuning[cell]
-        if not rows.empty:
-            break
-    else:
+    found = _tuning_cell(first, tunings)
+    if found is None:
         return None
+    name, rows = found
     over = tuned_keys(rows)
     choice = choices(rows, [], by=CHOSEN_BY, over=over)
     picked = at_choice(rows, choice, [], over)
@@ -286,6 +280,20 @@ def _tuned(side: Side, tunings: Sequence[tuple[str, pd.DataFrame]], claim: Relat
     template = str(picked["run_id"].iloc[0])
     fresh = side_of(side.label, picked[~seen], claim, rate, cache, template, tuned=not missing)
     return fresh, name, side_of(side.label, picked[seen], claim, rate, cache, template)
+
+
+def _tuning_cell(first: pd.Series, tunings: Sequence[tuple[str, pd.DataFrame]]
+                 ) -> tuple[str, pd.DataFrame] | None:
+    """The first tuning experiment's runs equal to the run ``first`` on every config key but
+    TUNING_FREE, and its name; None where none has any."""
+    for name, tuning in tunings:
+        cell = pd.Series(True, index=tuning.index)
+        for key in (k for k in FIELDS if k not in TUNING_FREE):
+            value = first[key]
+            cell &= tuning[key].isna() if pd.isna(value) else matches(tuning[key], value)
+        if cell.any():
+            return name, tuning[cell]
+    return None
 
 
 def _cells(axes: Sequence[str], rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
