@@ -103,3 +103,31 @@ def test_a_method_s_models_and_memory_needs_come_from_its_record():
                     "augment": "resized_crop_flip"})
     with pytest.raises(ConfigError, match=r"key 'participation'.*'fedtan'"):
         run_config({**QUICK, "normalizer": "fedtan", "participation": 0.5})
+
+
+@pytest.mark.parametrize("tune", [t for m in methods.METHODS for t in m.tunes]
+                         + list(methods.FEATURE_NORM_TUNES), ids=lambda t: t.key)
+def test_every_tuned_value_is_one_its_key_allows_and_the_default_is_in_the_grid(tune):
+    """A tuned key is its method's own (or FedFN's scale), each value of its grid passes the
+    key's rule (a run at it is valid), and the default is one of them: the common recipe is
+    a point of the sweep."""
+    owner = [m for m in methods.METHODS if tune in m.tunes]
+    rules = {**dict(methods.key_rules()), "feature_norm_scale": None}
+    assert tune.key in rules and (not owner or tune.key in {k.name for k in owner[0].keys})
+    base = {**QUICK, "normalizer": owner[0].name if owner else "none",
+            "feature_norm": not owner, "model": "lenet"}
+    for value in tune.grid:
+        assert getattr(run_config({**base, tune.key: value}), tune.key) == value
+    assert getattr(run_config(base), tune.key) in tune.grid
+    assert methods.SYMBOLS[tune.key] and tune.key in methods.TUNED_KEYS
+
+
+def test_fedwon_without_clipping_and_hybrid_bn_at_its_codes_recipe():
+    """λ null: no adaptive clipping at all (the engine's normalizer has none); Hybrid BN's
+    record carries its code's recipe (averaging by data size, clipping at 10), no other's."""
+    fedwon = {**QUICK, "normalizer": "fedwon", "model": "lenet"}
+    assert normalizer_for(run_config({**fedwon, "agc_lambda": None})).agc is None
+    assert normalizer_for(run_config(fedwon)).agc == 0.01
+    assert dict(methods.method("hybridbn").recipe) == {"weighted_average": True,
+                                                       "clip_norm": 10.0}
+    assert [m.name for m in methods.METHODS if m.recipe] == ["hybridbn"]

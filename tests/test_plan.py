@@ -2,6 +2,7 @@
 
 import dataclasses
 import itertools
+import math
 from pathlib import Path
 
 import pytest
@@ -746,3 +747,53 @@ def test_a_domains_figure_takes_its_columns_from_the_runs_domains():
 def test_bad_domains_specs_name_the_key_the_value_and_what_is_allowed(spec, expected):
     with pytest.raises(ConfigError, match=expected):
         _shift_figure(**spec)
+
+
+def test_an_experiment_sweeps_each_methods_own_keys_with_the_rate_and_takes_its_own_recipe():
+    """``tune: true``: each run swept over its method's record grids (FedWon's 9 lambdas,
+    FedFN's 2 scales) times the grid's lr_scale, a key the grid names kept; a mapping replaces
+    a key's grid. ``recipes: own``: Hybrid BN at its code's recipe, the others as set; a key
+    the experiment sets wins over the recipe."""
+    from fednorm.plan.experiments import expand
+
+    base = {"dataset": "synthetic", "n_train": 60, "n_test": 20, "image_size": 8,
+            "width": 4, "gn_groups": 2, "n_clients": 3, "batch_size": 4, "steps": 8,
+            "lr": [0.05], "lr_milestones": [], "model": "lenet"}
+    grid = {"settings": [{"normalizer": "fedwon"}, {"normalizer": "bn"},
+                         {"normalizer": "none", "feature_norm": True},
+                         {"normalizer": "fedwon", "agc_lambda": 0.5}],
+            "lr_scale": [1, 4]}
+    runs = expand("t", {"grid": grid, "tune": True}, base)
+    lambdas = sorted((r.agc_lambda for r in runs if r.normalizer == "fedwon"),
+                     key=lambda v: math.inf if v is None else v)
+    swept = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28]
+    assert lambdas == [*sorted([*swept, *swept, 0.5, 0.5]), None, None]
+    assert sorted(r.feature_norm_scale for r in runs if r.feature_norm) == [
+        "sqrt_dim", "sqrt_dim", "unit", "unit"]
+    assert len([r for r in runs if r.normalizer == "bn"]) == 2  # the rate alone
+    mapped = expand("t", {"grid": grid, "tune": {"agc_lambda": [0.1, None]}}, base)
+    assert {r.agc_lambda for r in mapped if r.normalizer == "fedwon"} == {0.1, None, 0.5}
+    assert len(expand("t", {"grid": grid}, base)) == 8  # no tune: the grid alone
+    own = expand("t", {"grid": {"normalizer": ["hybridbn", "bn"]}, "recipes": "own"}, base)
+    assert [(r.weighted_average, r.clip_norm) for r in own] == [(True, 10.0), (False, None)]
+    fixed = expand("t", {"set": {"clip_norm": 5.0}, "grid": {"normalizer": ["hybridbn"]},
+                         "recipes": "own"}, base)
+    assert (fixed[0].weighted_average, fixed[0].clip_norm) == (True, 5.0)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"tune": "yes"}, r"experiments.t: key 'tune' has value 'yes'; allowed: true, false, or a "
+                      r"mapping of tuned keys \['hybridbn_momentum'"),
+    ({"tune": {"lr_scale": [1]}}, r"experiments.t.tune: unknown key 'lr_scale'; allowed keys: "
+                                  r"\['hybridbn_momentum'.*\(the rate: the grid's lr_scale\)"),
+    ({"tune": {"agc_lambda": []}}, r"experiments.t.tune: key 'agc_lambda' has value \[\]; "
+                                   r"allowed: a non-empty list"),
+    ({"recipes": "paper"}, r"experiments.t: key 'recipes' has value 'paper'; allowed: 'common'"),
+    ({"tune": {"agc_lambda": [-1]}}, r"agc_lambda"),
+])
+def test_a_bad_tune_or_recipes_value_is_refused_naming_the_key(spec, message):
+    from fednorm.plan.experiments import expand
+
+    with pytest.raises(ConfigError, match=message):
+        expand("t", {"grid": {"normalizer": ["fedwon"]}, **spec},
+               {"dataset": "synthetic", "model": "lenet", "image_size": 8})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -34,3 +36,19 @@ def test_hold_out_is_the_same_for_every_call_and_nothing_at_zero():
 def test_hold_out_twice_is_an_error():
     with pytest.raises(ValueError, match="already held out"):
         hold_out(hold_out(DATA, 0.1), 0.1)
+
+
+def test_under_feature_shift_hold_out_is_stratified_by_class_and_domain():
+    """Each (class, domain) cell gives round(fraction x its size) images, so every domain is
+    in the validation set in its training share; without domains the same images as ever."""
+    domain = torch.arange(len(DATA.train_y)) % 3
+    shifted = dataclasses.replace(DATA, domains=("a", "b", "c"), train_domain=domain,
+                                  test_domain=torch.zeros(len(DATA.test_y), dtype=torch.int64))
+    held = hold_out(shifted, 0.2)
+    for c in range(10):
+        for d in range(3):
+            size = int(((DATA.train_y == c) & (domain == d)).sum())
+            got = int(((held.val_y == c) & (held.val_domain == d)).sum())
+            assert got == round(0.2 * size), (c, d)
+    assert len(held.train_domain) == len(held.train_y)
+    assert torch.equal(hold_out(DATA, 0.2).val_x, hold_out(DATA, 0.2).val_x)
