@@ -309,3 +309,46 @@ def test_seeds_go_to_each_claim_in_turn_and_to_clear_effects_first():
     noise = _request("seeds", 6, claim="noise")
     clear = dataclasses.replace(_request("seeds", 7, 8, claim="clear"), strength=3.0)
     assert granted([noise, clear], 10.0, (), _measured(noise, clear)) == [clear, noise]
+
+
+# ---------------------------------------------------------------------------------------------
+# A claim that compares methods, judged at each method's tuned values: its fresh seeds.
+
+TUNED = {"run": RUN, "execution": {"bundle_size": 4}, "claims": "config/claims.yaml",
+         "stage2": {"seeds": [100, 101], "jobs": 2, "share": 0.01},  # no time for seeds
+         "experiments": {
+             "e": {"grid": {"normalizer": ["bn", "fbn"], "seed": [0, 1]}},
+             "tuning": {"set": {"val_fraction": 0.1},
+                        "grid": {"normalizer": ["bn", "fbn"], "lr_scale": [1, 4],
+                                 "seed": [0]}}}}
+
+
+def _tuned_accuracy(experiment, cfg):
+    """FBN best at lr × 4 on held-out data (its test accuracy 20 points under BN's there:
+    leaning to a contradiction), BN at × 1."""
+    if experiment == "e":
+        return {"fbn": 50.0, "bn": 60.0}[cfg.normalizer] + cfg.seed
+    return {("fbn", 4.0): 40.0, ("fbn", 1.0): 30.0, ("bn", 1.0): 60.0,
+            ("bn", 4.0): 55.0}[cfg.normalizer, cfg.lr_scale]
+
+
+def test_a_unit_at_tuned_values_gets_its_fresh_seeds_whatever_the_share_and_its_recheck():
+    """The chosen values (FBN × 4, BN × 1, chosen on seed 0) on the stage's seeds 100, 101,
+    in the tuning experiment, although the share affords nothing; the tuning seed's margin
+    (−20) leans to a contradiction of FBN's own claim, so its recheck at twice the budget
+    comes too. A claim of another paper's method on the same runs asks the same."""
+    plan = load_plan(TUNED)
+    summary = _summary(plan, _tuned_accuracy)
+    summary["val_accuracy"] = summary["test_accuracy"]
+    for paper in ("fbn", "fixbn"):
+        words = parse_words({"claims": [_claim("own", "e", "fbn", "bn", paper=paper)]})
+        record = stage2_record(words, summary, plan)
+        chosen = {n: next(r for r in plan.experiments["tuning"] if plan.runs[r].normalizer == n
+                          and plan.runs[r].lr_scale == s) for n, s in (("fbn", 4.0), ("bn", 1.0))}
+        fresh = {with_seed(plan.runs[r], s).run_id for r in chosen.values() for s in (100, 101)}
+        doubled = {with_budget(with_seed(plan.runs[r], s), 2).run_id
+                   for r in chosen.values() for s in (100, 101)}
+        entries = {e["run_id"]: e for e in record["runs"]}
+        assert set(entries) == fresh | doubled, paper
+        assert all(entries[r]["groups"] == ["tuning"] for r in fresh)
+        assert {w for e in entries.values() for w in e["why"]} == {"fresh+recheck: own"}
