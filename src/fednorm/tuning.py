@@ -134,6 +134,11 @@ def chosen_text(choice: pd.Series | dict, over: Sequence[str]) -> str:
                      for k in over)
 
 
+def swept(rows: pd.DataFrame, over: Sequence[str]) -> list[str]:
+    """The keys of ``over`` that ``rows`` sweep (two values or more), the rate always."""
+    return [k for k in over if k == OVER or rows[k].nunique(dropna=False) > 1]
+
+
 def grid_text(rows: pd.DataFrame, over: Sequence[str]) -> str:
     """The values a cell swept, key by key: 'lr × 1, 4; λ 0.01 … 1.28, none (9)'."""
     rows = _filled(rows, over)
@@ -193,8 +198,10 @@ def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_acc
     chosen[by] = chosen[by].where(chosen[by] > float("-inf"))
     if percent(by):
         chosen[by] *= 100.0
-    chosen["chosen"] = [chosen_text(c, over) for _, c in chosen.iterrows()]
-    chosen["grid"] = [grid_text(_in_cell(rows, cells, c), over) for _, c in chosen.iterrows()]
+    cell_rows = [_in_cell(rows, cells, c) for _, c in chosen.iterrows()]
+    chosen["chosen"] = [chosen_text(c, swept(part, over))
+                        for (_, c), part in zip(chosen.iterrows(), cell_rows, strict=True)]
+    chosen["grid"] = [grid_text(part, over) for part in cell_rows]
     out = chosen[[*cells, *over, "chosen", "grid", by, "edge"]]
     picked = at_choice(rows, chosen, cells, over)
     tuning = tuning_seeds(_filled(rows, over), cells, over)

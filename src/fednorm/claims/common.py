@@ -22,10 +22,10 @@ PAPERS = {**methods.papers(),
 OWN_METHODS = {**{name: ("normalizer", name) for name in methods.papers()},
                "fedfn": ("feature_norm", True)}
 # Keys that make a run a variant no paper ran: the penultimate feature normalized (FedFN),
-# training images held out for validation, the learning rate rescaled (the tuning grid). A claim
-# that does not name one matches only runs at its default, so that those runs never join the
-# seeds of a paper's setting.
-VARIANT_KEYS = ("feature_norm", "val_fraction", "lr_scale")
+# training images held out for validation, the learning rate and the methods' own tuned keys
+# swept (the tuning grids). A claim that does not name one matches only runs at its default, so
+# that those runs never join the seeds of a paper's setting.
+VARIANT_KEYS = ("feature_norm", "val_fraction", *methods.TUNED_KEYS)
 _DEFAULT_RUN = RunConfig()
 
 Pairs = tuple[tuple[str, Any], ...]

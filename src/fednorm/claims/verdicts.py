@@ -74,7 +74,14 @@ from fednorm.config import FIELDS
 from fednorm.methods import TUNED_KEYS, tunes_of
 from fednorm.plots.cells import DIVERGED_MARK, percent
 from fednorm.results import in_experiments, matches, run_values, settling, values_of
-from fednorm.tuning import OVER, at_choice, choices, chosen_text, tuned_keys, tuning_seeds
+from fednorm.tuning import (
+    at_choice,
+    choices,
+    chosen_text,
+    swept,
+    tuned_keys,
+    tuning_seeds,
+)
 
 # A claim compares methods when its compared groups name one of these keys
 METHOD_KEYS = ("normalizer", "feature_norm")
@@ -267,12 +274,12 @@ def _tuned(side: Side, tunings: Sequence[tuple[str, pd.DataFrame]], claim: Relat
     choice = choices(rows, [], by=CHOSEN_BY, over=over)
     picked = at_choice(rows, choice, [], over)
     seen = picked["seed"].isin(set(rows.loc[tuning_seeds(rows, [], over), "seed"]))
-    swept = [k for k in over if rows[k].nunique(dropna=False) > 1]
+    tuned = [k for k in swept(rows, over) if rows[k].nunique(dropna=False) > 1]
     missing = [t.key for t in tunes_of(first["normalizer"], bool(first["feature_norm"]))
-               if t.key not in swept]
+               if t.key not in tuned]
     tuned_seeds = sorted(set(picked.loc[seen, "seed"]))
     fresh_seeds = sorted(set(picked.loc[~seen, "seed"]))
-    rate = (f"{chosen_text(choice.iloc[0], swept or [OVER])} (chosen on seed"
+    rate = (f"{chosen_text(choice.iloc[0], swept(rows, over))} (chosen on seed"
             f"{'s' if len(tuned_seeds) > 1 else ''} {', '.join(map(str, tuned_seeds))}; "
             + (f"judged on {', '.join(map(str, fresh_seeds))})" if fresh_seeds
                else "no fresh seed yet)")
