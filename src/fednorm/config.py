@@ -9,6 +9,7 @@ RunConfig and raises :class:`ConfigError` naming the key, the value and what is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -183,11 +184,12 @@ class RunConfig:
         """The fields as plain JSON types (tuples become lists)."""
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
-    @property
+    @functools.cached_property
     def run_id(self) -> str:
         """A name derived from the config alone: readable axes plus a hash of every field that
         differs from its default (:func:`changed_fields`), so that a new field, added with a
-        default that keeps the old behaviour, leaves every existing run's id as it was."""
+        default that keeps the old behaviour, leaves every existing run's id as it was.
+        Computed once per object (it is frozen): the second stage prices thousands of runs."""
         revision = methods.method(self.normalizer).revision
         changed = {**changed_fields(self), **({"revision": revision} if revision else {})}
         digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:10]

@@ -39,6 +39,7 @@ spending over the two looks).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -256,7 +257,7 @@ def compares_methods(claim: Relation) -> bool:
     return any(key in METHOD_KEYS for group in groups for key, _ in group)
 
 
-def _tuned(side: Side, tunings: Sequence[tuple[str, pd.DataFrame]], claim: Relation,
+def _tuned(side: Side, tunings: Sequence[Tuning], claim: Relation,
            cache: Sides | None = None) -> tuple[Side, str, Side] | None:
     """``side`` at its method's own values: the tuning runs that equal its runs on every
     config key but TUNING_FREE (in the first tuning experiment that has them), at the values
@@ -289,17 +290,48 @@ def _tuned(side: Side, tunings: Sequence[tuple[str, pd.DataFrame]], claim: Relat
     return fresh, name, side_of(side.label, picked[seen], claim, rate, cache, template)
 
 
-def _tuning_cell(first: pd.Series, tunings: Sequence[tuple[str, pd.DataFrame]]
+CELL_KEYS = tuple(k for k in FIELDS if k not in TUNING_FREE)  # what a tuning cell shares
+
+
+def _cell_key(values: pd.Series) -> tuple[str, ...]:
+    """A run's cell in a tuning experiment: its CELL_KEYS as text, the same for a value however
+    a frame holds it (NumPy or Python bools, ints or floats; null for None and NaN)."""
+    return tuple(_key_text(values[k]) for k in CELL_KEYS)
+
+
+def _key_text(value: Any) -> str:
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Real):
+        return "null" if math.isnan(value) else f"{float(value):.12g}"
+    return "null" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """One tuning experiment's rows, indexed by cell (:func:`_cell_key` of each run)."""
+
+    name: str
+    rows: pd.DataFrame = field(repr=False)
+    cells: dict[tuple[str, ...], pd.Index] = field(repr=False)
+
+    @classmethod
+    def of(cls, name: str, rows: pd.DataFrame) -> Tuning:
+        runs = rows.drop_duplicates("run_id")
+        by_run = {r: _cell_key(v) for r, (_, v) in zip(runs["run_id"], runs.iterrows(),
+                                                          strict=True)}
+        keys = rows["run_id"].map(by_run)
+        return cls(name, rows, {k: part.index for k, part in rows.groupby(keys, sort=False)})
+
+
+def _tuning_cell(first: pd.Series, tunings: Sequence[Tuning]
                  ) -> tuple[str, pd.DataFrame] | None:
     """The first tuning experiment's runs equal to the run ``first`` on every config key but
     TUNING_FREE, and its name; None where none has any."""
-    for name, tuning in tunings:
-        cell = pd.Series(True, index=tuning.index)
-        for key in (k for k in FIELDS if k not in TUNING_FREE):
-            value = first[key]
-            cell &= tuning[key].isna() if pd.isna(value) else matches(tuning[key], value)
-        if cell.any():
-            return name, tuning[cell]
+    key = _cell_key(first)
+    for tuning in tunings:
+        if key in tuning.cells:
+            return tuning.name, tuning.rows.loc[tuning.cells[key]]
     return None
 
 
@@ -338,14 +370,26 @@ def _contrasts(claim: Relation, rows: pd.DataFrame, runs: pd.DataFrame
     return [("", (a, resolve(claim.b, runs)), (1.0, -1.0))]
 
 
+def tunings_of(summary: pd.DataFrame, tuning: Sequence[str]) -> list[Tuning]:
+    """The tuning experiments ``tuning`` of ``summary``, indexed by cell (none without a
+    validation accuracy: nothing to choose on)."""
+    if CHOSEN_BY not in summary.columns:
+        return []
+    return [Tuning.of(t, summary[in_experiments(summary, [t])]) for t in tuning]
+
+
 def comparisons(claim: Relation, summary: pd.DataFrame, tuning: Sequence[str] = (),
-                cache: Sides | None = None) -> list[Comparison]:
+                cache: Sides | None = None, tunings: Sequence[Tuning] | None = None
+                ) -> list[Comparison]:
     """Every unit of ``claim`` on ``summary``, at each side's own values on fresh seeds where
     one of the experiments ``tuning`` chose them for every side (the common rate's unit in
-    ``common``, the tuning seeds' in ``chosen``)."""
+    ``common``, the tuning seeds' in ``chosen``); ``tunings``: those experiments already
+    indexed (:func:`tunings_of`)."""
     runs = summary[in_experiments(summary, claim.experiments)]
-    chosen = bool(tuning) and compares_methods(claim) and CHOSEN_BY in summary.columns
-    tunings = [(t, summary[in_experiments(summary, [t])]) for t in tuning] if chosen else []
+    if not compares_methods(claim):
+        tunings = []
+    elif tunings is None:
+        tunings = tunings_of(summary, tuning)
     # ``where`` leaves the variant keys open: each group keeps its runs at their defaults
     # unless it names one (FedFN's side names feature_norm: true, its baseline's does not)
     rows = runs[selects(runs, resolve(claim.where, runs), variants=False)]
@@ -599,7 +643,8 @@ def judge_compared(words: Words, compared: dict[str, list[Comparison]], looks: i
 def compare_all(words: Words, summary: pd.DataFrame) -> dict[str, list[Comparison]]:
     """Every claim's units on ``summary`` (claim id -> its units), each side measured once."""
     cache: Sides = {}
-    return {c.id: comparisons(c, summary, words.tuning, cache) for c in words.claims}
+    tunings = tunings_of(summary, words.tuning)
+    return {c.id: comparisons(c, summary, cache=cache, tunings=tunings) for c in words.claims}
 
 
 def judge(words: Words, summary: pd.DataFrame, looks: int = 1) -> list[Judged]:
