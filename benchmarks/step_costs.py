@@ -10,7 +10,10 @@ Each shape of the profiles' runs is trained as the training loop builds a bundle
 each ``--sizes`` runs (the shape's first run by run id, on seeds 0 .. R - 1; E = 5 for the
 shapes of E > 1), on the run's own dataset, 1 thread on the CPU as a quick job trains: one
 round to warm up, then ``--repeats`` timings of at least ``--steps`` local steps, the median
-kept. The file's header names the command, the machine and the date.
+kept. Timed by the process's CPU time (1 thread), not the wall clock: what a step costs, not
+what other processes on the machine take from it (on 2 shared cores at a load of 6, the wall
+clock gave a median 1.5 times the CPU time, up to 5 times for some shapes). The file's header names
+the command, the machine and the date.
 """
 
 from __future__ import annotations
@@ -71,10 +74,10 @@ def step_seconds(cfg: RunConfig, runs: int, data, steps: int, repeats: int) -> f
     trainer.round(0)
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         for i in range(rounds):
             trainer.round((i + 1) * E)
-        times.append((time.perf_counter() - start) / (rounds * E))
+        times.append((time.process_time() - start) / (rounds * E))
     return statistics.median(times)
 
 
@@ -82,7 +85,7 @@ def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
                platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return f"{cpu}, {platform.system()}, torch {torch.__version__}, 1 thread"
+    return f"{cpu}, {platform.system()}, torch {torch.__version__}, 1 thread, CPU time"
 
 
 def main() -> None:
