@@ -1,11 +1,15 @@
 """The claims' second stage chooses its runs (fednorm.claims.stage2): which units ask for what,
-which requests the stage's time affords (each run priced at what the run it copies took), how
-its bundles are cut into jobs of about equal time, and what one training job trains."""
+which requests the stage's time affords (each run priced at what the run it copies costs by the
+cost model), how its bundles are cut into jobs of about equal time, that its plan does not
+follow the clock, and what one training job trains."""
 
 import dataclasses
+import json
 import os
 
+import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,6 +20,7 @@ from fednorm.claims.stage2 import (
     granted,
     job_bundles,
     stage2_record,
+    write_record,
 )
 from fednorm.claims.words import HOLDS, parse_words
 from fednorm.claims.words_ledger import staged_ledger
@@ -28,6 +33,18 @@ RUN = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, "
        "hidden": 8, "batch_size": 8, "steps": 20, "lr": [0.1], "lr_milestones": [],
        "eval_every": 10}
 BASE = run_config(RUN)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """A cost table (fednorm.plan.costs) for RUN's shapes: a bundle step of R runs takes R / 20
+    s (at R = 1 and 4, linear between), so a run of 20 steps costs 1 s in any bundle."""
+    path = tmp_path_factory.mktemp("costs") / "step_costs.csv"
+    rows = [f"synthetic,fbn_cnn,8,4,80,dsgd,{n},{r},{r / 20}"
+            for n in ("bn", "fbn") for r in (1, 4)]
+    path.write_text("\n".join(["dataset,model,image_size,width,images,local,normalizer,runs,"
+                               "seconds", *rows]) + "\n")
+    return str(path)
 
 
 def _cfg(**keys) -> RunConfig:
@@ -82,7 +99,7 @@ def test_jobs_cover_every_bundle_once_and_differ_by_at_most_the_largest_bundle(s
 
 
 # ---------------------------------------------------------------------------------------------
-# Requests granted within the stage's time: each run here copies itself, at 1 s.
+# Requests granted within the stage's time: each run here copies itself, priced at 1 s.
 
 
 def _request(kind, *seeds, claim="c"):
@@ -171,7 +188,8 @@ def test_a_job_trains_the_runs_of_its_bundles_that_are_not_complete(tmp_path):
 def _summary(plan, accuracy):
     """Every run of ``plan`` settled: two evaluation points at ``accuracy(experiment, cfg)``
     (points), its first experiment read from its figure_group; a bundle's wall time its size
-    times a run's steps / 20 (each run of 20 steps measured at 1 s)."""
+    times a run's steps / 20 (each run of 20 steps measured at 1 s, as the table prices it:
+    the plan must not read it)."""
     rows = []
     for run_id, cfg in plan.runs.items():
         group = plan.groups(run_id)
@@ -211,13 +229,13 @@ def _accuracy(experiment, cfg):
     return {"fbn": 50.0 - cfg.seed, "bn": 60.0 + cfg.seed / 2}[cfg.normalizer]
 
 
-def _staged(**stage2):
-    plan = load_plan({**STAGED, "stage2": {**STAGED["stage2"], **stage2}})
+def _staged(table, **stage2):
+    plan = load_plan({**STAGED, "stage2": {**STAGED["stage2"], "step_costs": table, **stage2}})
     return plan, stage2_record(WORDS, _summary(plan, _accuracy), plan)
 
 
-def test_the_record_adds_seeds_to_a_thin_claim_and_doubles_a_contradicted_one():
-    plan, record = _staged()
+def test_the_record_adds_seeds_to_a_thin_claim_and_doubles_a_contradicted_one(table):
+    plan, record = _staged(table)
     entries = {e["run_id"]: e for e in record["runs"]}
     first = {(g, c.normalizer, c.seed): r for r, c in plan.runs.items()
              for g in plan.groups(r).split("|")}
@@ -233,7 +251,8 @@ def test_the_record_adds_seeds_to_a_thin_claim_and_doubles_a_contradicted_one():
         assert entries[run_id]["groups"] == ["many@x2"] and entries[run_id]["source"] == source
         assert entries[run_id]["why"] == ["recheck: against"]
         assert entries[run_id]["config"] == with_budget(plan.runs[source], 2).identity()
-    # four seeds at 1 s, six doubled runs at 2 s; the first stage's 8 runs at 1 s
+    # four seeds at 1 s, six doubled runs at 2 s; the first stage's 8 runs at 1 s (by the
+    # table: 'many''s bundles of 3 runs at 3 / 20 s a step, 'one''s of 1 at 1 / 20 s)
     assert (record["seconds"], record["first_seconds"]) == (4 * 1 + 6 * 2, 8)
     assert (record["looks"], record["budget"]) == (2, 2)
     # the jobs: at most stage2.jobs, bundles of at most execution.bundle_size, every run once
@@ -247,12 +266,45 @@ def test_the_record_adds_seeds_to_a_thin_claim_and_doubles_a_contradicted_one():
     assert len(more.experiments["one"]) == 6 and more.experiments["many@x2"]
 
 
-def test_the_recheck_comes_before_the_seeds_when_the_time_runs_short():
+def test_the_recheck_comes_before_the_seeds_when_the_time_runs_short(table):
     """12 s of doubled runs fit in 13 (a share of 13/8 of the first stage's 8 s); the seeds'
     4 more do not."""
-    _, record = _staged(share=13 / 8)
+    _, record = _staged(table, share=13 / 8)
     assert {e["why"][0] for e in record["runs"]} == {"recheck: against"}
     assert record["seconds"] == 12
+
+
+def test_the_plan_is_the_same_whatever_the_clock_measured(table, tmp_path):
+    """Issue 50: two first stages whose results differ only in wall_time_s (here one machine
+    1.3 times slower on the contradicted claim's runs, twice as fast on the thin one's, each
+    bundle jittered by up to 5 %) give byte-identical records. Priced by wall time, as before,
+    the recheck's 12 s would have grown to 15.6 s, past 13/8 of a first stage of 8.8 s, and the
+    seeds would have taken its place."""
+    plan = load_plan({**STAGED, "stage2": {**STAGED["stage2"], "step_costs": table,
+                                           "share": 13 / 8}})
+    summary = _summary(plan, _accuracy)
+    slower = summary.copy()
+    first = slower["figure_group"].str.split("|").str[0]
+    jitter = np.random.default_rng(0).uniform(0.95, 1.05, len(slower))
+    slower["wall_time_s"] *= first.map({"many": 1.3, "one": 0.5}) * jitter
+    pd.testing.assert_frame_equal(slower.drop(columns="wall_time_s"),
+                                  summary.drop(columns="wall_time_s"))
+    assert not (slower["wall_time_s"] == summary["wall_time_s"]).any()
+    files = [write_record(stage2_record(WORDS, s, plan), tmp_path / f"{i}.json")
+             for i, s in enumerate((summary, slower))]
+    assert files[0].read_bytes() == files[1].read_bytes()
+    record = json.loads(files[0].read_text())
+    assert {e["why"][0] for e in record["runs"]} == {"recheck: against"}
+    assert (record["seconds"], record["first_seconds"]) == (12, 8)
+
+
+def test_the_jobs_do_not_follow_the_order_the_bundles_come_in():
+    """Three bundles of equal cost into two jobs: ties go by bundle id, whatever the order of
+    ``packed`` (the order requests were granted in)."""
+    packed, cost = _packed([[2], [2], [2]])
+    jobs = balanced_jobs(packed, cost, 2)
+    assert jobs == {"b0+1": ("b0", "b2"), "b1": ("b1",)}
+    assert balanced_jobs(dict(reversed(packed.items())), cost, 2) == jobs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,21 +330,21 @@ def _twin_accuracy(experiment, cfg):
     return 60.0 + (better if cfg.normalizer == "fbn" else 0.0)
 
 
-def _twinned():
-    plan = load_plan(TWINNED)
+def _twinned(table):
+    plan = load_plan({**TWINNED, "stage2": {**TWINNED["stage2"], "step_costs": table}})
     record = stage2_record(TWIN_WORDS, _summary(plan, _twin_accuracy), plan)
     assert {e["run_id"] for e in record["runs"]} == set(plan.experiments["epochs"])
     return plan, record
 
 
-def test_a_planned_run_the_stage_asks_for_costs_nothing_and_is_not_trained_again():
-    _, record = _twinned()
+def test_a_planned_run_the_stage_asks_for_costs_nothing_and_is_not_trained_again(table):
+    _, record = _twinned(table)
     assert record["seconds"] == 0 and record["jobs"] == {}
     assert all(e["planned"] for e in record["runs"])
 
 
-def test_a_first_stage_run_that_is_a_twin_stays_in_the_first_look():
-    plan, record = _twinned()
+def test_a_first_stage_run_that_is_a_twin_stays_in_the_first_look(table):
+    plan, record = _twinned(table)
     both = plan.with_runs(stage2_runs(record))
     ledger = staged_ledger(TWIN_WORDS, _summary(both, _twin_accuracy), record).set_index("id")
     assert ledger.loc["epochs", "verdict"] == HOLDS
@@ -332,12 +384,12 @@ def _tuned_accuracy(experiment, cfg):
             ("bn", 4.0): 55.0}[cfg.normalizer, cfg.lr_scale]
 
 
-def test_a_unit_at_tuned_values_gets_its_fresh_seeds_whatever_the_share_and_its_recheck():
+def test_a_unit_at_tuned_values_gets_its_fresh_seeds_whatever_the_share_and_its_recheck(table):
     """The chosen values (FBN × 4, BN × 1, chosen on seed 0) on the stage's seeds 100, 101,
     in the tuning experiment, although the share affords nothing; the tuning seed's margin
     (−20) leans to a contradiction of FBN's own claim, so its recheck at twice the budget
     comes too. A claim of another paper's method on the same runs asks the same."""
-    plan = load_plan(TUNED)
+    plan = load_plan({**TUNED, "stage2": {**TUNED["stage2"], "step_costs": table}})
     summary = _summary(plan, _tuned_accuracy)
     summary["val_accuracy"] = summary["test_accuracy"]
     for paper in ("fbn", "fixbn"):

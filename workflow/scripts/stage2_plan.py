@@ -2,7 +2,7 @@
 fednorm.claims.stage2)."""
 import logging
 
-from fednorm.claims.stage2 import stage2_record, write_record
+from fednorm.claims.stage2 import measured_seconds, stage2_record, write_record
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary
 from fednorm.plan import load_plan
@@ -13,6 +13,11 @@ with user_errors():
     summary = read_summary(snakemake.input.summary, list(plan.runs))  # noqa: F821
 record = stage2_record(snakemake.params.claims.words, summary, plan)  # noqa: F821
 write_record(record, snakemake.output[0])  # noqa: F821
-logging.info("%d runs in %d jobs, about %.0f s of training (the first stage's: %.0f s): %s",
-             len(record["runs"]), len(record["jobs"]), record["seconds"], record["first_seconds"],
-             "; ".join(f"{e['run_id']}: {', '.join(e['why'])}" for e in record["runs"]))
+costs = plan.stage2.costs()
+logging.info("cost model (fednorm.plan.costs): the first stage %.0f s modelled (%d of %d runs' "
+             "shapes in the table, the rest by training images), %.0f s measured (wall_time_s, "
+             "reported only); the second stage %.0f s modelled, %d runs in %d jobs",
+             record["first_seconds"], sum(costs.covers(c) for c in plan.runs.values()),
+             len(plan.runs), sum(measured_seconds(summary, plan).values()), record["seconds"],
+             len(record["runs"]), len(record["jobs"]))
+logging.info("; ".join(f"{e['run_id']}: {', '.join(e['why'])}" for e in record["runs"]))

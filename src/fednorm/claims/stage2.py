@@ -14,11 +14,15 @@ and each unit of a claim without a firm verdict, or with a contradiction, asks f
 Requests are granted rechecks and waits on budget first, cheapest first, then more seeds (with
 their recheck or not) by cost over (1 + |t|) at the first look (a clear effect on one seed
 decides with fewer seeds than a margin inside the noise), while the stage's training time stays
-within ``share`` of the first stage's: each added run priced at what the run it copies took in
-the first stage (``wall_time_s`` over its bundle's size; twice that at twice the budget). The
-added runs are ordinary runs (stable ids from their configs): a run with a new seed joins the
-experiments of the run it copies, so every claim, figure and the results API sees it; a run at
-a multiple of the budget joins those experiments' names with the suffix ``@x2``
+within ``share`` of the first stage's. Both are modelled, never measured
+(fednorm.plan.costs: a run's steps times the committed table's seconds per step of its shape
+in its bundle), so that the stage's plan is a function of the configs, the first stage's
+results and the table alone: the same commit plans the same runs in the same bundles on any
+machine at any load (a clock would not: issue 50). Each added run is priced as the run it
+copies in the first stage (twice that at twice the budget); ``wall_time_s`` is only reported.
+The added runs are ordinary runs (stable ids from their configs): a run with a new seed joins
+the experiments of the run it copies, so every claim, figure and the results API sees it; a
+run at a multiple of the budget joins those experiments' names with the suffix ``@x2``
 (fednorm.plan.stage2.DOUBLED), which no claim or figure selects, and is judged only by the
 recheck.
 """
@@ -55,7 +59,7 @@ LOOKS = 2
 @dataclass(frozen=True)
 class Added:
     """One run the second stage adds: its config, the experiments it joins, the first-stage
-    run it copies (whose measured time prices it), its budget over that run's, and the run it
+    run it copies (whose modelled cost prices it), its budget over that run's, and the run it
     is a twin of at a multiple of the budget (a recheck; None: a new seed)."""
 
     cfg: RunConfig
@@ -75,12 +79,11 @@ class Request:
     runs: tuple[Added, ...]
     strength: float = 0.0  # |estimate| / se of the unit at the first look (0: none)
 
-    def seconds(self, have: Iterable[str], measured: Mapping[str, float]) -> float:
-        """What its runs not in ``have`` cost: each its copied run's measured seconds times its
-        budget factor."""
+    def seconds(self, have: Iterable[str], priced: Mapping[str, float]) -> float:
+        """What its runs not in ``have`` cost: each its copied run's seconds (``priced``) times
+        its budget factor."""
         known = set(have)
-        return sum(measured.get(a.copies, 0.0) * a.factor for a in self.runs
-                   if a.cfg.run_id not in known)
+        return sum(priced[a.copies] * a.factor for a in self.runs if a.cfg.run_id not in known)
 
 
 # what is granted first: a contradiction's recheck and a wait on a climbing side (each a verdict
@@ -206,9 +209,9 @@ def _priority(request: Request, cost: float, turns: Mapping[str, int]
 
 
 def granted(wanted: list[Request], cap: float, have: Iterable[str],
-            measured: Mapping[str, float]) -> list[Request]:
+            priced: Mapping[str, float]) -> list[Request]:
     """Every ``fresh`` request (a unit at tuned values: its fresh seeds, outside the cap),
-    then the requests that ``cap`` seconds afford (each run priced by ``measured``,
+    then the requests that ``cap`` seconds afford (each run priced by ``priced``,
     :meth:`Request.seconds`; a run two requests share is paid once, a run in ``have`` not at
     all): rechecks and waits on budget first, cheapest first; then seeds, claim by claim in
     turns (each claim's next unit before any claim's second: a claim of many cheap units does
@@ -220,9 +223,9 @@ def granted(wanted: list[Request], cap: float, have: Iterable[str],
     spent, turns = 0.0, dict.fromkeys((r.claim for r in wanted), 0)
     left = [r for r in wanted if r.kind not in FRESH]
     while left:
-        request = min(left, key=lambda r: _priority(r, r.seconds(known, measured), turns))
+        request = min(left, key=lambda r: _priority(r, r.seconds(known, priced), turns))
         left.remove(request)
-        cost = request.seconds(known, measured)
+        cost = request.seconds(known, priced)
         if spent + cost > cap:
             continue
         spent += cost
@@ -232,9 +235,19 @@ def granted(wanted: list[Request], cap: float, have: Iterable[str],
     return out
 
 
+def modelled_seconds(plan: Plan) -> dict[str, float]:
+    """Run id -> the seconds the cost model gives its training in the first stage
+    (fednorm.plan.costs: its steps x the table's seconds per step of its shape, in its bundle
+    of the plan): a function of the configs and the table alone."""
+    assert plan.stage2 is not None
+    costs, sizes = plan.stage2.costs(), plan.bundle_sizes
+    return {r: costs.run_seconds(cfg, sizes[r]) for r, cfg in sorted(plan.runs.items())}
+
+
 def measured_seconds(summary: pd.DataFrame, plan: Plan) -> dict[str, float]:
     """Run id -> the seconds it took to train in the first stage: its bundle's wall time
-    (``wall_time_s``: runs of a bundle train in lock-step) over its bundle's size."""
+    (``wall_time_s``: runs of a bundle train in lock-step) over its bundle's size. Reported
+    next to the model's (workflow/scripts/stage2_plan.py), never a price."""
     wall = summary.groupby("run_id")["wall_time_s"].first()
     sizes = plan.bundle_sizes
     return {r: float(w) / sizes.get(r, 1) for r, w in wall.items() if pd.notna(w)}
@@ -243,14 +256,16 @@ def measured_seconds(summary: pd.DataFrame, plan: Plan) -> dict[str, float]:
 def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, Any]:
     """The second stage's plan (plan.json): its runs (config, experiments, why), their
     training jobs (bundles as the plan's execution packs them, jobs of about equal time), what
-    they are estimated to cost and the first stage's measured time."""
+    they cost and what the first stage costs, both by the cost model (:func:`modelled_seconds`):
+    nothing in it depends on a clock, a dict's order or the summary's row order beyond its
+    values."""
     assert plan.stage2 is not None
     compared = compare_all(words, summary)
     judged = judge_compared(words, compared, LOOKS)
-    measured = measured_seconds(summary, plan)
-    first = sum(measured.get(r, 0.0) for r in plan.runs)
+    priced = modelled_seconds(plan)
+    first = math.fsum(priced.values())
     chosen = granted(requests(judged, plan, plan.stage2, compared, words),
-                     plan.stage2.share * first, plan.runs, measured)
+                     plan.stage2.share * first, plan.runs, priced)
     runs: dict[str, dict[str, Any]] = {}
     cost: dict[str, float] = {}
     configs: dict[str, RunConfig] = {}  # the runs to train: those the plan does not have
@@ -264,26 +279,31 @@ def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, 
             entry["groups"] = list(dict.fromkeys([*entry["groups"], *added.groups]))
             entry["why"].append(f"{request.kind}: {request.claim}"
                                 + (f" ({request.unit})" if request.unit else ""))
-            cost[added.cfg.run_id] = measured.get(added.copies, 0.0) * added.factor
-    packed = bundles(configs, plan.execution.planned_bundle_size)
+            cost[added.cfg.run_id] = priced[added.copies] * added.factor
+    # bundles from the set of runs alone (sorted: not the order the requests were granted in)
+    packed = bundles(dict(sorted(configs.items())), plan.execution.planned_bundle_size)
     jobs = balanced_jobs(packed, cost, plan.stage2.jobs)
     return {"looks": LOOKS, "budget": plan.stage2.budget, "runs": list(runs.values()),
             "jobs": {job: {b: list(packed[b]) for b in members} for job, members in jobs.items()},
-            "seconds": sum(cost[r] for r in configs), "first_seconds": first}
+            "seconds": math.fsum(cost[r] for r in sorted(configs)), "first_seconds": first}
 
 
 def balanced_jobs(packed: dict[str, tuple[str, ...]], cost: Mapping[str, float], jobs: int
                   ) -> dict[str, tuple[str, ...]]:
     """The bundles cut into at most ``jobs`` training jobs of about equal time (each run's
-    ``cost``; longest processing time first: each bundle, the largest first, to the lightest
-    job), so that the jobs running side by side end together; a job's id is its first
-    bundle's, with '+k' for k more."""
+    ``cost``; longest processing time first: each bundle, the largest first and equal ones by
+    id, to the lightest job), so that the jobs running side by side end together; a job's id is
+    its first bundle's, with '+k' for k more. A function of ``packed``'s contents and ``cost``,
+    not of their order."""
+    def seconds(bundle_id: str) -> float:
+        return math.fsum(cost.get(r, 0.0) for r in packed[bundle_id])
+
     load = [0.0] * min(jobs, len(packed))
     members: list[list[str]] = [[] for _ in load]
-    for bundle_id in sorted(packed, key=lambda b: -sum(cost.get(r, 0.0) for r in packed[b])):
+    for bundle_id in sorted(packed, key=lambda b: (-seconds(b), b)):
         lightest = load.index(min(load))
         members[lightest].append(bundle_id)
-        load[lightest] += sum(cost.get(r, 0.0) for r in packed[bundle_id])
+        load[lightest] += seconds(bundle_id)
     return {ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else ""): tuple(ids)
             for ids in members if ids}
 

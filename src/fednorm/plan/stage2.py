@@ -10,10 +10,14 @@ here are only the runs' configs and where they go.
                             # config's seed_offset, so that disjoint seed sets stay disjoint)
       budget: 2             # the factor on the budget of a rechecked setting (steps and the
                             # learning-rate milestones; the schedule's fractions kept)
-      share: 0.4            # its training time at most this share of the first stage's, as
-                            # the first stage's runs measured it (wall_time_s): each added run
-                            # costs what the run it copies took (twice that at twice the
-                            # budget); the cheapest additions first
+      share: 0.4            # its training time at most this share of the first stage's, both
+                            # modelled from the configs (fednorm.plan.costs: steps x a committed
+                            # table's seconds per step of the run's shape; never a clock, so
+                            # that the stage's plan is the same on any machine at any load):
+                            # each added run costs what the run it copies does (twice that at
+                            # twice the budget); the cheapest additions first
+      step_costs: null      # the cost table, a CSV that benchmarks/step_costs.py writes (null:
+                            # the committed fednorm/plan/step_costs.csv)
       jobs: 4               # training jobs it is cut into, of about equal time (a multiple of
                             # the cores or GPUs that run them side by side)
 """
@@ -28,6 +32,7 @@ from typing import Any
 from fednorm.config import (
     IntIn,
     ListOf,
+    Nullable,
     NumberIn,
     RunConfig,
     check,
@@ -35,8 +40,9 @@ from fednorm.config import (
     int_at_least,
     run_config,
 )
+from fednorm.plan.costs import StepCosts, load_step_costs
 
-STAGE2_KEYS = ("seeds", "budget", "share", "jobs")
+STAGE2_KEYS = ("seeds", "budget", "share", "jobs", "step_costs")
 DOUBLED = "@x{factor}"  # an experiment's name suffix for its runs at a multiple of the budget
 
 
@@ -48,6 +54,10 @@ class Stage2:
     budget: int = 2
     share: float = 0.4
     jobs: int = 4
+    step_costs: str | None = None  # the cost table's path (None: fednorm.plan.costs.TABLE)
+
+    def costs(self) -> StepCosts:
+        return load_step_costs(self.step_costs)
 
     def suffix(self) -> str:
         return DOUBLED.format(factor=self.budget)
@@ -62,11 +72,21 @@ def load_stage2(spec: Any, offset: int = 0) -> Stage2 | None:
     default = Stage2()
     seeds = check("stage2", "seeds", spec.get("seeds", list(default.seeds)),
                   ListOf(int_at_least(0), "a non-empty list of seeds (integers >= 0)", 1))
-    return Stage2(tuple(s + offset for s in seeds),
-                  check("stage2", "budget", spec.get("budget", default.budget), IntIn(2, 16)),
-                  float(check("stage2", "share", spec.get("share", default.share),
-                              NumberIn(0, 16, low_open=True))),
-                  check("stage2", "jobs", spec.get("jobs", default.jobs), IntIn(1, 4096)))
+    table = check("stage2", "step_costs", spec.get("step_costs"), Nullable(_path))
+    stage2 = Stage2(tuple(s + offset for s in seeds),
+                    check("stage2", "budget", spec.get("budget", default.budget), IntIn(2, 16)),
+                    float(check("stage2", "share", spec.get("share", default.share),
+                                NumberIn(0, 16, low_open=True))),
+                    check("stage2", "jobs", spec.get("jobs", default.jobs), IntIn(1, 4096)),
+                    None if table is None else str(table))
+    stage2.costs()  # the table read and checked: a bad one fails before any job starts
+    return stage2
+
+
+def _path(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return None
+    return "a path to a CSV file (benchmarks/step_costs.py writes one)"
 
 
 def with_budget(cfg: RunConfig, factor: int) -> RunConfig:
