@@ -90,9 +90,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
     if plan.stage2:
-        print(f"claims' second stage (a checkpoint): at most {plan.stage2.share:.0%} of the "
-              f"first stage's measured training time, on seeds {list(plan.stage2.seeds)} and "
-              f"at {plan.stage2.budget}x the budget, in {plan.stage2.jobs} jobs")
+        print(f"claims' second stage (a checkpoint): the claims at tuned values on fresh seeds "
+              f"{list(plan.stage2.seeds)}, then at most {plan.stage2.share:.0%} of the first "
+              f"stage's modelled training time (fednorm.plan.costs) on those seeds and at "
+              f"{plan.stage2.budget}x the budget, in {plan.stage2.jobs} jobs")
     if plan.claims:
         claims = load_claims(plan.claims, plan)
         for kind, listed in (("numeric", claims.numbers), ("in words", claims.words.claims)):
