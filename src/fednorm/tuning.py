@@ -189,8 +189,9 @@ def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_acc
     swept), ``by`` (its mean over the tuning seeds at that choice; NaN where every value is
     ruled out), then ``y``'s ``mean``, ``std``, ``cell`` (the table's text) at the choice on
     the tuning seeds (``tuned_*``), on the seeds beyond them (``fresh_*``: the seeds that
-    judge the claims) and at the common recipe (``common_*``), the chosen runs' ``n_seeds``
-    and ``n_diverged`` on the tuning seeds, and ``edge``. Accuracies in %."""
+    judge the claims) and at the common recipe on the tuning seeds (``common_*``), the chosen
+    runs' ``n_seeds`` and ``n_diverged`` on the tuning seeds, and ``edge``; only the
+    combinations that have runs. Accuracies in %."""
     cells = list(cells)
     rows = rows.reset_index(drop=True)
     over = tuned_keys(rows)
@@ -207,12 +208,13 @@ def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_acc
     tuning = tuning_seeds(_filled(rows, over), cells, over)
     seen = tuning.loc[picked.index].to_numpy()
     parts = (("tuned", picked[seen]), ("fresh", picked[~seen]),
-             ("common", at_common(rows, over, common)))
+             ("common", at_common(rows[tuning.to_numpy()], over, common)))
     for name, part in parts:
         out = out.merge(_stats(part, cells, name, y, order), on=cells, how="left")
-    levels = cell_stats(rows, cells, y=by, order=order)[cells]  # the axis order
-    out = levels.merge(out, on=cells, how="left")
-    # a combination of the axes that no run has (a method the grid tunes at one E only)
+    # in the axes' order; a combination that no run has (a method not tuned in a setting) is
+    # left out: five settings by sixteen methods would be mostly empty rows
+    levels = cell_stats(rows, cells, y=by, order=order)[cells]
+    out = levels.merge(out, on=cells, how="inner")
     for name in ("tuned", "fresh", "common"):
         out[f"{name}_cell"] = out[f"{name}_cell"].fillna(NO_RUN)
     for count in ("n_seeds", "n_diverged", "fresh_seeds"):
