@@ -38,8 +38,11 @@ def _bundle_jobs(counts):
     # methods (hybridbn, fedwon, none: 72; FedFN: 48) and the tuning grid (510); FixBN on
     # Tiny-ImageNet 417 (150 + 150 Fig 2 + 15 FixBN of Fig 4 + 102 of Fig G not in Fig 2);
     # ImageNet-1K 9 (Table 2); the small batches 42 (7 methods x 2 batch sizes x 3 seeds)
-    # Digits-Five's feature shift 33 (11 methods x 3 seeds)
-    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 510 + 417 + 9 + 42 + 33),
+    # Digits-Five's feature shift 33 (11 methods x 3 seeds); each method's own keys swept in
+    # every setting of its claims: the tuning grid grows to 900, and tuning_splits 225,
+    # tuning_small_batch 540, tuning_feature_shift 165 (tests/test_plan.py)
+    (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 510 + 417 + 9 + 42 + 33
+     + (900 - 510) + 225 + 540 + 165),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -68,7 +71,12 @@ def _bundle_jobs(counts):
      # ImageNet-1K: gn, bn, fixbn, 3 seeds each -> 3
      + 3
      # Digits-Five's feature shift, per method: 3 seeds -> 11
-     + 11),
+     + 11
+     # each own-key value is a bundle key: the tuning grid, per (method and own-key values, E),
+     # 15 runs -> 30 x 2 (was 17 x 2); tuning_splits, per method and own-key values, 3 splits
+     # x 15 runs -> 5 x 3; tuning_small_batch, per (method and own-key values, batch size)
+     # -> 18 x 2; tuning_feature_shift -> 11
+     + (30 - 17) * 2 + 5 * 3 + 18 * 2 + 11),
 ])
 @pytest.mark.slow
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
@@ -232,13 +240,14 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     # + 16: FedTAN's setting (6 schemes x 2 splits, FedTAN, centralized x 2 splits)
     # + 9: the comparison (bn, fedtan, fedbn x 2 splits x 2 E and 2 centralized; bn's 4 and
     # centralized BN on IID are Fig 2a's and Fig 1's)
-    # + 4: FedFN (none+fn x 2 splits x 2 E); + 4: the tuning grid (bn, hybridbn x lr x 1, 2)
+    # + 4: FedFN (none+fn x 2 splits x 2 E); + 6: the tuning grid (bn, and hybridbn at 2
+    # smoothings, x lr x 1, 2)
     # + 17: Tiny-ImageNet-shaped, 8 (bn, gn x 2 splits x 2 E) + 4 fixed rounds at E = 1 + 2
     # fixbn + 3 momentum (fixbn reset at E = 1, global at E = 1 and 4)
     # + 2: the small batches (bn, fedwon at batch 2); + 3: ImageNet-shaped (Table 2: gn, bn,
     # fixbn); + 2: feature shift on Digits-Five-shaped files (bn, fedbn)
     assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
-                                           + 16 + 9 + 4 + 4 + 17 + 2 + 3 + 2)
+                                           + 16 + 9 + 4 + 6 + 17 + 2 + 3 + 2)
     shifted = summary[(summary.dataset == "digits5") & (summary.step > 0)]
     assert shifted.run_id.nunique() == 2 and (shifted.status == "ok").all()
     both = shifted[["test_accuracy_usps", "test_accuracy_svhn"]]
@@ -253,7 +262,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     trained = imagenet[(imagenet.step > 0) & (imagenet.normalizer != "gn")]
     assert trained.norm_error_mean.notna().all() and (trained.norm_error_mean >= 0).all()
     tuned = summary[summary.val_fraction > 0]
-    assert tuned.run_id.nunique() == 4 and tuned.val_accuracy.notna().all()
+    assert tuned.run_id.nunique() == 6 and tuned.val_accuracy.notna().all()
     assert summary.loc[summary.val_fraction == 0, "val_accuracy"].isna().all()
     tuning = pd.read_csv(work / ".test/figures/compare/tuning.csv")
     assert tuning["method"].tolist() == ["bn", "hybridbn"]

@@ -557,9 +557,11 @@ def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
                          + (f"else {verdict}" if blocking else "the side behind settled"))
         final = INCONCLUSIVE if blocking else verdict
         needs = "budget" if blocking else "seeds" if final == INCONCLUSIVE else ""
-        if final == CONTRADICTED and claim.own_method and not unit.tuned:
-            # a paper's own method is contradicted only at its own tuned values, judged on
-            # seeds the choice never saw; this margin stays in the detail
+        if final == CONTRADICTED and claim.own_method and compares_methods(claim) and (
+                not unit.tuned):
+            # a paper's own method is contradicted against others only at its own tuned values,
+            # judged on seeds the choice never saw; this margin stays in the detail (a claim
+            # on the method alone, one setting against another, has nothing to tune)
             final, needs = INCONCLUSIVE, "tuning"
             unsettled = "; ".join(t for t in (unsettled, UNTUNED) if t)
         measured = [s.settled for s in unit.sides if s.settled is not None]
