@@ -37,6 +37,10 @@ class ClientBatches:
     (:meth:`for_participants`).
     """
 
+    # Draws on the device: a step may be a device tensor (the engine's clock), and then no
+    # number of it reaches the host (fednorm.fl.streamed's decoders take Python steps)
+    on_device = True
+
     def __init__(self, x: Tensor | None, y: Tensor, parts: Sequence[Sequence[Tensor]],
                  batch_size: int, seeds: Sequence[int], stream: int = rng.SAMPLE,
                  augment: Augment | None = None) -> None:
@@ -80,7 +84,7 @@ class ClientBatches:
         out.augment_keys = rng.fold(self.augment_keys, stream)
         return out
 
-    def _clients(self, step: int, per_client: Tensor) -> Tensor:
+    def _clients(self, step: int | Tensor, per_client: Tensor) -> Tensor:
         """``per_client`` (R, n, ...), the rows of the clients whose batches are drawn at
         ``step``: all n, or the round's participants (R, m, ...)."""
         if self.participants is None:
@@ -89,7 +93,7 @@ class ClientBatches:
         return per_client.gather(1, who.view(*who.shape, *[1] * (per_client.dim() - 2))
                                  .expand(*who.shape, *per_client.shape[2:]))
 
-    def indices(self, step: int) -> Tensor:
+    def indices(self, step: int | Tensor) -> Tensor:
         """(R, n*b) indices into the data of the examples drawn at ``step`` (R, m*b for the
         participants alone)."""
         u = self._clients(step, rng.uniform(rng.fold(self.keys, step), (self.n, self.b)))
@@ -98,7 +102,7 @@ class ClientBatches:
         index = self.index if self.participants is None else self._clients(step, self.index)
         return index.gather(2, pos).flatten(1)
 
-    def augment_draws(self, step: int, draws: int) -> Tensor:
+    def augment_draws(self, step: int | Tensor, draws: int) -> Tensor:
         """(R, n*b, draws) uniforms of the augmentation of ``step``'s images, one row per image
         of :meth:`indices` (its participants' rows alone when they are drawn)."""
         u = rng.uniform(rng.fold(self.augment_keys, step), (self.n * self.b, draws))
@@ -106,7 +110,7 @@ class ClientBatches:
             return u
         return self._clients(step, u.view(u.shape[0], self.n, self.b, draws)).flatten(1, 2)
 
-    def sample(self, step: int) -> tuple[Tensor, Tensor]:
+    def sample(self, step: int | Tensor) -> tuple[Tensor, Tensor]:
         """``x`` (R, n*b, C, H, W) and ``y`` (R, n*b) of ``step`` (m*b: the participants')."""
         idx = self.indices(step)
         x = self.x[idx]
