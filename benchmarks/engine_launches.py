@@ -1,6 +1,7 @@
 """Where a small bundle's time goes: per local step of the engine (a bundle of R runs) beside the
 centralized plain loop of make gpu-check (one model, nn.BatchNorm2d, the union batch), the
-wall time, the PyTorch operators dispatched and, on CUDA, the kernels launched and the GPU's
+wall time, the PyTorch operators called (``aten_ops``) and those reaching a kernel
+(``dispatched``: below autograd and vmap) and, on CUDA, the kernels launched and the GPU's
 busy time (the kernels' own time summed). A step whose GPU is busy a small share of its wall
 time is bound by launches and Python, not by arithmetic (docs/speed.md, GPU check).
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--shape {args.shape!r}: one of {', '.join(shapes)}")
     shape = shapes[args.shape]
     data = tp.data_for(shape, settings, device)
-    keys = ["what", "runs", "images", "wall_ms", "aten_ops"]
+    keys = ["what", "runs", "images", "wall_ms", "aten_ops", "dispatched"]
     if device.type == "cuda":
         keys += ["kernels", "gpu_busy_ms", "busy_share"]
     print(f"{shape.paper} on {device} (torch {torch.__version__})")
