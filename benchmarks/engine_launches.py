@@ -46,13 +46,19 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "|".join("---" if k == "what" else "---:" for k in keys) + "|")
 
     def show(row: dict[str, Any]) -> None:  # a row at a time: a killed run keeps its rows
-        print("| " + " | ".join(f"{row[k]:.3g}" if isinstance(row.get(k), float)
-                                else str(row.get(k, "")) for k in keys) + " |", flush=True)
+        print("| " + " | ".join(_cell(row.get(k, "")) for k in keys) + " |", flush=True)
 
     for row in tp.launch_rows(shape, [int(r) for r in args.runs.split(",")], data, settings,
                               args.rounds):
         show(row)
     return 0
+
+
+def _cell(value: Any) -> str:
+    """Counts in full (1,748, not 1.75e+03), times to three digits."""
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    return str(value)
 
 
 if __name__ == "__main__":
