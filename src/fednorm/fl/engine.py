@@ -90,6 +90,13 @@ and out of the server's average, so they stay bit-identical on every client and 
 
 Randomness (batches, augmentation, dropout masks) is counter-based (fednorm.rng): run r's draws
 depend on its seed and the step only, so a run gets the same draws alone or in any bundle.
+
+A local step reads nothing back to the host and makes no tensor from a Python number (what a
+CUDA graph of it needs): its step is the trainer's ``clock``, a device tensor set once a round
+and advanced in place, from which the draws and the learning rate's phase are computed on the
+device. What chooses the operators (the rule in force, FixBN's frozen parameters, whether the
+participants are drawn) is decided per round on the host, from the round's first step alone
+(tests/fl/test_dispatched.py).
 """
 
 from __future__ import annotations
