@@ -1,6 +1,7 @@
 """Where a small bundle's time goes: per local step of the engine (a bundle of R runs) beside the
 centralized plain loop of make gpu-check (one model, nn.BatchNorm2d, the union batch), the
-wall time, the PyTorch operators dispatched and, on CUDA, the kernels launched and the GPU's
+wall time, the PyTorch operators called (``aten_ops``) and those reaching a kernel
+(``dispatched``: below autograd and vmap) and, on CUDA, the kernels launched and the GPU's
 busy time (the kernels' own time summed). A step whose GPU is busy a small share of its wall
 time is bound by launches and Python, not by arithmetic (docs/speed.md, GPU check).
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--shape {args.shape!r}: one of {', '.join(shapes)}")
     shape = shapes[args.shape]
     data = tp.data_for(shape, settings, device)
-    keys = ["what", "runs", "images", "wall_ms", "aten_ops"]
+    keys = ["what", "runs", "images", "wall_ms", "aten_ops", "dispatched"]
     if device.type == "cuda":
         keys += ["kernels", "gpu_busy_ms", "busy_share"]
     print(f"{shape.paper} on {device} (torch {torch.__version__})")
@@ -45,13 +46,19 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "|".join("---" if k == "what" else "---:" for k in keys) + "|")
 
     def show(row: dict[str, Any]) -> None:  # a row at a time: a killed run keeps its rows
-        print("| " + " | ".join(f"{row[k]:.3g}" if isinstance(row.get(k), float)
-                                else str(row.get(k, "")) for k in keys) + " |", flush=True)
+        print("| " + " | ".join(_cell(row.get(k, "")) for k in keys) + " |", flush=True)
 
     for row in tp.launch_rows(shape, [int(r) for r in args.runs.split(",")], data, settings,
                               args.rounds):
         show(row)
     return 0
+
+
+def _cell(value: Any) -> str:
+    """Counts in full (1,748, not 1.75e+03), times to three digits."""
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    return str(value)
 
 
 if __name__ == "__main__":

@@ -51,10 +51,26 @@ def run_key(seed: int | Tensor, device: torch.device | str | None = None) -> Ten
     return mix((seed & _MASK) ^ _GOLDEN)
 
 
+def _mix_int(x: int) -> int:
+    """:func:`mix` of one Python integer, in Python: the same bits (a 32-bit value times a
+    multiplier below 2**31 never overflows int64, so the tensor version never wraps either)."""
+    x = (((x >> 16) ^ x) * _MULT) & _MASK
+    x = (((x >> 16) ^ x) * _MULT) & _MASK
+    return (x >> 16) ^ x
+
+
 def fold(key: Tensor, *data: int | Tensor) -> Tensor:
-    """A new key from ``key`` and integers (broadcast against it): key <- mix(key ^ mix(d))."""
+    """A new key from ``key`` and integers (broadcast against it): key <- mix(key ^ mix(d)).
+
+    A Python integer (a stream, a layer's salt) is hashed in Python and enters the key's
+    arithmetic as a scalar: no tensor is made from it, so no host-to-device copy, which a
+    CUDA graph could not hold. Whatever changes during training (a step) comes as a tensor
+    on the key's device (the engine's step counter) and is hashed there."""
     for d in data:
-        key = mix(key ^ mix((torch.as_tensor(d, device=key.device) + _GOLDEN) & _MASK))
+        if isinstance(d, Tensor):
+            key = mix(key ^ mix((d.to(key.device) + _GOLDEN) & _MASK))
+        else:
+            key = mix(key ^ _mix_int((int(d) + _GOLDEN) & _MASK))
     return key
 
 

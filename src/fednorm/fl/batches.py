@@ -37,6 +37,10 @@ class ClientBatches:
     (:meth:`for_participants`).
     """
 
+    # Draws on the device: a step may be a device tensor (the engine's clock), and then no
+    # number of it reaches the host (fednorm.fl.streamed's decoders take Python steps)
+    on_device = True
+
     def __init__(self, x: Tensor | None, y: Tensor, parts: Sequence[Sequence[Tensor]],
                  batch_size: int, seeds: Sequence[int], stream: int = rng.SAMPLE,
                  augment: Augment | None = None) -> None:
@@ -80,38 +84,46 @@ class ClientBatches:
         out.augment_keys = rng.fold(self.augment_keys, stream)
         return out
 
-    def _clients(self, step: int, per_client: Tensor) -> Tensor:
-        """``per_client`` (R, n, ...), the rows of the clients whose batches are drawn at
-        ``step``: all n, or the round's participants (R, m, ...)."""
-        if self.participants is None:
+    def _who(self, step: int | Tensor) -> Tensor | None:
+        """(R, m) the round's participants at ``step``, or None: every client is drawn."""
+        return None if self.participants is None else self.participants.at(step)
+
+    @staticmethod
+    def _clients(who: Tensor | None, per_client: Tensor) -> Tensor:
+        """``per_client`` (R, n, ...), the rows of the clients ``who`` (R, m) whose batches
+        are drawn (None: all n)."""
+        if who is None:
             return per_client
-        who = self.participants.at(step)  # (R, m)
         return per_client.gather(1, who.view(*who.shape, *[1] * (per_client.dim() - 2))
                                  .expand(*who.shape, *per_client.shape[2:]))
 
-    def indices(self, step: int) -> Tensor:
+    def indices(self, step: int | Tensor, who: Tensor | None = None) -> Tensor:
         """(R, n*b) indices into the data of the examples drawn at ``step`` (R, m*b for the
-        participants alone)."""
-        u = self._clients(step, rng.uniform(rng.fold(self.keys, step), (self.n, self.b)))
-        sizes = self._clients(step, self.sizes)[..., None]  # (R, n or m, 1)
+        participants alone; ``who``: them, when the caller has drawn them already)."""
+        who = self._who(step) if who is None else who
+        u = self._clients(who, rng.uniform(rng.fold(self.keys, step), (self.n, self.b)))
+        sizes = self._clients(who, self.sizes)[..., None]  # (R, n or m, 1)
         pos = torch.minimum((u * sizes).long(), sizes - 1)
-        index = self.index if self.participants is None else self._clients(step, self.index)
-        return index.gather(2, pos).flatten(1)
+        return self._clients(who, self.index).gather(2, pos).flatten(1)
 
-    def augment_draws(self, step: int, draws: int) -> Tensor:
+    def augment_draws(self, step: int | Tensor, draws: int, who: Tensor | None = None
+                      ) -> Tensor:
         """(R, n*b, draws) uniforms of the augmentation of ``step``'s images, one row per image
         of :meth:`indices` (its participants' rows alone when they are drawn)."""
         u = rng.uniform(rng.fold(self.augment_keys, step), (self.n * self.b, draws))
         if self.participants is None:
             return u
-        return self._clients(step, u.view(u.shape[0], self.n, self.b, draws)).flatten(1, 2)
+        who = self._who(step) if who is None else who
+        return self._clients(who, u.view(u.shape[0], self.n, self.b, draws)).flatten(1, 2)
 
-    def sample(self, step: int) -> tuple[Tensor, Tensor]:
-        """``x`` (R, n*b, C, H, W) and ``y`` (R, n*b) of ``step`` (m*b: the participants')."""
-        idx = self.indices(step)
+    def sample(self, step: int | Tensor) -> tuple[Tensor, Tensor]:
+        """``x`` (R, n*b, C, H, W) and ``y`` (R, n*b) of ``step`` (m*b: the participants',
+        drawn once for both the indices and the augmentation)."""
+        who = self._who(step)
+        idx = self.indices(step, who)
         x = self.x[idx]
         if self.augment is not None:
-            u = self.augment_draws(step, self.augment.draws)
+            u = self.augment_draws(step, self.augment.draws, who)
             x = self.augment.fn(x.flatten(0, 1), u.flatten(0, 1)).view_as(x)
         return x, self.y[idx]
 

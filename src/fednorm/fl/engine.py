@@ -90,6 +90,13 @@ and out of the server's average, so they stay bit-identical on every client and 
 
 Randomness (batches, augmentation, dropout masks) is counter-based (fednorm.rng): run r's draws
 depend on its seed and the step only, so a run gets the same draws alone or in any bundle.
+
+A local step reads nothing back to the host and makes no tensor from a Python number (what a
+CUDA graph of it needs): its step is the trainer's ``clock``, a device tensor set once a round
+and advanced in place, from which the draws and the learning rate's phase are computed on the
+device. What chooses the operators (the rule in force, FixBN's frozen parameters, whether the
+participants are drawn) is decided per round on the host, from the round's first step alone
+(tests/fl/test_dispatched.py).
 """
 
 from __future__ import annotations
@@ -222,6 +229,14 @@ class _Trainer:
         # parameters' dtype so that a float64 run is not stepped with float32-rounded rates.
         self.lrs = torch.tensor([[v * c.lr_scale for v in c.lr] for c in cfgs],
                                 device=first.device, dtype=first.dtype)
+        # The local step's number on the device (int64, 0-dim): the batches, augmentation and
+        # dropout draws and the learning rate's phase are computed from it there, and it is
+        # advanced in place, so no number that changes between steps leaves or enters the
+        # host inside a local step (the anchor of STYLE.md's CUDA graphs). Set once a round
+        # (:meth:`_start_clock`), a write that reads nothing back.
+        self.clock = torch.zeros((), dtype=torch.int64, device=first.device)
+        self.milestones = torch.tensor(self.cfg.lr_milestones, dtype=torch.int64,
+                                       device=first.device)
         self.dropout_keys = rng.fold(rng.run_key(torch.tensor([c.seed for c in cfgs]),
                                                  first.device),
                                      rng.DROPOUT)
@@ -276,6 +291,25 @@ class _Trainer:
     @property
     def runs(self) -> int:
         return len(self.cfgs)
+
+    def _start_clock(self, first_step: int) -> None:
+        """The round from ``first_step`` starts: the device's step counter set to it (per
+        round, outside the local steps, which advance it themselves)."""
+        self.clock.fill_(first_step)
+
+    def _drawn_at(self, t: int) -> int | Tensor:
+        """What the sampler takes as step ``t``: the device clock for batches drawn on the
+        device; the host's number for images decoded on the host (fednorm.fl.streamed),
+        whose workers read ahead by step number."""
+        return self.clock if self.batches.on_device else t
+
+    def _lr(self) -> Tensor:
+        """(R,) each run's learning rate at the clock's step: its phase is the milestones
+        passed, counted on the device."""
+        if self.lrs.shape[1] == 1:
+            return self.lrs[:, 0]
+        phase = (self.clock >= self.milestones).sum().view(1)
+        return self.lrs.index_select(1, phase).squeeze(1)
 
     def _zero_momentum(self, stacked: Tensor) -> Tensor:
         return torch.zeros_like(stacked)
@@ -376,8 +410,8 @@ class _Trainer:
 
         return grad(loss_fn, has_aux=True)
 
-    def _optimize(self, names: list[str], params: dict[str, Tensor], grads: dict[str, Tensor],
-                  step: int) -> None:
+    def _optimize(self, names: list[str], params: dict[str, Tensor],
+                  grads: dict[str, Tensor]) -> None:
         """The optimizer step of the parameters ``names`` (stacked per run, or per run and
         client), after adaptive gradient clipping when the normalizer asks for it (FedWon):
         unit-wise per output unit (the template's first dimension; every run and client
@@ -388,10 +422,9 @@ class _Trainer:
                    for k in names}
         if self.cfg.clip_norm is not None:
             clipped = self._clip_norm(clipped, self.cfg.clip_norm)
-        k = sum(step >= m for m in self.cfg.lr_milestones)
         momentum_step(
             [params[k] for k in names], [clipped[k] for k in names],
-            [self.state.momenta[k] for k in names], lr=self.lrs[:, k], beta=self.cfg.momentum,
+            [self.state.momenta[k] for k in names], lr=self._lr(), beta=self.cfg.momentum,
             convention=self.cfg.momentum_convention, weight_decay=self.cfg.weight_decay,
         )
 
@@ -429,7 +462,8 @@ class _Trainer:
             self.state.stats[f"{key}.running_var"].copy_(var)
 
     @torch.no_grad()
-    def start_statistics(self, rule: StatRule, first_step: int, beta: float | None = None,
+    def start_statistics(self, rule: StatRule, first_step: int | Tensor,
+                         beta: float | None = None,
                          own: dict[str, Tensor] | None = None
                          ) -> tuple[Reports, dict[str, int]]:
         """Hybrid BN's reports (Algorithm 1): each client of the round from ``first_step`` (all
@@ -505,15 +539,16 @@ class _Trainer:
         normalized by ``rule`` with the global statistics, which the server then commits at
         once (unless not ``commit``: Hybrid BN reports at the round's start); ``params`` (the
         global ones or the clients') are stepped in place. Returns the (R,) loss."""
-        x, y = self.batches.sample(t)
+        x, y = self.batches.sample(self._drawn_at(t))
         grads, (loss, reports, batches) = step(params, self.state.stats, x, y,
-                                               rng.fold(self.dropout_keys, t))
+                                               rng.fold(self.dropout_keys, self.clock))
         if self.dynamics is not None:
             self.dynamics.observe_step(self.state.dynamics, batches, self.state.stats)
-        self._optimize(names, params, grads, t)
+        self._optimize(names, params, grads)
         if self.layers and commit:
             with self._observed_round():
                 self._commit(reports, rule, self.cfg.bn_momentum)
+        self.clock.add_(1)
         return loss
 
     def communication_rounds(self, steps: int) -> int:
@@ -578,9 +613,10 @@ class DSGD(_Trainer):
     """One communication per step; gradients (momenta) averaged by the server."""
 
     def round(self, first_step: int) -> Tensor:
+        self._start_clock(first_step)
         self.start_round()
         rule = self.normalizer.rule_at(first_step)
-        start = (self.start_statistics(rule, first_step)
+        start = (self.start_statistics(rule, self._drawn_at(first_step))
                  if rule is not None and rule.reports_at_round_start and self.layers else None)
         step = self.gradient_step(("union", rule), lambda: over_runs(
             self.grad_fn(rule, self.n), self.runs))
@@ -631,6 +667,7 @@ class FedAvg(_Trainer):
 
     def round(self, first_step: int) -> Tensor:
         E, R = self.cfg.local_steps, self.runs
+        self._start_clock(first_step)
         rule = self.normalizer.rule_at(first_step)  # one rule for the whole round
         who = self.participants(first_step)  # (R, m), or None: every client takes part
         n = self.n if who is None else who.shape[1]  # the clients that compute
@@ -641,7 +678,7 @@ class FedAvg(_Trainer):
             (params if k in params else stats)[k] = own
         # Hybrid BN: the reports of the global model (with each client's own d) at the round's
         # start; the clients' statistics stay the round's global ones while they train
-        start = (self.start_statistics(rule, first_step,
+        start = (self.start_statistics(rule, self._drawn_at(first_step),
                                        own={k: params[k] for k in self.kept})
                  if rule is not None and rule.reports_at_round_start and self.layers else None)
         step = self.gradient_step(("clients", rule, n), lambda: over_runs(
@@ -689,15 +726,17 @@ class FedAvg(_Trainer):
         streams they use; the state's client dimension then holds them alone."""
         R, b = self.runs, self.cfg.batch_size
         n = self.n if who is None else who.shape[1]
-        x, y = self.batches.sample(t)
-        keys = rng.fold(self.dropout_keys[:, None], t, self.clients if who is None else who)
+        x, y = self.batches.sample(self._drawn_at(t))
+        keys = rng.fold(self.dropout_keys[:, None], self.clock,
+                        self.clients if who is None else who)
         grads, (losses, reports, batches) = step(
             params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys)
         if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
             self.dynamics.observe_step(self.state.dynamics,
                                        {k: (m.squeeze(2), v.squeeze(2))
                                         for k, (m, v) in batches.items()}, self.state.stats)
-        self._optimize(names, params, grads, t)
+        self._optimize(names, params, grads)
+        self.clock.add_(1)
         if keep_stats:
             reports = {}
         for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
@@ -838,6 +877,7 @@ class FedTAN(FedAvg):
 
     def round(self, first_step: int) -> Tensor:
         E, R = self.cfg.local_steps, self.runs
+        self._start_clock(first_step)
         rule = self.normalizer.rule_at(first_step)  # the union's statistics
         params = {k: self._per_client(p) for k, p in self.state.params.items()}
         union_step = self.gradient_step(("clientwise", rule), lambda: over_runs(

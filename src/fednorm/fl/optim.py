@@ -27,18 +27,26 @@ def momentum_step(
     convention: str,
     weight_decay: float = 0.0,
 ) -> None:
-    """One SGD-with-momentum update, in place on ``params`` and ``momenta``."""
+    """One SGD-with-momentum update, in place on ``params`` and ``momenta``: a few
+    ``torch._foreach_*`` operators over all tensors (on CUDA a kernel covers many tensors),
+    not a Python loop of operators per tensor. The same arithmetic, operation by operation,
+    as the loop ``g <- g + wd * p; m <- beta * m + dampening * g; p <- p - m * lr``."""
     if convention not in ("ema", "pytorch"):
         raise ValueError(f"momentum convention {convention!r}; allowed: 'ema', 'pytorch'")
     dampening = 1.0 - beta if convention == "ema" else 1.0
-    for p, g, m in zip(params, grads, momenta, strict=True):
-        if weight_decay:
-            g = g + weight_decay * p
-        m.mul_(beta).add_(g, alpha=dampening)
-        if isinstance(lr, Tensor):
-            p.sub_(m * lr.view(-1, *[1] * (p.dim() - 1)))
-        else:
-            p.add_(m, alpha=-lr)
+    params, grads, momenta = list(params), list(grads), list(momenta)
+    if not params:  # torch's foreach operators refuse an empty list
+        return
+    if weight_decay:
+        grads = torch._foreach_add(grads, torch._foreach_mul(params, weight_decay))
+    torch._foreach_mul_(momenta, beta)
+    torch._foreach_add_(momenta, grads, alpha=dampening)
+    if isinstance(lr, Tensor):  # (R,): one view per rank, broadcast over each run's tensors
+        shaped: dict[int, Tensor] = {}
+        rates = [shaped.setdefault(p.dim(), lr.view(-1, *[1] * (p.dim() - 1))) for p in params]
+        torch._foreach_sub_(params, torch._foreach_mul(momenta, rates))
+    else:
+        torch._foreach_add_(params, momenta, alpha=-lr)
 
 
 AGC_EPS = 1e-3  # Brock et al. (2021), §4.1: the floor of a unit's weight norm (its epsilon)

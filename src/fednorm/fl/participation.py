@@ -26,7 +26,7 @@ def participation_keys(seeds: Sequence[int], device: torch.device | str | None =
     return rng.fold(rng.run_key(torch.tensor(list(seeds)), device), rng.PARTICIPATE)
 
 
-def participant_indices(keys: Tensor, first_step: int, n: int, m: int) -> Tensor:
+def participant_indices(keys: Tensor, first_step: int | Tensor, n: int, m: int) -> Tensor:
     """(R, m) int64: the clients of each run that take part in the round from ``first_step``,
     in increasing order (the m of smallest draw, ties to the lower index). No host sync."""
     u = rng.uniform(rng.fold(keys, first_step), (n,))  # (R, n)
@@ -44,7 +44,7 @@ class Participants:
     m: int
     local_steps: int  # a round's steps: its clients are drawn at its first step
 
-    def at(self, step: int) -> Tensor:
+    def at(self, step: int | Tensor) -> Tensor:
         """(R, m) clients of the round that ``step`` belongs to, on the keys' device."""
         return participant_indices(self.keys, step - step % self.local_steps, self.n, self.m)
 

@@ -69,6 +69,8 @@ class StreamedBatches(ClientBatches):
     among the ``workers``, nothing beyond it. ``workers = 0`` decodes in the calling thread.
     """
 
+    on_device = False  # decoded on the host, by step number: the engine hands it Python steps
+
     def __init__(self, files: ImageFiles, parts: Sequence[Sequence[Tensor]], batch_size: int,
                  seeds: Sequence[int], image_size: int, workers: int = 4, prefetch: int = 2,
                  device: torch.device | str = "cpu", stream: int = rng.SAMPLE,

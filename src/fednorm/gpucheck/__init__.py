@@ -266,7 +266,8 @@ def launches(shapes: tuple[tp.Shape, ...], device: torch.device, settings: tp.Se
         gpu = f", {r['kernels']:,.0f} kernels, GPU busy {r['busy_share']:.0%}" \
             if "kernels" in r else ""
         who = "plain" if r["what"].startswith("plain") else f"R = {r['runs']}"
-        return f"{r['shape']} {who}: {r['aten_ops']:,.0f} operators{gpu}"
+        return (f"{r['shape']} {who}: {r['aten_ops']:,.0f} operators "
+                f"({r['dispatched']:,.0f} reaching a kernel){gpu}")
 
     return {"summary": "a local step: " + "; ".join(map(said, rows)), "rows": rows,
             "tables": {"a local step (benchmarks/engine_launches.py)": rows}}

@@ -270,8 +270,12 @@ def peak_flops(device: torch.device, settings: Settings,
 def profiled(call: Callable[[int], object], steps: int, device: torch.device
              ) -> dict[str, float]:
     """``call(k)`` for k < ``steps`` under the profiler: a step's wall ms, PyTorch operators
+    (``aten_ops``: every ``aten::`` call, nested ones too), the operators reaching a kernel
+    (``dispatched``: below autograd and vmap, fednorm.fl.dispatched; the same calls again)
     and, on CUDA, kernels launched and GPU-busy ms (the kernels' own time summed)."""
     from torch.profiler import ProfilerActivity, profile
+
+    from fednorm.fl.dispatched import Dispatched
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
                                            else [])
@@ -280,7 +284,11 @@ def profiled(call: Callable[[int], object], steps: int, device: torch.device
         wall = timed(call, device, 0, steps)
     events = prof.key_averages()
     ops = sum(e.count for e in events if e.key.startswith("aten::"))
-    row: dict[str, float] = {"wall_ms": 1e3 * wall / steps, "aten_ops": ops / steps}
+    with Dispatched() as dispatched:
+        for k in range(steps):
+            call(k)
+    row: dict[str, float] = {"wall_ms": 1e3 * wall / steps, "aten_ops": ops / steps,
+                             "dispatched": len(dispatched.ops) / steps}
     if device.type == "cuda":
         kernels = [e for e in events if e.device_type.name == "CUDA"]
         busy_us = sum(getattr(e, "self_device_time_total", 0)

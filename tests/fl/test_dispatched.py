@@ -1,0 +1,115 @@
+"""What a local step dispatches (fednorm.fl.dispatched): for every method, no host
+synchronization, no tensor made from a Python number, and the same operators with the same
+arguments at every local step of a round, across the learning rate's milestones too (what a
+CUDA graph of the step needs: STYLE.md's CUDA graphs anchor). Counted on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fednorm.config import run_config
+from fednorm.data.partition import partition
+from fednorm.data.synthetic import colour_classes
+from fednorm.fl.dispatched import Dispatched, local_steps
+from fednorm.fl.engine import make_trainer
+from fednorm.fl.train import training_batches
+from fednorm.models import build_model
+from fednorm.norms import normalizer_for
+
+DATA = colour_classes(n_train=80, n_test=20, image_size=8, seed=0)
+# E = 2, a milestone at step 4 (crossed inside the run), dropout and augmentation drawn
+BASE = dict(dataset="synthetic", n_train=80, n_test=20, image_size=8, model="fbn_cnn", width=4,
+            hidden=8, dropout=0.25, normalizer="bn", gn_groups=2, n_clients=4,
+            partition="gamma", heterogeneity=0.5, batch_size=4, steps=8, lr=[0.05, 0.02],
+            lr_milestones=[4], momentum=0.9, eval_every=4, local_steps=2, augment="crop_flip",
+            crop_padding=1)
+METHODS = {
+    "bn, FedAvg E = 2": {},
+    "fbn, DSGD": dict(normalizer="fbn", local_steps=1),
+    "fixbn (freezes at step 4)": dict(normalizer="fixbn", fixbn_freeze=0.5),
+    "fixbn, fix both": dict(normalizer="fixbn", fixbn_freeze=0.5, fixbn_fix="both"),
+    "fedbn": dict(normalizer="fedbn"),
+    "gn": dict(normalizer="gn"),
+    "fedwon": dict(normalizer="fedwon"),
+    "hybridbn": dict(normalizer="hybridbn", hybridbn_stats_images=4),
+    "hybridbn, DSGD": dict(normalizer="hybridbn", hybridbn_stats_images=4, local_steps=1),
+    "fedtan": dict(normalizer="fedtan"),
+    "fedtan, first step": dict(normalizer="fedtan", fedtan_union="first_step"),
+    "participation 0.5": dict(participation=0.5),
+    "sf attack, median": dict(normalizer="fbn", local_steps=1, attack="sf", f=1,
+                              aggregator="median", n_clients=5),
+    "attacked updates, median": dict(normalizer="gn", local_steps=1, attack="sf", f=1,
+                                     aggregator="median", n_clients=5, attack_updates=True),
+}
+
+
+def trainer_of(overrides: dict, runs: int):
+    cfgs = [run_config({**BASE, **overrides, "seed": s}) for s in range(runs)]
+    models = []
+    for c in cfgs:
+        torch.manual_seed(c.seed)
+        models.append(build_model(c, DATA.n_classes))
+    parts = [partition(DATA.train_y, c.partition, c.n_clients, c.heterogeneity, c.seed)
+             for c in cfgs]
+    return make_trainer(cfgs, models, normalizer_for(cfgs[0]),
+                        training_batches(cfgs, DATA, parts))
+
+
+def recorded_steps(trainer) -> list[tuple[tuple, Dispatched]]:
+    """Each local step of a whole run with what decides its operators per round: the step's
+    kind (a fused or per-client step), the round's rule and the parameters it trains."""
+    cfg, out = trainer.cfg, []
+    for first in range(0, cfg.steps, cfg.local_steps):
+        with local_steps(trainer) as steps:
+            trainer.round(first)
+        per_round = (repr(trainer.normalizer.rule_at(first)), tuple(trainer.trainable(first)))
+        out += [((step.kind, *per_round), step) for step in steps]
+    return out
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+@pytest.mark.parametrize("method", METHODS)
+def test_a_local_step_reads_nothing_back_and_repeats_its_operators(method, runs):
+    steps = recorded_steps(trainer_of(METHODS[method], runs))
+    assert len(steps) == BASE["steps"]
+    for _, step in steps:
+        assert step.syncs() == [] and step.from_python() == []
+    first_of: dict[tuple, Dispatched] = {}
+    for decided, step in steps:  # every step the same as the first one of its kind and rule
+        assert step.ops == first_of.setdefault(decided, step).ops
+
+
+def test_sixteen_runs_too():
+    steps = recorded_steps(trainer_of(dict(participation=0.5), 16))
+    assert all(step.syncs() == [] and step.from_python() == [] for _, step in steps)
+    assert all(step.ops == steps[0][1].ops for _, step in steps)
+
+
+def test_the_record_sees_host_reads_and_tensors_made_from_python_numbers():
+    """What the tests above rely on: each way of reading a value back, or making a tensor of
+    a number, is recorded (on the CPU, where none of them is a synchronization)."""
+    x = torch.arange(4.0)
+    mode = Dispatched()
+    with mode.watching_host_reads():
+        x.sum().item()
+        bool(x[0] > 0)
+        x.tolist()
+        x.cpu()
+        x.nonzero()
+        torch.as_tensor(3)
+    assert mode.syncs() == ["aten._local_scalar_dense.default"] * 2 + [
+        "host.tolist", "host.cpu", "aten.nonzero.default"]
+    assert mode.from_python() == ["aten.lift_fresh.default"]
+
+
+def test_a_python_number_that_changes_changes_the_record():
+    """A step index as a Python int reaches the operators' arguments: two steps differ."""
+    x = torch.arange(6.0).view(2, 3)
+    records = []
+    for k in (0, 1):
+        mode = Dispatched()
+        with mode:
+            x[:, k].sum()
+        records.append(mode.ops)
+    assert records[0] != records[1]
