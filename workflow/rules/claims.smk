@@ -15,6 +15,8 @@ rule claims:
         runs=RUN_IDS,  # each must have rows in the summary (fednorm.integrity)
     log:
         f"{RESULTS}/logs/claims.log",
+    # the longest job after the summary: first, so that the figures fill the other cores
+    priority: 50
     conda:
         ENV
     script:

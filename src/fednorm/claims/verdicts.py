@@ -242,11 +242,14 @@ def _measured(label: str, picked: pd.DataFrame, claim: Relation, rate: str) -> S
     if picked.empty:
         return Side(label, pd.DataFrame({"diverged": pd.Series(dtype=bool),
                                          "value": pd.Series(dtype=float)}), picked, rate=rate)
-    values = run_values(picked, ["seed"], y=claim.metric, at=claim.at)
+    # the columns the values and the settling read (a summary has ~90: each filter copies all)
+    slim = picked[[c for c in ("run_id", "seed", "step", "status", claim.metric,
+                               "lr_milestones") if c in picked.columns]]
+    values = run_values(slim, ["seed"], y=claim.metric, at=claim.at)
     if not percent(claim.metric):
         return Side(label, values.set_index("seed")[["diverged", "value"]], picked, rate=rate)
     values["value"] *= 100.0
-    settle = settling(picked, y=claim.metric, at=claim.at).iloc[0]
+    settle = settling(slim, y=claim.metric, at=claim.at).iloc[0]
     return Side(label, values.set_index("seed")[["diverged", "value"]], picked,
                 100.0 * float(settle["gain"]), bool(settle["settled"]), rate)
 
