@@ -150,3 +150,12 @@ def test_the_rate_and_a_methods_own_key_are_chosen_jointly_on_the_tuning_seeds_o
     assert table["tuned_mean"] == pytest.approx(20.0)  # 1 - 0.8 on seeds 0, 1
     assert table["fresh_mean"] == pytest.approx(40.0) and table["fresh_seeds"] == 2
     assert table["common_mean"] == pytest.approx(80.0)  # lr × 1 at λ 0.01 (the default)
+
+
+def test_under_feature_shift_the_table_reads_the_mean_over_the_domains():
+    """A run with domains is tested on domain_accuracy (as its claims and its validation
+    are), one without on test_accuracy."""
+    rows = _joint().assign(domain_accuracy=lambda f: f["test_accuracy"] / 2)
+    rows.loc[rows["seed"] == 1, "domain_accuracy"] = float("nan")  # no domains: test's
+    table = tuning_table(rows, ["method"]).iloc[0]
+    assert table["tuned_mean"] == pytest.approx((0.2 / 2 + 0.2) / 2 * 100)

@@ -194,6 +194,11 @@ def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_acc
     combinations that have runs. Accuracies in %."""
     cells = list(cells)
     rows = rows.reset_index(drop=True)
+    if y == "test_accuracy" and "domain_accuracy" in rows.columns:
+        # feature shift: the test as its claims read it, the mean over the domains (each
+        # through its clients' models), as the validation accuracy is scored there
+        rows = rows.assign(test_accuracy=rows["domain_accuracy"].where(
+            rows["domain_accuracy"].notna(), rows["test_accuracy"]))
     over = tuned_keys(rows)
     chosen = choices(rows, cells, by, over).rename(columns={"score": by})
     chosen[by] = chosen[by].where(chosen[by] > float("-inf"))
@@ -266,6 +271,7 @@ def tuning_markdown(data: pd.DataFrame, cells: Sequence[str], *, by: str = "val_
                 values["fresh_cell"], values["common_cell"], seeds]
         lines.append("| " + " | ".join(map(escape_cell, line)) + " |")
     notes = [f"{DIVERGED_NOTE}."] if data["n_diverged"].any() else []
+    notes.append("Test: under feature shift the mean over the domains (domain_accuracy).")
     notes.append(f"The values are chosen on {by.replace('_', ' ')} (images held out of the "
                  "training set, scored as the test is), never on the test set, on the tuning "
                  "seeds (seeds: tuning + fresh); the claims are judged on the fresh seeds, "
