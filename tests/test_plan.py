@@ -11,6 +11,7 @@ import yaml
 import fednorm.config as config_module
 from fednorm.config import ConfigError, RunConfig, bundle_key, run_config
 from fednorm.plan import RUN_FILES, load_plan, merge
+from fednorm.plan.costs import load_step_costs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -373,22 +374,30 @@ def test_pending_bundles_declare_only_the_unfinished_runs(tmp_path):
     assert plan.run_files((half,)) == [f"{tmp_path}/runs/{half}/{n}" for n in RUN_FILES]
 
 
-def test_a_training_job_takes_consecutive_bundles_and_only_their_unfinished_runs(tmp_path):
+def test_a_training_job_takes_bundles_of_about_equal_cost_and_only_their_unfinished_runs(
+        tmp_path):
+    """ceil(B / bundles_per_job) jobs, each bundle in one, balanced by the cost model (the
+    longest first to the lightest job: no job heavier than the lightest by more than its
+    largest bundle); one bundle a job at bundles_per_job 1."""
     config = merge(_bundle_config(2, bundles_per_job=3), {"paths": {"results": str(tmp_path)}})
     plan = load_plan(config)
     bundle_ids = list(plan.bundles)
-    assert [b for members in plan.jobs.values() for b in members] == bundle_ids  # each once
-    assert all(1 <= len(m) <= 3 for m in plan.jobs.values()) and len(plan.jobs) == -(
-        -len(bundle_ids) // 3)
+    assert sorted(b for members in plan.jobs.values() for b in members) == sorted(bundle_ids)
+    assert len(plan.jobs) == -(-len(bundle_ids) // 3)
+    costs = load_step_costs()
+    seconds = {b: sum(costs.run_seconds(plan.runs[r], len(ids)) for r in ids)
+               for b, ids in plan.bundles.items()}
+    loads = [sum(seconds[b] for b in members) for members in plan.jobs.values()]
+    assert max(loads) - min(loads) <= max(seconds.values()) + 1e-9
     first = next(iter(plan.jobs))
-    assert first == f"{bundle_ids[0]}+2" and plan.jobs[first] == tuple(bundle_ids[:3])
+    assert first == f"{plan.jobs[first][0]}+{len(plan.jobs[first]) - 1}"
     assert load_plan(_bundle_config(2)).jobs == {b: (b,) for b in bundle_ids}  # 1 a job
-    for run_id in plan.bundles[bundle_ids[0]]:  # the first bundle is complete
+    for run_id in plan.bundles[plan.jobs[first][0]]:  # the job's first bundle is complete
         for path in plan.run_files((run_id,)):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text("x")
     pending = load_plan(config).pending_jobs()
-    assert list(pending[first]) == bundle_ids[1:3]  # the job keeps its id, not that bundle
+    assert list(pending[first]) == list(plan.jobs[first][1:])  # the job keeps its id
     assert sum(len(m) for job in pending.values() for m in job.values()) == len(plan.runs) - len(
         plan.bundles[bundle_ids[0]])
 

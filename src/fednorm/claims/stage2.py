@@ -50,7 +50,7 @@ from fednorm.claims.verdicts import (
 from fednorm.claims.words import CONTRADICTED, INCONCLUSIVE, Relation, Words
 from fednorm.config import RunConfig
 from fednorm.io import write_text
-from fednorm.plan import Plan, bundles
+from fednorm.plan import Plan, balanced_jobs, bundles
 from fednorm.plan.stage2 import Stage2, stage2_runs, with_budget, with_seed
 
 LOOKS = 2
@@ -286,26 +286,6 @@ def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, 
     return {"looks": LOOKS, "budget": plan.stage2.budget, "runs": list(runs.values()),
             "jobs": {job: {b: list(packed[b]) for b in members} for job, members in jobs.items()},
             "seconds": math.fsum(cost[r] for r in sorted(configs)), "first_seconds": first}
-
-
-def balanced_jobs(packed: dict[str, tuple[str, ...]], cost: Mapping[str, float], jobs: int
-                  ) -> dict[str, tuple[str, ...]]:
-    """The bundles cut into at most ``jobs`` training jobs of about equal time (each run's
-    ``cost``; longest processing time first: each bundle, the largest first and equal ones by
-    id, to the lightest job), so that the jobs running side by side end together; a job's id is
-    its first bundle's, with '+k' for k more. A function of ``packed``'s contents and ``cost``,
-    not of their order."""
-    def seconds(bundle_id: str) -> float:
-        return math.fsum(cost.get(r, 0.0) for r in packed[bundle_id])
-
-    load = [0.0] * min(jobs, len(packed))
-    members: list[list[str]] = [[] for _ in load]
-    for bundle_id in sorted(packed, key=lambda b: (-seconds(b), b)):
-        lightest = load.index(min(load))
-        members[lightest].append(bundle_id)
-        load[lightest] += seconds(bundle_id)
-    return {ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else ""): tuple(ids)
-            for ids in members if ids}
 
 
 def write_record(record: dict[str, Any], path: str | Path) -> Path:

@@ -244,13 +244,33 @@ def bundles(runs: Mapping[str, RunConfig], size: int) -> dict[str, tuple[str, ..
     return out
 
 
-def training_jobs(bundle_ids: list[str], per_job: int) -> dict[str, tuple[str, ...]]:
-    """Consecutive bundles (in :func:`bundles`' order: bundles of one key are neighbours) cut
-    into jobs of at most ``per_job``; a job's id is its first bundle's id, with '+k' when k
-    more bundles follow it in the job."""
-    jobs = {}
-    for start in range(0, len(bundle_ids), per_job):
-        members = tuple(bundle_ids[start:start + per_job])
-        more = f"+{len(members) - 1}" if len(members) > 1 else ""
-        jobs[members[0] + more] = members
-    return jobs
+def training_jobs(packed: dict[str, tuple[str, ...]], per_job: int,
+                  cost: Mapping[str, float]) -> dict[str, tuple[str, ...]]:
+    """The bundles in ceil(B / ``per_job``) training jobs of about equal modelled time (each
+    run's ``cost``, fednorm.plan.costs: :func:`balanced_jobs`), so that the jobs the cores run
+    side by side end together (consecutive bundles left one core idle for the last job's
+    length); one bundle a job at ``per_job`` 1. A job's id is its first bundle's, with '+k'
+    when k more bundles are in it."""
+    if per_job == 1:
+        return {b: (b,) for b in packed}
+    return balanced_jobs(packed, cost, math.ceil(len(packed) / per_job))
+
+
+def balanced_jobs(packed: dict[str, tuple[str, ...]], cost: Mapping[str, float], jobs: int
+                  ) -> dict[str, tuple[str, ...]]:
+    """The bundles cut into at most ``jobs`` training jobs of about equal time (each run's
+    ``cost``; longest processing time first: each bundle, the largest first and equal ones by
+    id, to the lightest job), so that the jobs running side by side end together; a job's id is
+    its first bundle's, with '+k' for k more. A function of ``packed``'s contents and ``cost``,
+    not of their order."""
+    def seconds(bundle_id: str) -> float:
+        return math.fsum(cost.get(r, 0.0) for r in packed[bundle_id])
+
+    load = [0.0] * min(jobs, len(packed))
+    members: list[list[str]] = [[] for _ in load]
+    for bundle_id in sorted(packed, key=lambda b: (-seconds(b), b)):
+        lightest = load.index(min(load))
+        members[lightest].append(bundle_id)
+        load[lightest] += seconds(bundle_id)
+    return {ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else ""): tuple(ids)
+            for ids in members if ids}
