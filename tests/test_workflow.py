@@ -428,7 +428,7 @@ def test_a_new_seed_plans_only_its_runs_in_a_dry_run(tmp_path):
     for path in before.run_files(tuple(before.runs)):  # complete: all its files exist
         (work / path).parent.mkdir(parents=True, exist_ok=True)
         (work / path).write_text("")
-    rate, cap = 200.0, 30
+    rate, cap = 200.0, 15  # the new runs' jobs (balanced over every bundle) ask 20 minutes
     more = {"experiments": {"fbn_gamma": {"grid": {"seed": [0, 1, 2]}}},
             "execution": {"images_per_second": rate, "max_runtime": cap}}
     (work / "more.yaml").write_text(yaml.safe_dump(more))
