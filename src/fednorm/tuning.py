@@ -106,9 +106,7 @@ def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
 def _edges(stats: pd.DataFrame, cells: Sequence[str], over: Sequence[str],
            choice: pd.Series) -> str:
     """The numeric keys whose choice is at an end of its cell's sweep: 'key:high,key:low'."""
-    mine = stats
-    for c in cells:
-        mine = mine[matches(mine[c], choice[c])]
+    mine = _in_cell(stats, cells, choice)
     out = []
     for key in over:
         values = mine[key]

@@ -51,6 +51,7 @@ from fednorm.claims.words import CONTRADICTED, INCONCLUSIVE, Relation, Words
 from fednorm.config import RunConfig
 from fednorm.io import write_text
 from fednorm.plan import Plan, balanced_jobs, bundles
+from fednorm.plan.costs import run_costs
 from fednorm.plan.stage2 import Stage2, stage2_runs, with_budget, with_seed
 
 LOOKS = 2
@@ -240,8 +241,7 @@ def modelled_seconds(plan: Plan) -> dict[str, float]:
     (fednorm.plan.costs: its steps x the table's seconds per step of its shape, in its bundle
     of the plan): a function of the configs and the table alone."""
     assert plan.stage2 is not None
-    costs, sizes = plan.stage2.costs(), plan.bundle_sizes
-    return {r: costs.run_seconds(cfg, sizes[r]) for r, cfg in sorted(plan.runs.items())}
+    return run_costs(plan.runs, plan.bundles, plan.stage2.costs())
 
 
 def measured_seconds(summary: pd.DataFrame, plan: Plan) -> dict[str, float]:

@@ -278,12 +278,13 @@ def _tuned(side: Side, tunings: Sequence[Tuning], claim: Relation,
     choice = choices(rows, [], by=CHOSEN_BY, over=over)
     picked = at_choice(rows, choice, [], over)
     seen = picked["seed"].isin(set(rows.loc[tuning_seeds(rows, [], over), "seed"]))
-    tuned = [k for k in swept(rows, over) if rows[k].nunique(dropna=False) > 1]
+    shown = swept(rows, over)  # the rate and each key swept in the cell
+    tuned = [k for k in shown if rows[k].nunique(dropna=False) > 1]
     missing = [t.key for t in tunes_of(first["normalizer"], bool(first["feature_norm"]))
                if t.key not in tuned]
     tuned_seeds = sorted(set(picked.loc[seen, "seed"]))
     fresh_seeds = sorted(set(picked.loc[~seen, "seed"]))
-    rate = (f"{chosen_text(choice.iloc[0], swept(rows, over))} (chosen on seed"
+    rate = (f"{chosen_text(choice.iloc[0], shown)} (chosen on seed"
             f"{'s' if len(tuned_seeds) > 1 else ''} {', '.join(map(str, tuned_seeds))}; "
             + (f"judged on {', '.join(map(str, fresh_seeds))})" if fresh_seeds
                else "no fresh seed yet)")

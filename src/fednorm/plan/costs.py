@@ -119,3 +119,13 @@ def load_step_costs(path: str | None = None) -> StepCosts:
     if not rows:
         raise ConfigError(f"{where} no rows; allowed: at least one measured shape")
     return StepCosts(rows)
+
+
+def run_costs(runs: Mapping[str, RunConfig], packed: Mapping[str, tuple[str, ...]],
+              costs: StepCosts) -> dict[str, float]:
+    """Run id -> its modelled seconds in its bundle of ``packed`` (:meth:`StepCosts.
+    run_seconds`), in run id order: what balances the training jobs and prices the second
+    stage."""
+    sizes = {r: len(members) for members in packed.values() for r in members}
+    return {r: costs.run_seconds(runs[r], sizes[r]) for r in sorted(sizes)}
+

@@ -21,7 +21,7 @@ from fednorm.config import (
     int_at_least,
 )
 from fednorm.inputs import read_yaml
-from fednorm.plan.costs import load_step_costs
+from fednorm.plan.costs import load_step_costs, run_costs
 from fednorm.plan.experiments import RUN_KEYS, expand
 from fednorm.plan.figure_specs import (
     FIGURE_EXTENSIONS,
@@ -280,15 +280,6 @@ def _paths(spec: Any) -> Paths:
     return Paths(**spec)
 
 
-def _modelled(runs: Mapping[str, RunConfig], packed: Mapping[str, tuple[str, ...]],
-              table: str | None) -> dict[str, float]:
-    """Run id -> its modelled seconds in its bundle (fednorm.plan.costs): what balances the
-    training jobs."""
-    costs = load_step_costs(table)
-    return {r: costs.run_seconds(runs[r], len(members))
-            for members in packed.values() for r in members}
-
-
 def load_plan(config: Mapping[str, Any]) -> Plan:
     """Validate the whole configuration and expand it into runs and figures."""
     config = checked_section(config, "config", TOP_KEYS)
@@ -329,7 +320,8 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         execution=execution,
         bundles=(packed := bundles(runs, execution.planned_bundle_size)),
         jobs=training_jobs(packed, execution.bundles_per_job,
-                           _modelled(runs, packed, stage2.step_costs if stage2 else None)),
+                           run_costs(runs, packed, load_step_costs(
+                               stage2.step_costs if stage2 else None))),
         toy=_toy(config.get("toy")),
         claims=claims_path,
         dropped=frozenset(k for k, v in (config.get("experiments") or {}).items() if v is None),
