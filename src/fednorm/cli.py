@@ -89,6 +89,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
               f"slower: make gpu-check prices each bundle at its size): "
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
+    _print_bundles(plan)
     if plan.stage2:
         print(f"claims' second stage (a checkpoint): the claims at tuned values on fresh seeds "
               f"{list(plan.stage2.seeds)}, then at most {plan.stage2.share:.0%} of the first "
@@ -101,6 +102,35 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"{len(listed)} claims {kind} in {plan.claims} ("
                   + ", ".join(f"{paper} {n}" for paper, n in papers.items()) + ")")
     return 0
+
+
+def _print_bundles(plan) -> None:
+    """How full the plan's bundles are and what one more seed of every setting costs
+    (fednorm.plan.seeds): modelled seconds by the cost model, GPU-hours at the config's rate."""
+    from fednorm.plan import seed_price
+
+    price = seed_price(plan)
+    (runs, more_runs), (packed, more_packed) = price.runs, price.bundles
+    counts = {}
+    for cfg in plan.runs.values():
+        counts[cfg.model] = counts.get(cfg.model, 0) + 1
+
+    def medians(sizes):
+        return ", ".join(f"{model} {r}" for model, r in sizes.items())
+
+    print(f"median run's bundle size (runs of one model, cap {plan.execution.planned_bundle_size}): "
+          + ", ".join(f"{model} {r} ({counts[model]} runs)"
+                      for model, r in price.medians[0].items()))
+    before, after = price.seconds
+    hours = "" if price.gpu_hours is None else (
+        f"; +{price.added_gpu_hours:.3g} GPU-hours at execution.images_per_second "
+        f"({'each bundle at its size' if plan.execution.by_bundle_size else 'one rate'}: "
+        f"{price.gpu_hours[0]:.3g} -> {price.gpu_hours[1]:.3g})")
+    print(f"one more seed of every setting: +{more_runs - runs} runs, {packed} -> {more_packed} "
+          f"bundles (median run's bundle then {medians(price.medians[1])}); price "
+          f"+{price.added_seconds / 3600:.3g} modelled hours by fednorm.plan.costs (its table's "
+          f"machine; CIFAR-10 shapes by training images: {before / 3600:.3g} -> "
+          f"{after / 3600:.3g}, +{price.added_seconds / before:.0%})" + hours)
 
 
 def cmd_download(args: argparse.Namespace) -> int:

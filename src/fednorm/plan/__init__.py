@@ -66,8 +66,10 @@ alone too. Every error is raised here, before any job starts.
 
 The rooms, each importing only those listed before it (and fednorm.config, fednorm.metrics):
 ``experiments`` (a grid of runs), ``figure_specs`` (:class:`Figure` and its keys' rules),
-``jobs`` (:class:`Execution`, bundles, training jobs) and ``pipeline`` (:class:`Plan`,
-:func:`load_plan`, :func:`merge`, :func:`merged_config`). Import the names from ``fednorm.plan``.
+``jobs`` (:class:`Execution`, bundles, training jobs), ``pipeline`` (:class:`Plan`,
+:func:`load_plan`, :func:`merge`, :func:`merged_config`) and ``seeds`` (how full the bundles
+are, the price of one more seed: :func:`median_bundle_sizes`, :func:`seed_price`). Import the
+names from ``fednorm.plan``.
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ from fednorm.plan.pipeline import (
     merge,
     merged_config,
 )
+from fednorm.plan.seeds import SeedPrice, median_bundle_sizes, next_seed_runs, seed_price
 
 __all__ = [
     "AUTO_BUNDLE_RUNS",
@@ -131,6 +134,7 @@ __all__ = [
     "Execution",
     "Figure",
     "Plan",
+    "SeedPrice",
     "ToyPlan",
     "balanced_jobs",
     "bundle_label",
@@ -142,8 +146,11 @@ __all__ = [
     "load_execution",
     "load_plan",
     "matches_where",
+    "median_bundle_sizes",
     "merge",
     "merged_config",
+    "next_seed_runs",
+    "seed_price",
     "training_images",
     "training_jobs",
 ]

@@ -21,7 +21,7 @@ from fednorm.config import (
     int_at_least,
 )
 from fednorm.inputs import read_yaml
-from fednorm.plan.costs import load_step_costs, run_costs
+from fednorm.plan.costs import StepCosts, load_step_costs, run_costs
 from fednorm.plan.experiments import RUN_KEYS, expand
 from fednorm.plan.figure_specs import (
     FIGURE_EXTENSIONS,
@@ -74,6 +74,12 @@ class Plan:
     dropped: frozenset[str] = frozenset()
     # the claims' second stage (fednorm.plan.stage2; None: one stage)
     stage2: Stage2 | None = None
+    # the cost table the jobs are balanced with (stage2.step_costs; None: the committed one)
+    step_costs_table: str | None = None
+
+    def step_costs(self) -> StepCosts:
+        """The cost model's table that prices this plan's runs (fednorm.plan.costs)."""
+        return load_step_costs(self.step_costs_table)
 
     def with_runs(self, extra: Mapping[str, tuple[RunConfig, tuple[str, ...]]]) -> Plan:
         """The plan with ``extra`` runs (run id -> (config, the experiments it joins): the
@@ -308,6 +314,7 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
     execution.check_parts({(c.dataset, c.model) for c in runs.values()})
     claims_path = _claims_path(config.get("claims"))
     stage2 = load_stage2(config.get("stage2"), offset)  # checked even where unused
+    table = stage2.step_costs if stage2 else None
     figures_spec = config.get("figures") or {}
     figures = {name: figure_spec(name, spec, expanded) for name, spec in figures_spec.items()
                if spec is not None}
@@ -320,10 +327,10 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         execution=execution,
         bundles=(packed := bundles(runs, execution.planned_bundle_size)),
         jobs=training_jobs(packed, execution.bundles_per_job,
-                           run_costs(runs, packed, load_step_costs(
-                               stage2.step_costs if stage2 else None))),
+                           run_costs(runs, packed, load_step_costs(table))),
         toy=_toy(config.get("toy")),
         claims=claims_path,
         dropped=frozenset(k for k, v in (config.get("experiments") or {}).items() if v is None),
         stage2=stage2 if claims_path else None,  # it serves the claims: none without them
+        step_costs_table=table,
     )
