@@ -1,5 +1,6 @@
-"""The one-GPU-hour profile (config/hour.yaml, make hour): every paper part and the
-comparison on CIFAR-10 within one GPU-hour at its stated rate, and its shapes train."""
+"""The hour profile (config/hour.yaml, make hour): every paper part and the comparison on
+CIFAR-10 within its budget at its stated rate (3.5 GPU-hours at the assumed 50,000 images/s
+since its seeds fill its bundles: docs/hour.md), and its shapes train."""
 
 import dataclasses
 import math
@@ -15,6 +16,9 @@ from fednorm.plan import load_plan, merge
 from fednorm.run import train_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
+# GPU-hours at the assumed 50,000 images/s: 6 seeds of every ResNet-20 setting and 4 of FBN's,
+# which fill the bundles 2 seeds had opened (docs/hour.md: 3.08; one GPU-hour at 2 seeds)
+BUDGET = 3.5
 
 
 def _plan(*names):
@@ -29,14 +33,14 @@ def hour():
     return _plan("config/config.yaml", "config/hour.yaml")
 
 
-def test_the_hour_plans_all_three_papers_and_the_comparison_within_one_gpu_hour(hour):
+def test_the_hour_plans_all_three_papers_and_the_comparison_within_its_budget(hour):
     paper = _plan("config/config.yaml")
     rate = hour.execution.images_per_second
     assert rate == 50_000  # assumed until make gpu-check measures it (docs/hour.md)
     hours = hour.gpu_hours(lambda part: rate)
     assert set(hours) == {"fbn", "fixbn", "fedtan", "compare", "all"}
     assert all(hours[p] > 0.05 for p in ("fbn", "fixbn", "fedtan", "compare"))
-    assert hours["all"] <= 1.0
+    assert hours["all"] <= BUDGET
     # every CIFAR-10 experiment of the paper scale is there (the claims' evidence), on CIFAR-10
     cifar = {n for n, ids in paper.experiments.items()
              if paper.runs[ids[0]].dataset == "cifar10"}
@@ -102,7 +106,7 @@ def test_fednorm_plan_prints_the_hour_s_gpu_hours_per_part(capsys, monkeypatch):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU-hours"))
     assert line.startswith("GPU-hours at 50,000 images/s (training images only")
     assert all(f"{part} " in line for part in ("fbn", "fixbn", "fedtan", "compare"))
-    assert float(line.rsplit("all ", 1)[1].split()[0]) <= 1.0
+    assert float(line.rsplit("all ", 1)[1].split()[0]) <= BUDGET
 
 
 def _hour_line(capsys, tmp_path, rates) -> tuple[str, float]:
@@ -139,8 +143,9 @@ def test_fednorm_plan_prices_each_bundle_at_its_size_given_curves(capsys, monkey
     assert line.startswith("GPU-hours in its own bundles, each at its bundle size's images/s")
     hour = _plan("config/config.yaml", "config/hour.yaml")
     size = {r: len(ids) for ids in hour.bundles.values() for r in ids}
-    # at R <= 16 the log-log line through (1, a) and (16, 10a) is a * R**(log 10 / log 16)
+    # at R <= 16 the log-log line through (1, a) and (16, 10a) is a * R**(log 10 / log 16);
+    # above 16 (the hour's bundles hold up to 32 runs), 16's rate
     want = sum(c.training_images / (curves[f"{c.dataset}/{c.model}"][1]
-                                    * size[r] ** (math.log(10) / math.log(16)))
+                                    * min(size[r], 16) ** (math.log(10) / math.log(16)))
                for r, c in hour.runs.items()) / 3600
     assert total == pytest.approx(want, rel=1e-2)
