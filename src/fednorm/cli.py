@@ -105,32 +105,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_bundles(plan) -> None:
-    """How full the plan's bundles are and what one more seed of every setting costs
-    (fednorm.plan.seeds): modelled seconds by the cost model, GPU-hours at the config's rate."""
+    """How full the plan's bundles are (each model's median run's bundle size) and what one
+    more seed of every setting costs (fednorm.plan.seeds): modelled hours by the cost model,
+    GPU-hours at execution.images_per_second when the config gives it."""
     from fednorm.plan import seed_price
 
     price = seed_price(plan)
     (runs, more_runs), (packed, more_packed) = price.runs, price.bundles
-    counts = {}
-    for cfg in plan.runs.values():
-        counts[cfg.model] = counts.get(cfg.model, 0) + 1
-
-    def medians(sizes):
-        return ", ".join(f"{model} {r}" for model, r in sizes.items())
-
-    print(f"median run's bundle size (runs of one model, cap {plan.execution.planned_bundle_size}): "
-          + ", ".join(f"{model} {r} ({counts[model]} runs)"
-                      for model, r in price.medians[0].items()))
-    before, after = price.seconds
+    counts = Counter(cfg.model for cfg in plan.runs.values())
+    print(f"median run's bundle size (runs of one model, cap "
+          f"{plan.execution.planned_bundle_size}): " + ", ".join(
+              f"{model} {r} ({counts[model]} runs)" for model, r in price.medians[0].items()))
+    costs = plan.step_costs()
+    lacking = sum(not costs.covers(cfg) for cfg in plan.runs.values())
+    by_images = f"; {lacking} of {runs} runs' shapes not in it, priced by training images" \
+        if lacking else ""
+    (before, after), (h0, h1) = price.seconds, price.gpu_hours or (0.0, 0.0)
     hours = "" if price.gpu_hours is None else (
-        f"; +{price.added_gpu_hours:.3g} GPU-hours at execution.images_per_second "
-        f"({'each bundle at its size' if plan.execution.by_bundle_size else 'one rate'}: "
-        f"{price.gpu_hours[0]:.3g} -> {price.gpu_hours[1]:.3g})")
+        f"; +{h1 - h0:.3g} GPU-hours at execution.images_per_second ("
+        f"{'each bundle at its size' if plan.execution.by_bundle_size else 'one rate'}: "
+        f"{h0:.3g} -> {h1:.3g})")
     print(f"one more seed of every setting: +{more_runs - runs} runs, {packed} -> {more_packed} "
-          f"bundles (median run's bundle then {medians(price.medians[1])}); price "
-          f"+{price.added_seconds / 3600:.3g} modelled hours by fednorm.plan.costs (its table's "
-          f"machine; CIFAR-10 shapes by training images: {before / 3600:.3g} -> "
-          f"{after / 3600:.3g}, +{price.added_seconds / before:.0%})" + hours)
+          f"bundles (median run's bundle then "
+          + ", ".join(f"{model} {r}" for model, r in price.medians[1].items())
+          + f"); price +{(after - before) / 3600:.3g} modelled hours by fednorm.plan.costs (its "
+          f"table's machine{by_images}: {before / 3600:.3g} -> {after / 3600:.3g}, "
+          f"+{(after - before) / before:.0%})" + hours)
 
 
 def cmd_download(args: argparse.Namespace) -> int:
