@@ -102,6 +102,9 @@ def test_the_price_of_one_more_seed_by_the_cost_model_and_a_rate_curve(tmp_path,
     assert main(["plan", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "median run's bundle size (runs of one model, cap 3): fbn_cnn 2 (3 runs)" in out
+    plan = load_plan(config)  # the printed median: the middle of the sizes listed run by run
+    sizes = sorted(len(ids) for ids in plan.bundles.values() for _ in ids)
+    assert sizes == [1, 2, 2] and sizes[(len(sizes) - 1) // 2] == 2
     line = next(x for x in out if x.startswith("one more seed"))
     assert line.startswith("one more seed of every setting: +3 runs, 2 -> 3 bundles "
                            "(median run's bundle then fbn_cnn 2)")
