@@ -83,21 +83,23 @@ def seed_price(plan: Plan) -> SeedPrice:
     runs = {**plan.runs, **next_seed_runs(plan.runs)}
     after = dataclasses.replace(plan, runs=runs,
                                 bundles=bundles(runs, plan.execution.planned_bundle_size))
-    costs = plan.step_costs()
-    seconds = tuple(sum(run_costs(p.runs, p.bundles, costs).values()) for p in (plan, after))
     return SeedPrice(runs=(len(plan.runs), len(runs)),
                      bundles=(len(plan.bundles), len(after.bundles)),
                      medians=(median_bundle_sizes(plan.runs, plan.bundles),
                               median_bundle_sizes(runs, after.bundles)),
-                     seconds=seconds,  # type: ignore[arg-type]
-                     gpu_hours=_gpu_hours(plan, after))
+                     seconds=(_seconds(plan), _seconds(after)),
+                     gpu_hours=None if plan.execution.images_per_second is None
+                     else (_gpu_hours(plan), _gpu_hours(after)))
 
 
-def _gpu_hours(*plans: Plan) -> tuple[float, float] | None:
-    execution = plans[0].execution
-    if execution.images_per_second is None:
-        return None
+def _seconds(plan: Plan) -> float:
+    """The plan's training time by the cost model, its runs in their bundles."""
+    return sum(run_costs(plan.runs, plan.bundles, plan.step_costs()).values())
+
+
+def _gpu_hours(plan: Plan) -> float:
+    """The plan's GPU-hours at execution.images_per_second: in its bundles for a curve."""
+    execution = plan.execution
     if execution.by_bundle_size:
-        return tuple(p.gpu_hours_in_bundles(execution.rate, {})["all"]  # type: ignore[return-value]
-                     for p in plans)
-    return tuple(p.gpu_hours(execution.rate, {})["all"] for p in plans)  # type: ignore[return-value]
+        return plan.gpu_hours_in_bundles(execution.rate, {})["all"]
+    return plan.gpu_hours(execution.rate, {})["all"]
