@@ -55,12 +55,12 @@ def verdict_codes(values: np.ndarray, contrasts: np.ndarray, claim: np.ndarray |
                   sesoi: np.ndarray | float = SESOI, delta: np.ndarray | float = np.nan,
                   alpha: float = ALPHA, min_seeds: int = MIN_SEEDS,
                   n_for: np.ndarray | int = 0, n_against: np.ndarray | int = 0,
-                  variances: str = "setting") -> Verdicts:
+                  variances: str = "unit") -> Verdicts:
     """The verdicts of the units ``contrasts`` (units, settings) of one experiment's
     ``values`` (..., settings, seeds) at ``alpha`` (a look's): ``claim`` (units,) groups the
     units into claims (Holm over each; default: each unit its own); ``within``, ``slack``,
     ``sesoi``, ``delta`` per unit or one for all; ``n_for``, ``n_against``: seeds of diverged
-    runs per unit, (..., units) or one. ``variances``: stats.fit_contrasts' (the rule: 'setting')."""
+    runs per unit, (..., units) or one. ``variances``: stats.fit_contrasts' (the rule: 'unit')."""
     y = np.asarray(values, dtype=float)
     c = np.atleast_2d(np.asarray(contrasts, dtype=float))
     units = len(c)
