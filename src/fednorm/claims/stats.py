@@ -108,8 +108,9 @@ def fit_contrasts(values: np.ndarray, contrasts: np.ndarray, *, variances: str =
     ``variances``: 'unit' (the rule: the unit's margins on the seeds where all its settings
     have a value, their mean and sample variance / n on n − 1 df: the paired t, exact under
     any σ_j), 'setting' (each setting's own σ̂_j² from the model's residuals, unbiased,
-    Welch–Satterthwaite df), 'equal' (one σ², the residual mean square), 'moderated' (each setting's s_j² = R_j / d_j on its
-    share d_j = Σ_i∈j (1 − h_ii) of the residual df, moderated toward the experiment's by
+    Welch–Satterthwaite df), 'equal' (one σ², the residual mean square), 'moderated' (each
+    setting's s_j² = R_j / d_j on its share d_j = Σ_i∈j (1 − h_ii) of the residual df,
+    moderated toward the experiment's by
     :func:`moderated_prior`: (d0 s0² + d_j s_j²) / (d0 + d_j) on min(d0 + d_j, residual df);
     d0 = inf: the residual mean square; then Satterthwaite over the settings)."""
     if variances not in VARIANCES:
@@ -163,7 +164,7 @@ def _pattern(y: np.ndarray, mask: np.ndarray, c: np.ndarray, variances: str
     x = np.hstack([g, np.eye(s)[seed]])  # the design: setting and seed indicators
     pinv = np.linalg.pinv(x)
     hat = x @ pinv
-    rank = int(round(float(np.trace(hat)))) if cells else 0
+    rank = round(float(np.trace(hat))) if cells else 0
     ext = np.hstack([c, np.zeros((len(c), s))])
     estimable = np.all(np.abs(ext @ pinv @ x - ext) < 1e-8, axis=1) & (rank > 0)
     weights = ext @ pinv  # (units, cells): a unit's estimate is weights @ y
