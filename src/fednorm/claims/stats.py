@@ -2,36 +2,43 @@
 contrast of it, tested by textbook tests (``scipy.stats``), each named by its textbook name, its
 α and its assumptions stated once here (docs/claims.md, The rule, on one page).
 
-**The data.** An *experiment* (the runs a claim's experiments hold, for one metric at one
-``at``) is a matrix x_js of *settings* j (a group of runs: one side of a unit, one run per
-seed) by seeds s; a missing or diverged run is a missing cell. A *unit* of a claim (one value
+**The data.** An *experiment* (the units of the ledger measured on the same experiments, for
+one metric at one ``at``) is a matrix x_js of *settings* j (the distinct sides of its units: a
+group of runs, one per seed) by seeds s; a missing or diverged run is a missing cell. A *unit* of a claim (one value
 of ``for_each``, one pair of a ``best``, one trend) is a contrast Σ_j c_j β_j (Σ_j c_j = 0)
 of the settings' effects; its *margin* on seed s is Σ_j c_j x_js, in which the seed's common
 part (its partition and initialization stream) cancels.
 
 **The model** (:func:`fit_contrasts`): x_js = μ + β_j + γ_s + ε_js, seeds as blocks (a
 randomized complete block design, any cells missing), fitted by least squares on the
-experiment's observed cells (``numpy.linalg.pinv`` of the explicit design matrix). A unit's
-estimate is its contrast of the fitted β, a weighted sum Σ_i L_i x_i of the cells (equal, on
-a complete matrix, to the mean of its margins). Every unit of an experiment is a contrast of
-the same fit, so units that share a setting (all pairs of four settings, a ``best``, a trend, a
-tuned side) share its noise and its residual degrees of freedom, counted once:
-(K − 1)(n − 1) for K settings on n complete seeds, not one per unit.
+experiment's observed cells (``numpy.linalg.pinv`` of the explicit design matrix); a unit is
+the contrast Σ c_j β_j. Its standard error comes from one of four variance models:
 
-**Unequal noise** (the default): each setting has its own variance, ε_js ~ N(0, σ_j²). The
-residual sum of squares R_j of each setting's cells has expectation Σ_l A_jl σ_l² (A from the
-residual projector M = I − H: A_jl = Σ_{i∈j, k∈l} M_ik²); σ̂² = A⁺R is unbiased, each σ̂_j² is
-clipped at 0 (upward: conservative), and a unit's variance is Σ_i L_i² σ̂²_{j(i)}: the contrast's
-variance under the setting's noise, whatever the others'. Its degrees of freedom are
-Satterthwaite's for that quadratic form of the residuals (Welch–Satterthwaite generalized:
-2 E[V]² / Var[V] with the σ̂² plugged in), at most the model's residual df. Chosen by
-simulation (benchmarks/claims_calibration.py, docs/claims.md): one equal-variance pool, and
-limma's moderation of the per-setting variances toward the experiment's (Smyth 2004, its
-prior's d0 and s0² fitted by the moments of log s², :func:`moderated_prior`), both hold a unit
-that touches a setting at 3× the others' σ falsely about twice as often as α at 2 to 6 seeds
-(0.10 at α 0.05: four settings give the prior too little to see one setting apart); this
-rule keeps it at or under α, at a price in power on two seeds. ``equal_variances``: one
-σ² (the residual mean square on the residual df: the exact t of the homoscedastic model).
+- ``unit`` (**the rule**): the unit's own margins on the n seeds where every setting it
+  involves has a value: their mean (the model's contrast on a complete matrix) and sample
+  variance / n on n − 1 degrees of freedom, the paired t test. Exact whatever each setting's
+  σ_j (the margin's variance is Σ c_j² σ_j², estimated directly), and whatever other units
+  share its settings: a unit's test is exact on its own, and a claim's units are combined by
+  tests valid under any dependence (the intersection-union test, Holm).
+- ``equal``: one σ², the model's residual mean square on its residual df, counted once for
+  all units ((K − 1)(n − 1) for K settings on n complete seeds): the exact t of the
+  homoscedastic model.
+- ``moderated``: each setting's s_j² = R_j / d_j (its residual sum of squares on its share d_j
+  = Σ_i∈j (1 − h_ii) of the residual df) moderated toward the experiment's by limma's
+  empirical Bayes prior (Smyth 2004: d0 and s0² fitted by the moments of log s²,
+  :func:`moderated_prior`), Satterthwaite over the settings.
+- ``setting``: each setting's σ̂_j² from the residuals, unbiased (E R_j = Σ_l A_jl σ_l², A from
+  the residual projector M = I − H: A_jl = Σ_i∈j,k∈l M_ik²; σ̂² = A⁺R clipped at 0), the
+  contrast's variance Σ_i L_i² σ̂²_j(i), Satterthwaite's df of that quadratic form of the
+  residuals (Welch–Satterthwaite generalized).
+
+Chosen by simulation (benchmarks/claims_calibration.py; docs/claims.md, Calibration): with four
+settings, one at 3× the others' σ, ``equal`` and ``moderated`` hold the pairs that touch it
+falsely 0.10–0.13 of the time at α 0.05 on 2 to 6 seeds (four settings give limma's prior too
+little to see one setting apart; at 16 settings ``equal`` reaches 0.18); ``setting`` and
+``unit`` stay at or under α, and ``unit`` has the more power on 2 and 3 seeds (a margin of
+4σ held 0.47 against 0.20 on 2 seeds, 0.91 against 0.81 on 3, equal σ). The price against
+``equal`` is power where the noise is in fact equal (0.47 against 0.91 on 2 seeds).
 
 **The tests** (α one-sided, per look; :func:`per_look`):
 
@@ -47,6 +54,14 @@ rule keeps it at or under α, at a price in power on two seeds. ``equal_variance
   (``scipy.stats.binom``, p = 1/2 under the null) on the seeds for and against the claim, used
   only where it can fire: N seeds in all with 0.5^N ≤ α (at α / 2 = 0.025: N ≥ 6; with 5 seeds
   or fewer it is not run, p 1).
+
+**Looks.** A two-stage ledger judges each look at :func:`per_look` (α, 2) = α / 2: the first on
+the first stage's seeds, the last on all of them, with the 2× recheck (a contradiction stands
+only where twice the budget confirms it; a verdict held back by a side still climbing takes
+the 2× runs' firm verdict). The 2× verdict is taken only where the last look's was firm and
+held back, so a false ``holds`` by that route needs a firm verdict at 1× and a hold at 2×: not
+a third free test at α / 2. benchmarks/claims_calibration.py checks the whole design on every
+unit (docs/claims.md, Calibration).
 
 A claim of k units: ``holds`` when every unit holds (an intersection-union test: level α
 with no correction, Berger 1982), ``contradicted`` when one does after Holm's step-down
