@@ -4,10 +4,10 @@ contrast of it, tested by textbook tests (``scipy.stats``), each named by its te
 
 **The data.** An *experiment* (the units of the ledger measured on the same experiments, for
 one metric at one ``at``) is a matrix x_js of *settings* j (the distinct sides of its units: a
-group of runs, one per seed) by seeds s; a missing or diverged run is a missing cell. A *unit* of a claim (one value
-of ``for_each``, one pair of a ``best``, one trend) is a contrast Σ_j c_j β_j (Σ_j c_j = 0)
-of the settings' effects; its *margin* on seed s is Σ_j c_j x_js, in which the seed's common
-part (its partition and initialization stream) cancels.
+group of runs, one per seed) by seeds s; a missing or diverged run is a missing cell. A
+*unit* of a claim (one value of ``for_each``, one pair of a ``best``, one trend) is a contrast
+Σ_j c_j β_j (Σ_j c_j = 0) of the settings' effects; its *margin* on seed s is Σ_j c_j x_js,
+in which the seed's common part (its partition and initialization stream) cancels.
 
 **The model** (:func:`fit_contrasts`): x_js = μ + β_j + γ_s + ε_js, seeds as blocks (a
 randomized complete block design, any cells missing), fitted by least squares on the

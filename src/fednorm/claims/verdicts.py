@@ -166,11 +166,6 @@ class Margins:
     n_for: int = 0
     n_against: int = 0
 
-    @property
-    def variance(self) -> float:
-        """The margins' sample variance (ddof 1); NaN under two."""
-        return float(np.var(self.values, ddof=1)) if len(self.values) > 1 else math.nan
-
 
 @dataclass(frozen=True)
 class Unit:
