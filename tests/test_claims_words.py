@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fednorm.claims.stats import pooled
 from fednorm.claims.words import (
     BUDGET_LIMITED,
     CONTRADICTED,
@@ -142,19 +141,19 @@ def _two_units(duplicate=False):
     return words_ledger(parse_words({"claims": claims}), _summary(runs)).set_index("id")
 
 
-def test_the_units_of_one_experiment_share_a_pool_once():
+def test_the_units_of_one_experiment_share_a_model_once():
+    """c and d share BN's runs: one model of three settings on three seeds. With each setting
+    its own variance, three settings leave a pair nothing to borrow: each unit is its paired t
+    test (scipy's), and a unit two claims share enters the model once."""
     c, d = np.array([3.0, 5.0, 4.0]), np.array([2.0, 3.2, 1.6])
-    # variances within chance of each other (2 units, 2 df each): the plain pooled variance
-    pool = pooled([c.var(ddof=1) / 2, d.var(ddof=1) / 2], [2, 2])
-    assert (pool.df, pool.units) == (4, 2)
-    assert pool.variance == pytest.approx((c.var(ddof=1) + d.var(ddof=1)) / 2 / 2)
-    alone = _judge(_pairs(FBN, BN, [53, 55, 54], [50, 50, 50]))
     table = _two_units()
-    assert alone.df == 2 and table.loc["c", "df"] > 2  # d's seeds lend c degrees of freedom
-    assert table.loc["c", "df"] == table.loc["d", "df"]
-    twice = _two_units(duplicate=True)  # c's unit measured by two claims enters the pool once
-    assert twice.loc["c", "df"] == table.loc["c", "df"]
-    assert twice.loc["c", ["se", "p"]].tolist() == table.loc["c", ["se", "p"]].tolist()
+    for name, m in (("c", c), ("d", d)):
+        row = table.loc[name]
+        assert (row.df, row.margin) == (2, pytest.approx(m.mean()))
+        assert row.se == pytest.approx(m.std(ddof=1) / math.sqrt(3))
+        assert row.p == pytest.approx(stats.ttest_1samp(m, 0, alternative="greater").pvalue)
+    twice = _two_units(duplicate=True)  # c's unit measured by two claims enters the model once
+    assert twice.loc["c", ["se", "p", "df"]].tolist() == table.loc["c", ["se", "p", "df"]].tolist()
     assert twice.loc["c2", ["se", "p"]].tolist() == table.loc["c", ["se", "p"]].tolist()
 
 
@@ -169,15 +168,24 @@ def test_the_same_runs_at_max_and_at_final_are_two_units_of_the_pool():
     assert (table.loc["c", "df"], table.loc["m", "df"]) == (2, 2)
 
 
-def test_a_pooled_unit_is_tested_on_the_pooled_variance_and_its_degrees_of_freedom():
-    """Two units of equal variance: the plain pooled variance on Σ d = 4 degrees of freedom
-    (the pooled two-sample t test's), not the unit's own counted twice on 6."""
-    c, d = np.array([3.0, 5.0, 4.0]), np.array([2.0, 3.2, 1.6])
-    s2 = (c.var(ddof=1) + d.var(ddof=1)) / 2
-    row = _two_units().loc["c"]
-    assert row.df == 4
-    assert row.se == pytest.approx(math.sqrt(s2 / 3))
-    assert row.p == pytest.approx(stats.t.sf(c.mean() / math.sqrt(s2 / 3), 4))
+def test_units_sharing_settings_are_each_their_own_paired_t_test():
+    """Four settings on three seeds, pairs of FBN, GN and FixBN against BN and FBN against GN:
+    units that share settings (BN thrice, FBN and GN twice) are each tested on their own
+    margins (scipy's paired t on n − 1 = 2 df), exact whatever each setting's noise; their
+    estimate is the model's contrast, the mean of their margins on a complete matrix."""
+    values = {"fbn": [53, 55, 54], "bn": [50, 50.5, 49.2], "gn": [52, 53.2, 51.6],
+              "fixbn": [51, 54, 52.5]}
+    runs = [({"normalizer": k, "steps": 5000, "seed": s}, v, "ok")
+            for k, vs in values.items() for s, v in enumerate(vs)]
+    claims = [_claim(), _claim(id="d", a=GN), _claim(id="e", a=FBN, b=GN),
+              _claim(id="f", a={"normalizer": "fixbn"})]
+    table = words_ledger(parse_words({"claims": claims}), _summary(runs)).set_index("id")
+    fbn, bn, gn, fixbn = (np.array(values[k]) for k in ("fbn", "bn", "gn", "fixbn"))
+    for name, m in (("c", fbn - bn), ("d", gn - bn), ("e", fbn - gn), ("f", fixbn - bn)):
+        assert table.loc[name, "margin"] == pytest.approx(m.mean())
+        assert (table.loc[name, "df"], table.loc[name, "n_seeds"]) == (2, 3)
+        assert table.loc[name, "p_for"] == pytest.approx(
+            stats.ttest_1samp(m, 0, alternative="greater").pvalue, rel=1e-9)
 
 
 def test_within_delta_is_schuirmanns_two_one_sided_tests():

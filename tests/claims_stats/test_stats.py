@@ -1,23 +1,25 @@
 """fednorm.claims.stats, each function against an independent reference: scipy.stats' t tests,
-F test, binomial test and Benjamini–Hochberg, the pooled variance and Holm's step-down
-written out here, and the noncentral t's power."""
+binomial test and Benjamini–Hochberg, the linear model against numpy.linalg.lstsq on an explicit
+design matrix and the two-way ANOVA's residuals written out, limma's prior against a root
+finder, Holm's step-down written out here, and the noncentral t's power."""
 
+import itertools
 import math
-from dataclasses import astuple
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, special, stats
 
 from fednorm.claims.stats import (
-    Pool,
     bh,
     detectable,
     equivalence_test,
+    fit_contrasts,
     holm,
-    larger,
-    pooled,
+    moderated_prior,
+    per_look,
     sign_count,
+    sign_fires,
     sign_test,
     trend_contrast,
 )
@@ -29,45 +31,47 @@ def _margins(n: int, seed: int, mean: float = 1.0, std: float = 3.0) -> np.ndarr
     return np.random.default_rng([RNG, n, seed]).normal(mean, std, n)
 
 
+def _pair(m: np.ndarray) -> tuple[float, float, float, int]:
+    """(estimate, se, df, n) of margins ``m`` by the rule (two settings: a − b = m)."""
+    fit = fit_contrasts(np.stack([m, np.zeros_like(m)]), [[1.0, -1.0]])
+    return float(fit.estimate[0]), float(fit.se[0]), float(fit.df[0]), int(fit.n[0])
+
+
 # ---------------------------------------------------------------------------------------------
-# The t tests, with no pool: scipy.stats.ttest_1samp.
+# The t tests of a unit: scipy.stats.ttest_1samp.
 
 
 @pytest.mark.parametrize("n", [2, 3, 6])
 @pytest.mark.parametrize(("slack", "sesoi", "alpha"), [(0.0, 2.0, 0.05), (1.5, 0.5, 0.025)])
-def test_sign_test_without_a_pool_is_the_one_sample_t_test(n, slack, sesoi, alpha):
+def test_sign_test_of_a_unit_is_the_one_sample_t_test_of_its_margins(n, slack, sesoi, alpha):
     m = _margins(n, seed=int(10 * slack))
-    test = sign_test(m, 1.0, Pool(), slack=slack, sesoi=sesoi, alpha=alpha)
+    test = sign_test(*_pair(m), slack=slack, sesoi=sesoi, alpha=alpha)
     p_for = stats.ttest_1samp(m, -slack, alternative="greater").pvalue
     p_against = stats.ttest_1samp(m, -slack - sesoi, alternative="less").pvalue
     half = stats.t.ppf(1 - alpha, n - 1) * m.std(ddof=1) / math.sqrt(n)
-    assert test.p_for == pytest.approx(p_for, rel=1e-10)
-    assert test.p_against == pytest.approx(p_against, rel=1e-10)
-    assert (test.low, test.high) == pytest.approx((m.mean() - half, m.mean() + half), rel=1e-12)
+    assert test.p_for == pytest.approx(p_for, rel=1e-9)
+    assert test.p_against == pytest.approx(p_against, rel=1e-9)
+    assert (test.low, test.high) == pytest.approx((m.mean() - half, m.mean() + half), rel=1e-9)
     assert (test.df, test.n) == (n - 1, n)
-    # the margin's variance over ``scale`` is a run's; times ``scale`` again it is the margin's:
-    # with no pool the scale cancels
-    twice = sign_test(m, 2.0, Pool(), slack=slack, sesoi=sesoi, alpha=alpha)
-    assert astuple(twice) == pytest.approx(astuple(test), rel=1e-12)
 
 
-def test_one_margin_and_no_pool_is_no_test():
-    test = sign_test([4.0], 2.0, Pool())
+def test_one_margin_is_no_test():
+    test = sign_test(*_pair(np.array([4.0])))
     assert math.isnan(test.se) and (test.p_for, test.p_against, test.df) == (1.0, 1.0, 0.0)
 
 
 @pytest.mark.parametrize("n", [2, 3, 6])
 @pytest.mark.parametrize("delta", [1.0, 3.0])
-def test_equivalence_test_without_a_pool_is_schuirmanns_tost(n, delta):
+def test_equivalence_test_is_schuirmanns_tost(n, delta):
     m = _margins(n, seed=int(delta), mean=0.5, std=1.5)
-    test = equivalence_test(m, 2.0, Pool(), delta=delta)
+    test = equivalence_test(*_pair(m), delta=delta)
     above = stats.ttest_1samp(m, -delta, alternative="greater").pvalue  # rejects margin ≤ −δ
     below = stats.ttest_1samp(m, delta, alternative="less").pvalue  # rejects margin ≥ δ
-    assert test.p_for == pytest.approx(max(above, below), rel=1e-10)
+    assert test.p_for == pytest.approx(max(above, below), rel=1e-9)
     # its reverse: a one-sided test of margin ≤ δ or of margin ≥ −δ, Bonferroni over the two
     reverse = min(stats.ttest_1samp(m, delta, alternative="greater").pvalue,
                   stats.ttest_1samp(m, -delta, alternative="less").pvalue)
-    assert test.p_against == pytest.approx(min(1.0, 2 * reverse), rel=1e-10)
+    assert test.p_against == pytest.approx(min(1.0, 2 * reverse), rel=1e-9)
 
 
 def test_the_reverse_of_tost_at_delta_zero_is_the_two_sided_t_test():
@@ -75,107 +79,128 @@ def test_the_reverse_of_tost_at_delta_zero_is_the_two_sided_t_test():
     level-α test of |margin| ≤ δ at every δ, where the smaller one-sided p alone would give 2α)."""
     m = _margins(4, seed=7, mean=0.3, std=1.0)
     two_sided = stats.ttest_1samp(m, 0.0).pvalue
-    assert equivalence_test(m, 1.0, Pool(), delta=0.0).p_against == pytest.approx(two_sided,
-                                                                                 rel=1e-10)
-
-
-def test_sign_test_under_a_pool_is_the_pooled_t_test():
-    """The unit's own variance with the pool's: (d0 s0² + d s²) / (d0 + d) on d0 + d degrees of
-    freedom, the variances on the run's scale (the margin's over ``scale``); the pool of the
-    other units' variances with the unit's own is the plain pooled variance of all of them."""
-    m, scale, pool = _margins(3, seed=1), 2.0, Pool(4.0, 8.0, 4)
-    d = len(m) - 1
-    combined = (pool.df * pool.variance + d * m.var(ddof=1) / scale) / (pool.df + d)
-    se = math.sqrt(combined * scale / len(m))
-    test = sign_test(m, scale, pool, slack=0.5, sesoi=2.0)
-    assert test.se == pytest.approx(se, rel=1e-12)
-    assert test.df == pool.df + d
-    assert test.p_for == pytest.approx(stats.t.sf((m.mean() + 0.5) / se, pool.df + d), rel=1e-10)
-    assert test.p_against == pytest.approx(stats.t.cdf((m.mean() + 2.5) / se, pool.df + d),
-                                           rel=1e-10)
-    # one seed: the pool's variance on the pool's degrees of freedom
-    alone = sign_test(m[:1], scale, pool)
-    assert (alone.se, alone.df) == (pytest.approx(math.sqrt(pool.variance * scale)), pool.df)
+    assert equivalence_test(*_pair(m), delta=0.0).p_against == pytest.approx(two_sided,
+                                                                            rel=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------
-# The pool: the plain pooled variance of the other units, unless a unit's own is larger (F test).
+# The linear model of an experiment.
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_pooled_is_the_plain_pooled_variance_on_the_summed_degrees_of_freedom(seed):
-    """Σ d s² / Σ d on Σ d, whatever the spread of the variances (no shrinkage, no prior)."""
-    rng = np.random.default_rng([RNG, seed])
-    units = int(rng.integers(2, 15))
-    d = rng.integers(1, 6, units).astype(float)
-    s2 = np.exp(rng.uniform(-4, 4, units)) * rng.chisquare(d) / d
-    pool = pooled(s2, d)
-    assert pool.variance == pytest.approx(sum(di * si for di, si in zip(d, s2, strict=True))
-                                          / sum(d), rel=1e-12)
-    assert (pool.df, pool.units) == (float(sum(d)), units)
-    # the others' pool with a unit's own: the plain pooled variance of all of them
-    rest = pooled(s2[1:], d[1:])
-    assert rest.moderated(s2[0], d[0]) == pytest.approx((pool.variance, pool.df), rel=1e-12)
+def _lstsq(values: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """(estimates, se, residual df) of contrasts ``c`` of the settings' effects, by least
+    squares on the explicit design (intercept, settings 2.., seeds 2..: full rank) of the
+    observed cells and the classical covariance σ̂² (X'X)⁻¹."""
+    k, s = values.shape
+    rows, y = [], []
+    for j, t in itertools.product(range(k), range(s)):
+        if np.isfinite(values[j, t]):
+            x = np.zeros(k + s - 1)
+            x[0] = 1.0
+            if j:
+                x[j] = 1.0
+            if t:
+                x[k - 1 + t] = 1.0
+            rows.append(x)
+            y.append(values[j, t])
+    x, y = np.array(rows), np.array(y)
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    df = len(y) - x.shape[1]
+    sigma2 = float(np.sum((y - x @ beta) ** 2)) / df
+    cov = sigma2 * np.linalg.inv(x.T @ x)
+    # c over settings -> over the parameters (setting 1 is the baseline: its effect 0)
+    ext = np.zeros((len(c), x.shape[1]))
+    ext[:, 1:k] = c[:, 1:]
+    return ext @ beta, np.sqrt(np.einsum("up,pq,uq->u", ext, cov, ext)), float(df)
 
 
-def test_units_without_a_variance_are_left_out_of_the_pool():
-    """No degrees of freedom, no spread at all (margins exactly equal) or no finite variance:
-    left out."""
-    s2, d = [1.0, 9.0, 0.2, 4.0], [2, 1, 3, 2]
-    with_empty = pooled([*s2, 0.0, math.nan, 5.0, math.inf, 3.0], [*d, 2, 2, 0, 2, -1])
-    assert with_empty == pooled(s2, d)
-    assert with_empty == Pool(pytest.approx((2 + 9 + 0.6 + 8) / 8), 8.0, 4)
-    assert pooled([math.nan, 0.0], [2, 2]) == Pool()
-    assert pooled([], []) == Pool()
-    assert Pool().moderated(3.0, 2.0) == (3.0, 2.0)
+@pytest.mark.parametrize("seed", range(5))
+def test_the_equal_variance_model_is_least_squares_on_the_explicit_design(seed):
+    """Settings × seeds with cells missing: each contrast's estimate, standard error and the
+    residual df equal numpy.linalg.lstsq's on the full-rank design matrix."""
+    rng = np.random.default_rng([RNG, 50, seed])
+    k, s = int(rng.integers(3, 7)), int(rng.integers(3, 6))
+    values = rng.normal(50, 5, (k, s)) + rng.normal(0, 10, s)
+    values[rng.uniform(size=(k, s)) < 0.15] = np.nan
+    values[:, 0] = rng.normal(50, 5, k)  # seed 0 complete: every setting connected
+    c = np.vstack([np.eye(k)[0] - np.eye(k)[1], trend_contrast(k), np.eye(k)[-1] - np.eye(k)[1]])
+    fit = fit_contrasts(values, c, variances="equal")
+    est, se, df = _lstsq(values, c)
+    assert fit.estimate == pytest.approx(est, rel=1e-9)
+    assert fit.se == pytest.approx(se, rel=1e-9)
+    assert (fit.df == df).all()
 
 
-def test_a_single_unit_is_pooled_plainly():
-    assert pooled([3.0, math.nan], [2, 2]) == Pool(3.0, 2.0, 1)
-    assert Pool(3.0, 2.0, 1).moderated(5.0, 4.0) == pytest.approx((13 / 3, 6.0))
-    assert Pool(3.0, 2.0, 1).moderated(0.0, 0.0) == (3.0, 2.0)
+def test_on_a_complete_matrix_each_setting_gets_the_anova_residuals_unbiased_variance():
+    """Balanced K × n: r_js = x_js − x̄_j· − x̄_·s + x̄_·· (the two-way ANOVA's residuals), whose
+    row sums of squares have E R_j = (n − 1)((1 − 2/K) σ_j² + Σσ²/K²); solved for σ_j², a pair's
+    variance is (σ̂_a² + σ̂_b²) / n, each σ̂² clipped at 0 (one is negative here)."""
+    rng = np.random.default_rng([RNG, 60])
+    k, n = 5, 6
+    values = rng.normal(0, 1, (k, n)) * np.array([1, 1.5, 2, 3, 1])[:, None]
+    r = values - values.mean(1, keepdims=True) - values.mean(0) + values.mean()
+    rss = (r**2).sum(axis=1)
+    total = k * rss.sum() / ((n - 1) * (k - 1))
+    sigma2 = (rss / (n - 1) - total / k**2) / (1 - 2 / k)
+    assert (sigma2 < 0).sum() == 1
+    sigma2 = np.maximum(sigma2, 0.0)
+    pairs = [(0, 3), (1, 4), (2, 4)]
+    fit = fit_contrasts(values, [np.eye(k)[a] - np.eye(k)[b] for a, b in pairs],
+                        variances="setting")
+    for u, (a, b) in enumerate(pairs):
+        assert fit.se[u] == pytest.approx(math.sqrt((sigma2[a] + sigma2[b]) / n), rel=1e-9)
+        assert 0 < fit.df[u] <= (k - 1) * (n - 1)
 
 
-@pytest.mark.parametrize("level", [0.05, 0.2])
-def test_larger_is_the_one_sided_f_test_at_its_level(level):
-    """scipy.stats.f's upper tail of the unit's variance over the pool's, on the unit's and the
-    pool's degrees of freedom, below ``level``: on variances that differ by up to e^±2 and 1 to
-    7 degrees of freedom against pools of 1 to 60 (both outcomes among the draws)."""
-    rng = np.random.default_rng([RNG, 100, int(100 * level)])
-    outcomes = []
-    for _ in range(400):
-        variance, pool_variance = np.exp(rng.uniform(-2, 2, 2))
-        df, pool_df = float(rng.integers(1, 8)), float(rng.integers(1, 61))
-        pool = Pool(pool_variance, pool_df, int(rng.integers(1, 12)))
-        expected = stats.f.sf(variance / pool_variance, df, pool_df) < level
-        assert larger(variance, df, pool, level) == expected
-        outcomes.append(expected)
-    assert 0 < sum(outcomes) < len(outcomes)
+def test_the_rule_tests_a_unit_on_its_own_margins_and_seeds():
+    """The default ('unit'): the seeds where every setting the unit involves has a value; a
+    missing run elsewhere changes nothing; leading replicate axes are kept."""
+    rng = np.random.default_rng([RNG, 61])
+    values = rng.normal(0, 1, (3, 4, 5))
+    values[:, 2, 1] = np.nan  # a setting the unit does not involve
+    values[:, 0, 4] = np.nan  # one it does: four seeds left
+    fit = fit_contrasts(values, [[1.0, -1.0, 0.0, 0.0]])
+    for r in range(3):
+        m = (values[r, 0] - values[r, 1])[:4]
+        assert fit.estimate[r, 0] == pytest.approx(m.mean(), rel=1e-9)
+        assert fit.se[r, 0] == pytest.approx(m.std(ddof=1) / 2, rel=1e-9)
+        assert (fit.df[r, 0], fit.n[r, 0]) == (3, 4)
 
 
-def test_larger_takes_both_outcomes_at_the_default_level():
-    """HOMOGENEITY 0.05: on 2 and 22 degrees of freedom F_{0.95} is about 3.44."""
-    pool = Pool(4.0, 22.0, 11)
-    crit = stats.f.isf(0.05, 2, 22)
-    assert larger(4.0 * crit * 1.001, 2.0, pool)
-    assert not larger(4.0 * crit * 0.999, 2.0, pool)
-    assert not larger(4.0, 2.0, pool) and not larger(0.0, 2.0, pool)
+def test_a_contrast_the_model_cannot_estimate_is_nan_and_bad_shapes_are_refused():
+    values = np.array([[1.0, 2.0], [np.nan, np.nan], [3.0, 5.0]])
+    for variances in ("equal", "setting", "unit"):
+        fit = fit_contrasts(values, [[1.0, -1.0, 0.0]], variances=variances)
+        assert math.isnan(fit.estimate[0]) and math.isnan(fit.se[0]) and fit.df[0] == 0
+    with pytest.raises(ValueError, match="contrasts: shape"):
+        fit_contrasts(values, [[1.0, -1.0]])
+    with pytest.raises(ValueError, match="variances: 'pooled'; allowed"):
+        fit_contrasts(values, [[1.0, -1.0, 0.0]], variances="pooled")
 
 
-def test_larger_is_false_without_a_test():
-    """No degrees of freedom of its own (one seed), no pool (df 0), a variance that is not
-    finite, a pooled variance of 0 or below: not larger, whatever the ratio; level 0: never."""
-    pool = Pool(1.0, 20.0, 10)
-    assert larger(1e6, 2.0, pool)
-    for df in (0.0, -1.0):
-        assert not larger(1e6, df, pool)
-    assert not larger(1e6, 2.0, Pool())
-    assert not larger(1e6, 2.0, Pool(1.0, 0.0, 0))
-    for variance in (math.nan, math.inf, -math.inf):
-        assert not larger(variance, 2.0, pool)
-    for pool_variance in (0.0, -1.0, math.nan):
-        assert not larger(1e6, 2.0, Pool(pool_variance, 20.0, 10))
-    assert not larger(1e6, 2.0, pool, level=0.0)
+@pytest.mark.parametrize("seed", range(3))
+def test_the_moderated_prior_is_limmas_moment_fit(seed):
+    """fitFDist's two moment equations solved by a root finder: ψ'(d0/2) = var(e) − mean ψ'(d/2),
+    s0² = exp(ē + ψ(d0/2) − log(d0/2)); equal variances give d0 = inf."""
+    rng = np.random.default_rng([RNG, 70, seed])
+    d = rng.integers(2, 6, 40).astype(float)
+    s2 = np.exp(rng.normal(0, 1.2, 40)) * rng.chisquare(d) / d
+    e = np.log(s2) - special.digamma(d / 2) + np.log(d / 2)
+    target = e.var(ddof=1) - special.polygamma(1, d / 2).mean()
+    half = optimize.brentq(lambda h: special.polygamma(1, h) - target, 1e-6, 1e6)
+    d0, s0 = moderated_prior(s2, d)
+    assert d0 == pytest.approx(2 * half, rel=1e-7)
+    assert s0 == pytest.approx(math.exp(e.mean() + special.digamma(half) - math.log(half)),
+                               rel=1e-7)
+    d0, _ = moderated_prior(np.full(5, 2.0), np.full(5, 3.0))
+    assert d0 == math.inf
+
+
+def test_a_look_of_two_is_half_alpha_and_looks_are_counted():
+    assert per_look(0.05, 1) == 0.05 and per_look(0.05, 2) == 0.025
+    assert per_look(0.05, 4) == pytest.approx(0.0125)
+    with pytest.raises(ValueError, match="looks: 0; allowed"):
+        per_look(0.05, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,3 +278,13 @@ def test_the_detectable_margin_is_detected_four_times_in_five(n):
 def test_nothing_is_detectable_without_seeds_or_degrees_of_freedom():
     assert detectable(0, 2.0, 1.0, 5.0) == math.inf
     assert detectable(3, 2.0, 1.0, 0.0) == math.inf
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.025, 0.0125])
+def test_the_sign_test_fires_only_where_its_smallest_p_reaches_alpha(alpha):
+    """0.5^N ≤ α: at 0.025 six seeds (1/64), not five (1/32); its smallest p is
+    scipy.stats.binomtest's with every seed one way."""
+    for n in range(0, 9):
+        smallest = stats.binomtest(n, n, 0.5, alternative="greater").pvalue if n else 1.0
+        assert sign_fires(n, alpha) == (n > 0 and smallest <= alpha)
+    assert sign_fires(5, 0.025) is False and sign_fires(6, 0.025) is True

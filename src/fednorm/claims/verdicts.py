@@ -4,17 +4,19 @@ error rate (:mod:`fednorm.claims.stats` has the statistics; docs/claims.md the r
 A claim is judged in *units* (one value of ``for_each``; a ``best`` claim one unit per other
 group; a trend one unit per ``for_each`` value). A unit's *sides* are the seeds of one setting
 each; its margin per seed is a contrast of the sides' runs of that seed (runs paired by seed).
-Its variance joins the pool of the experiments it was measured on (the claim's, or the
-``tuning`` experiment's at each method's own learning rate), deduplicated: a unit that two
-claims share enters once.
+It is tested as a contrast of one linear model of the experiments it was measured on (the
+claim's, or the ``tuning`` experiment's at each method's own learning rate) and its measure:
+settings + seeds as blocks, each setting its own variance (:func:`pools`,
+:func:`fednorm.claims.stats.fit_contrasts`); units that share a setting share its fit, and a
+unit that two claims share enters once.
 
 A unit **holds** when its p_for ≤ α and no seed counts against it; it is **contradicted** when
 its Holm-adjusted p_against (over the claim's units) ≤ α and no seed counts for it; a unit with
-fewer than ``min_seeds`` seeds with a margin gets no firm verdict (its interval is shown from
-the pool). **A diverged run** has no value: in a sign relation a diverged run on the side the
+fewer than ``min_seeds`` seeds with a margin gets no t test (its interval is shown from the
+model). **A diverged run** has no value: in a sign relation a diverged run on the side the
 claim says is better is a seed *against* the claim, one on the worse side a seed *for* it;
 in ``within`` and in a trend of three values or more, a diverged run is a seed against. Seeds
-with no margin at all are judged by the exact sign test.
+with no margin at all are judged by the exact sign test, where it can fire (0.5^N ≤ α).
 
 **Settled runs** (:func:`fednorm.results.settling`, a test of the gain over the last quarter of
 the budget): a firm verdict rests on the sides behind having settled (``holds``: the worse
@@ -32,8 +34,8 @@ runs differ in more than their seed; else ``contradicted`` when any unit is, ``h
 every unit holds, ``inconclusive`` otherwise. Its ``p_for`` is the largest unit p_for (the
 intersection-union test), its ``p_against`` the smallest Holm-adjusted one; the ledger's
 Benjamini–Hochberg q-values are over each of the two (fednorm.claims.words_ledger). A
-two-stage ledger (:mod:`fednorm.claims.stage2`) judges each look at α / 2 (Bonferroni's alpha
-spending over the two looks).
+two-stage ledger (:mod:`fednorm.claims.stage2`) judges each look at stats.per_look(α, 2) = α / 2,
+which benchmarks/claims_calibration.py checks through both stages and the 2× recheck.
 """
 
 from __future__ import annotations
@@ -49,14 +51,14 @@ import pandas as pd
 
 from fednorm.claims.common import ambiguity, config_text, selects
 from fednorm.claims.stats import (
-    Pool,
     Test,
     bh,
     equivalence_test,
+    fit_contrasts,
     holm,
-    larger,
-    pooled,
+    per_look,
     sign_count,
+    sign_fires,
     sign_test,
     trend_contrast,
 )
@@ -163,11 +165,6 @@ class Margins:
     values: tuple[float, ...]
     n_for: int = 0
     n_against: int = 0
-
-    @property
-    def variance(self) -> float:
-        """The margins' sample variance (ddof 1); NaN under two."""
-        return float(np.var(self.values, ddof=1)) if len(self.values) > 1 else math.nan
 
 
 @dataclass(frozen=True)
@@ -449,37 +446,74 @@ def margins(unit: Comparison, within: bool) -> Margins:
 # Pools, tests and verdicts.
 
 
-def _scale(unit: Comparison) -> float:
-    return float(sum(c * c for c in unit.coefs))
+@dataclass(frozen=True)
+class Fit:
+    """A unit's contrast under its experiment's model (stats.fit_contrasts): ``estimate``, its
+    standard error on ``df`` degrees of freedom (NaN, 0: none)."""
+
+    estimate: float = math.nan
+    se: float = math.nan
+    df: float = 0.0
 
 
-def pools(units: Sequence[tuple[Comparison, Margins]]) -> dict[tuple[Any, ...], Pool]:
-    """Per distinct unit (its ``key``): the pooled variance of the other distinct units of its
-    experiments and measure (:func:`fednorm.claims.stats.pooled`: with its own, the plain
-    pooled variance on Σ d), or none where its own variance is larger than theirs by the F test
-    (:func:`fednorm.claims.stats.larger`)."""
-    groups: dict[tuple[Any, ...], dict[tuple[Any, ...], tuple[float, int]]] = {}
-    for unit, m in units:
+def _setting(side: Side) -> tuple[Any, ...]:
+    """What makes two units' sides the same setting of a model: their runs (a side with none
+    is a setting of its own)."""
+    return side.run_ids if side.run_ids else ("no runs", id(side))
+
+
+def model_of(found: Sequence[Comparison]) -> tuple[np.ndarray, np.ndarray]:
+    """The settings × seeds values (NaN: a missing or diverged run) of the distinct settings
+    of ``found`` (units of one experiment and measure, in order of first appearance) and each
+    unit's contrast over those settings (units, settings)."""
+    settings: dict[tuple[Any, ...], Side] = {}
+    for unit in found:
+        for side in unit.sides:
+            settings.setdefault(_setting(side), side)
+    index = {k: i for i, k in enumerate(settings)}
+    seeds = sorted(set().union(*(set(s.runs.index) for s in settings.values())))
+    column = {seed: i for i, seed in enumerate(seeds)}
+    values = np.full((len(settings), len(seeds)), math.nan)
+    for i, side in enumerate(settings.values()):
+        alive = side.runs[~side.runs["diverged"].astype(bool)]["value"].dropna()
+        for seed, value in alive.items():
+            values[i, column[seed]] = float(value)
+    contrasts = np.zeros((len(found), len(settings)))
+    for u, unit in enumerate(found):
+        for side, c in zip(unit.sides, unit.coefs, strict=True):
+            contrasts[u, index[_setting(side)]] += c
+    return values, contrasts
+
+
+def pools(units: Sequence[tuple[Comparison, Margins]]) -> dict[tuple[Any, ...], Fit]:
+    """Per distinct unit (its ``key``): its contrast of the linear model of its experiments
+    and measure (:func:`model_of`, :func:`fednorm.claims.stats.fit_contrasts`: settings + seeds
+    as blocks, each setting its own variance), every unit of the experiment a contrast of the
+    same fit (a unit that two claims share enters once)."""
+    groups: dict[tuple[Any, ...], dict[tuple[Any, ...], Comparison]] = {}
+    for unit, _ in units:
         if unit.sides:
-            groups.setdefault(unit.group, {})[unit.key] = (m.variance / _scale(unit),
-                                                           max(len(m.values) - 1, 0))
+            groups.setdefault(unit.group, {}).setdefault(unit.key, unit)
     out = {}
     for found in groups.values():
-        for key, (variance, df) in found.items():
-            others = [v for k, v in found.items() if k != key]
-            pool = pooled([v for v, _ in others], [d for _, d in others])
-            out[key] = Pool() if larger(variance, df, pool) else pool
+        values, contrasts = model_of(list(found.values()))
+        if not values.size:
+            continue
+        fit = fit_contrasts(values, contrasts)
+        for u, key in enumerate(found):
+            out[key] = Fit(float(fit.estimate[u]), float(fit.se[u]), float(fit.df[u]))
     return out
 
 
-def _test(unit: Comparison, m: Margins, claim: Relation, rule: Rule, pool: Pool,
+def _test(unit: Comparison, m: Margins, claim: Relation, rule: Rule, fit: Fit,
           alpha: float) -> Test | None:
     if not m.values:
         return None
     if claim.kind == "within":
         assert claim.delta is not None
-        return equivalence_test(m.values, _scale(unit), pool, delta=claim.delta, alpha=alpha)
-    return sign_test(m.values, _scale(unit), pool, slack=claim.slack,
+        return equivalence_test(fit.estimate, fit.se, fit.df, len(m.values),
+                                delta=claim.delta, alpha=alpha)
+    return sign_test(fit.estimate, fit.se, fit.df, len(m.values), slack=claim.slack,
                      sesoi=rule.sesoi_of(claim), alpha=alpha)
 
 
@@ -509,20 +543,23 @@ def _values_text(sides: Sequence[Side]) -> str:
     return "; ".join(parts)
 
 
-def _ps(m: Margins, test: Test | None, claim: Relation, rule: Rule) -> tuple[float, float]:
+def _ps(m: Margins, test: Test | None, claim: Relation, rule: Rule, alpha: float
+        ) -> tuple[float, float]:
     """A unit's (p_for, p_against) before Holm: its t tests where it has ``min_seeds`` margins;
     else the exact sign test on its seeds, a diverged run counting as its seed's sign (the
     margins' signs against 0 for, against −sesoi against; a near-equality: diverged runs
-    against alone)."""
+    against alone), where it can fire at ``alpha`` (stats.sign_fires: 0.5^N ≤ α); else 1."""
     if len(m.values) >= rule.min_seeds and test is not None:
         return test.p_for, test.p_against
+    seeds = len(m.values) + m.n_for + m.n_against
+    if not sign_fires(seeds, alpha):
+        return 1.0, 1.0
     if claim.kind == "within":
-        return 1.0, sign_count(0, m.n_against)[1]
+        return 1.0, float(sign_count(0, m.n_against)[1])
     shifted = np.asarray(m.values, dtype=float) + claim.slack
     ups = int((shifted > 0).sum()) + m.n_for
     downs = int((shifted < -rule.sesoi_of(claim)).sum()) + m.n_against
-    return (sign_count(ups, len(m.values) + m.n_for + m.n_against - ups)[0],
-            sign_count(len(m.values) + m.n_for + m.n_against - downs, downs)[1])
+    return (float(sign_count(ups, seeds - ups)[0]), float(sign_count(seeds - downs, downs)[1]))
 
 
 def _verdict(m: Margins, p_for: float, p_against: float, alpha: float) -> str:
@@ -536,13 +573,13 @@ def _verdict(m: Margins, p_for: float, p_against: float, alpha: float) -> str:
 
 
 def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
-                pool_of: dict[tuple[Any, ...], Pool], rule: Rule, alpha: float) -> list[Unit]:
-    """Every unit of ``claim`` judged: tests under their pools, Holm over the claim's units,
-    then settling."""
+                fit_of: dict[tuple[Any, ...], Fit], rule: Rule, alpha: float) -> list[Unit]:
+    """Every unit of ``claim`` judged: tests of its contrast of its experiment's model
+    (:func:`pools`), Holm over the claim's units, then settling."""
     within = claim.kind == "within"
-    tests = [_test(u, m, claim, rule, pool_of.get(u.key, Pool()), alpha) if u.sides else None
+    tests = [_test(u, m, claim, rule, fit_of.get(u.key, Fit()), alpha) if u.sides else None
              for u, m in units]
-    ps = [_ps(m, t, claim, rule) if u.sides else (1.0, 1.0)
+    ps = [_ps(m, t, claim, rule, alpha) if u.sides else (1.0, 1.0)
           for (u, m), t in zip(units, tests, strict=True)]
     adjusted = holm([p for _, p in ps])
     out = []
@@ -629,18 +666,18 @@ class Judged:
 def judge_compared(words: Words, compared: dict[str, list[Comparison]], looks: int = 1
                    ) -> list[Judged]:
     """Every claim of ``words`` judged on its units ``compared`` (claim id -> its units) at
-    α / ``looks`` a look, the units' variances pooled per experiment."""
-    alpha = words.rule.alpha / looks
+    stats.per_look(α, ``looks``) a look, each unit a contrast of its experiment's model."""
+    alpha = per_look(words.rule.alpha, looks)
     within = {c.id: c.kind == "within" for c in words.claims}
     measured = {cid: [(u, margins(u, within[cid]) if u.sides else Margins(()))
                       for u in units] for cid, units in compared.items()}
     common = {cid: [(u.common, margins(u.common, within[cid])) for u, _ in found if u.common]
               for cid, found in measured.items()}
-    pool_of = pools([x for found in (*measured.values(), *common.values()) for x in found])
+    fit_of = pools([x for found in (*measured.values(), *common.values()) for x in found])
     out = []
     for claim in words.claims:
-        units = judge_claim(claim, measured[claim.id], pool_of, words.rule, alpha)
-        at_common = judge_claim(claim, common[claim.id], pool_of, words.rule, alpha)
+        units = judge_claim(claim, measured[claim.id], fit_of, words.rule, alpha)
+        at_common = judge_claim(claim, common[claim.id], fit_of, words.rule, alpha)
         verdict = claim_verdict(units)
         out.append(Judged(claim, tuple(units), tuple(at_common), verdict, *claim_p(units)))
     return out
