@@ -19,11 +19,11 @@ from fednorm.results import (
     load_summary,
     lr_milestones,
     run_values,
-    window_points,
     seed_stats,
     select,
     settling,
     varying_keys,
+    window_points,
 )
 
 # run -> (figure_group, normalizer, heterogeneity, seed, status, accuracy at steps 0, 10, 20)

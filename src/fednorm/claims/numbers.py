@@ -183,6 +183,7 @@ def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
     for key in spec:
         if key not in SECTIONS:
             raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: {list(SECTIONS)}")
+    at = parse_estimand(spec, where)
     recipes = spec.get("recipes") or {}
     if not isinstance(recipes, Mapping) or not all(
             isinstance(r, Mapping) for r in recipes.values()):
@@ -190,7 +191,6 @@ def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
     entries = spec.get("claims")
     if not isinstance(entries, list) or not entries:
         raise fail(where, "claims", entries, "a non-empty list of claims")
-    at = parse_estimand(spec, where)
     claims = tuple(parse_claim(entry, recipes, i, at) for i, entry in enumerate(entries))
     ids = [c.id for c in claims]
     twice = sorted({i for i in ids if ids.count(i) > 1})
