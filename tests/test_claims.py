@@ -157,7 +157,8 @@ SETTING = r"claim 'c', recipe 'tiny' \+ setting: "  # the recipe's keys, then th
     ({"setting": {"epochs": 0}}, SETTING + r"key 'epochs' has value 0"),
     ({"setting": {}}, r"claim 'c': key 'setting' has value \{\}; allowed: a non-empty mapping"),
     ({"recipe": "paper"}, r"claim 'c': key 'recipe' has value 'paper'; allowed: one of \['tiny'"),
-    ({"at": "best"}, r"claim 'c': key 'at' has value 'best'; allowed: one of \['final', 'max'\]"),
+    ({"at": "best"}, r"claim 'c': key 'at' has value 'best'; allowed: one of \['final', 'max', "
+                     r"'window'\]"),
     ({"metric": "accuracy"}, r"claim 'c': key 'metric' has value 'accuracy'; allowed: one of"),
     ({"paper": "silobn"}, r"claim 'c': key 'paper' has value 'silobn'; allowed: one of \['fbn'"),
     ({"value": "high"}, r"claim 'c': key 'value' has value 'high'; allowed: a finite number"),

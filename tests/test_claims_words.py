@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from fednorm.claims.file import load_claims
 from fednorm.claims.words import (
     BUDGET_LIMITED,
     CONTRADICTED,
@@ -290,23 +291,125 @@ def test_a_claim_that_holds_by_the_sign_test_reports_its_p():
     assert (row.verdict, row.p) == (HOLDS, pytest.approx(1 / 32))
 
 
-def test_a_side_behind_still_climbing_blocks_the_verdict_it_would_decide():
-    """BN (behind) gains 5 points over the last quarter on every seed: FBN's lead may yet
-    vanish, so the would-be holds waits on budget; FBN (ahead) climbing only widens it."""
-    fbn, bn = [60, 61, 62], [50, 50, 50]
-    row = _judge(_pairs(FBN, BN, fbn, bn, rise_b=5))
-    assert (row.verdict, row.needs, row.settled) == (INCONCLUSIVE, "budget", "no")
-    assert ("not settled: normalizer=bn +5.0 points over the last quarter of the budget; "
-            "else holds") in row.detail
-    row = _judge(_pairs(FBN, BN, fbn, bn, rise_a=5))
-    assert (row.verdict, row.needs, row.settled) == (HOLDS, "", "no")
-    assert "the side behind settled" in row.detail
-    # a gain under the 1-point floor is settled
-    assert _judge(_pairs(FBN, BN, fbn, bn, rise_b=0.5)).verdict == HOLDS
-    # a contradiction rests on the side the claim says is better
-    row = _judge(_pairs(FBN, BN, bn, [60, 61, 62], rise_a=5))
-    assert (row.verdict, row.needs) == (INCONCLUSIVE, "budget")
-    assert _judge(_pairs(FBN, BN, bn, [60, 61, 62], rise_b=5)).verdict == CONTRADICTED
+def test_a_climb_that_cannot_close_the_margin_does_not_veto_and_one_that_can_does():
+    """BN (behind) gains 1.5 points over the last quarter on every seed (above the 1-point
+    floor: it is climbing): a 20-point lead stands. A 3-point climb vetoes a 1-point lead:
+    the would-be holds waits on budget. The runs are exact lines, so BN's reach (its gain's
+    upper bound over one more window) is its gain; the room is the lower bound's distance to
+    0 (scipy's paired t interval)."""
+    lead = _judge(_pairs(FBN, BN, [70, 70.5, 69.5], [50, 50, 50], rise_b=1.5))
+    assert (lead.verdict, lead.needs, lead.settled) == (HOLDS, "", "no")
+    room = _interval([20, 20.5, 19.5])[0]
+    assert (f"not settled: normalizer=bn +1.5 points over the last quarter of the budget; holds "
+            f"stands: normalizer=bn could gain +1.5 in one more window, < the {room:.1f} points"
+            ) in lead.detail
+    close = _judge(_pairs(FBN, BN, [51, 51.1, 50.9], [50, 50, 50], rise_b=3))
+    assert 0 < _interval([1, 1.1, 0.9])[0] < 3
+    assert (close.verdict, close.needs, close.settled) == (INCONCLUSIVE, "budget", "no")
+    assert "else holds: normalizer=bn could gain +3.0 in one more window, ≥ the 0.8" in (
+        close.detail)
+    # the side ahead climbing only widens its lead; a gain under the 1-point floor is settled
+    ahead = _judge(_pairs(FBN, BN, [51, 51.1, 50.9], [50, 50, 50], rise_a=5))
+    assert (ahead.verdict, ahead.needs) == (HOLDS, "") and "the side behind settled" in (
+        ahead.detail)
+    assert _judge(_pairs(FBN, BN, [51, 51.1, 50.9], [50, 50, 50], rise_b=0.5)).verdict == HOLDS
+
+
+def test_a_contradiction_is_vetoed_only_by_a_climb_of_the_better_side_that_could_undo_it():
+    """FBN (the side the claim says is better) 11 points under BN: contradicted, its upper
+    bound −9.3 lies 7.3 points under −sesoi (−2). FBN climbing 3 points cannot undo it, 8 can;
+    BN climbing only deepens it."""
+    bn = [60, 61, 62]
+    high = _interval([-10, -11, -12])[1]
+    assert -2 - high == pytest.approx(7.31, abs=0.01)
+    assert _judge(_pairs(FBN, BN, [50] * 3, bn, rise_a=3)).verdict == CONTRADICTED
+    row = _judge(_pairs(FBN, BN, [50] * 3, bn, rise_a=8))
+    assert (row.verdict, row.needs) == (INCONCLUSIVE, "budget") and "else contradicted" in (
+        row.detail)
+    assert _judge(_pairs(FBN, BN, [50] * 3, bn, rise_b=20)).verdict == CONTRADICTED
+
+
+def test_a_near_equality_is_vetoed_by_a_climb_of_either_side_that_could_leave_delta():
+    """|FBN − BN| ≤ 3 holds by TOST with the interval [−0.17, +0.17]: 2.83 points to spare
+    each way; a 2-point climb of either side leaves it standing, a 4-point climb vetoes it."""
+    near = {"relation": "within", "delta": 3}
+    fbn, bn = [50.1, 50, 49.9], [50, 50, 50]
+    low, high, _ = _interval([0.1, 0, -0.1])
+    assert 3 - high == pytest.approx(low + 3) and 2 < 3 - high < 4
+    for rise in ("rise_a", "rise_b"):
+        assert _judge(_pairs(FBN, BN, fbn, bn, **{rise: 2}), **near).verdict == HOLDS
+        row = _judge(_pairs(FBN, BN, fbn, bn, **{rise: 4}), **near)
+        assert (row.verdict, row.needs) == (INCONCLUSIVE, "budget")
+
+
+def _bn_reach(rows):
+    """BN's reach by hand: the least-squares slope over its window points (steps 16, 20) with
+    one intercept per run (numpy), its gain over the 4-step window plus t_{0.95, df} standard
+    errors, in points."""
+    window = rows[(rows.normalizer == "bn") & (rows.step >= 15)]
+    runs = sorted(window.run_id.unique())
+    design = np.c_[np.stack([(window.run_id == r).to_numpy(float) for r in runs], axis=1),
+                   window.step.to_numpy(float)]
+    y = window.test_accuracy.to_numpy(float)
+    beta, rss, *_ = np.linalg.lstsq(design, y, rcond=None)
+    df = len(y) - len(runs) - 1
+    se = math.sqrt(rss[0] / df * np.linalg.inv(design.T @ design)[-1, -1])
+    return 100 * 4 * (beta[-1] + stats.t.ppf(1 - ALPHA, df) * se)
+
+
+@pytest.mark.parametrize("spare", [0.5, -0.3])
+def test_the_veto_compares_the_reach_with_the_room_recomputed_by_hand(spare):
+    """BN climbs 4 points with noise on its window points, so its reach exceeds its gain; FBN,
+    flat, leads by reach + ``spare`` (± 0.05 over seeds): the lower bound lies ``spare`` −
+    0.08 points from the reach: above it the verdict stands, below it is vetoed."""
+    rng = np.random.default_rng(7)
+    bn = _summary(_pairs(FBN, BN, [], [50, 50, 50], rise_b=4))
+    inside = bn.step >= 15
+    bn.loc[inside, "test_accuracy"] += rng.normal(0, 0.003, int(inside.sum()))
+    reach = _bn_reach(bn)
+    finals = 100 * bn[bn.step == 20].sort_values("seed").test_accuracy.to_numpy()
+    margins = reach + spare + np.array([-0.05, 0, 0.05])
+    fbn = _summary(_pairs(FBN, BN, list(finals + margins), []))
+    words = parse_words({"claims": [_claim()]})
+    row = words_ledger(words, pd.concat([fbn, bn], ignore_index=True)).iloc[0]
+    low = _interval(margins)[0]
+    assert row.low == pytest.approx(low, abs=1e-9) and reach > 4
+    assert f"could gain +{reach:.1f} in one more window" in row.detail
+    assert row.verdict == (HOLDS if low > reach else INCONCLUSIVE)
+    assert (low > reach) == (spare > 0)
+
+
+def test_the_claims_file_states_its_estimand_for_claims_without_their_own_at(tmp_path):
+    words = parse_words({"claims": [_claim(), _claim(id="d", at="max")]}, at="window")
+    assert [c.at for c in words.claims] == ["window", "max"]
+    assert parse_words({"claims": [_claim()]}).claims[0].at == "final"
+    path = tmp_path / "claims.yaml"
+    path.write_text("estimand: last\nclaims: [{id: n, paper: fbn, source: s, setting: "
+                    "{normalizer: bn}, value: 50}, {id: m, paper: fbn, source: s, setting: "
+                    "{normalizer: bn}, value: 50, at: max}]\nqualitative: {claims: [{id: c, "
+                    "paper: fixbn, source: s, words: w, experiment: e, relation: greater, a: "
+                    "{normalizer: fbn}, b: {normalizer: bn}}]}\n")
+    with pytest.raises(ConfigError, match=r"claims.yaml: key 'estimand' has value 'last'; "
+                                          r"allowed: one of \['final', 'max', 'window'\]"):
+        load_claims(str(path))
+    path.write_text(path.read_text().replace("estimand: last", "estimand: window"))
+    claims = load_claims(str(path))
+    assert [c.at for c in (*claims.numbers, *claims.words.claims)] == ["window", "max", "window"]
+    path.write_text(path.read_text().replace("estimand: window\n", ""))
+    claims = load_claims(str(path))  # no estimand stated: the last point
+    assert [c.at for c in (*claims.numbers, *claims.words.claims)] == ["final", "max", "final"]
+
+
+def test_the_window_estimand_judges_the_mean_of_the_window_points():
+    """Seeds whose last point alone ties (FBN and BN equal at step 20) but whose window means
+    differ by the last-but-one point (step 16: FBN 4 points up, falling to the tie; BN flat):
+    window margins +2 at each seed hold, the final margins 0 do not."""
+    summary = _summary(_pairs(FBN, BN, [50, 50.5, 49.5], [50, 50.5, 49.5]))
+    summary.loc[(summary.step == 16) & (summary.normalizer == "fbn"), "test_accuracy"] += 0.04
+    window = words_ledger(parse_words({"claims": [_claim()]}, at="window"), summary).iloc[0]
+    final = words_ledger(parse_words({"claims": [_claim()]}), summary).iloc[0]
+    assert (window.margin, window.verdict) == (pytest.approx(2), HOLDS)
+    assert (final.margin, final.verdict) == (pytest.approx(0), INCONCLUSIVE)
 
 
 def test_q_is_benjamini_hochberg_over_the_ledgers_p():
@@ -483,7 +586,8 @@ WHERE = r"qualitative: claim 'c'"
     ({"a": {"normalizer": ["bn"]}}, WHERE + r", a: key 'normalizer' has value \['bn'\]; "
                                     r"allowed: a single value"),
     ({"paper": "silobn"}, WHERE + r": key 'paper' has value 'silobn'; allowed: one of \['fbn'"),
-    ({"at": "best"}, WHERE + r": key 'at' has value 'best'; allowed: one of \['final', 'max'\]"),
+    ({"at": "best"}, WHERE + r": key 'at' has value 'best'; allowed: one of \['final', 'max', "
+                     r"'window'\]"),
     ({"for_each": "colour"}, WHERE + r": key 'for_each' has value 'colour'; allowed: a summary "
                              r"column"),
     ({"words": ""}, WHERE + r": key 'words' has value ''; allowed: a non-empty text"),

@@ -10,8 +10,10 @@ them and answers the questions every figure asks, in one place:
 - :func:`select`: the rows of some experiments whose keys equal given values; an unknown
   experiment, key or value is an error naming it and what is allowed;
 - :func:`run_values`: a run's value of a metric at its final evaluation point (the mean of its
-  last ``last`` non-NaN values, by step) or its best (``at="max"``); :func:`final_points`: that,
-  for every metric, one row per run with its config columns;
+  last ``last`` non-NaN values, by step), its best (``at="max"``), or the mean of its
+  evaluations over the last quarter of its budget after its last lr drop (``at="window"``:
+  the points :func:`settling` tests, so the value and the settling look at one window);
+  :func:`final_points`: that, for every metric, one row per run with its config columns;
 - :func:`seed_stats`: mean, std (ddof = 1), min and max over seeds of the runs' values, per
   group of keys. **A diverged run** (status ``diverged``) has no value: it is left out of the
   statistics and counted in ``n_diverged``, so a seed that diverged is never averaged in and
@@ -19,8 +21,8 @@ them and answers the questions every figure asks, in one place:
 - :func:`settling`: whether a group of runs is still climbing at the end of its budget: a
   one-sided t test (α = 0.05) that the slope of its runs over the last quarter of the budget
   (after the last lr drop; one intercept per run) gains more than 1 point there; a group that
-  the test does not show climbing has settled. The rule the claims ledgers judge final and
-  best accuracies by.
+  the test does not show climbing has settled, and ``reach``, the upper bound of what it could
+  still gain over one more window. The rule the claims ledgers judge accuracies by.
 
 Values are as the summary stores them (an accuracy is a fraction); the figures show % where
 they say so.
@@ -42,7 +44,9 @@ from scipy import stats
 from fednorm.config import FIELDS, Paths
 from fednorm.metrics import RUN_METRICS, RUN_STATUS, SUMMARY_METRICS
 
-AT = {"final": "last", "max": "max"}  # a run's value: its last evaluation point(s), or its best
+# A run's value (:func:`run_values`), as a ledger names it: its last evaluation point(s), its best,
+# or the mean of its evaluations in its settling window (the last quarter of its budget)
+AT = {"final": "final", "max": "best", "window": "last-quarter mean"}
 SUMMARY = "summary.csv"
 NORM_ERROR = "norm_error.csv"  # per run: step, layer, mean_error, var_error (fednorm.fl.train)
 
@@ -186,10 +190,13 @@ def run_values(df: pd.DataFrame, keys: Sequence[str] = (), *, y: str = "test_acc
 
     ``per`` names the columns that tell one series of evaluation points from another: a run
     (``run_id``), or a run and a layer in a frame of :func:`load_norm_error`. ``value`` is, of
-    the series' non-NaN ``y`` ordered by step, the mean of the last ``last`` (``at="final"``)
-    or the largest (``at="max"``); NaN for a diverged run (its status is ``diverged``) and for
-    a series without any ``y``. Raises ValueError for an unknown ``at``, ``last`` < 1, a
-    missing column, or a key that varies within a series.
+    the series' non-NaN ``y`` ordered by step, the mean of the last ``last`` (``at="final"``),
+    the largest (``at="max"``), or the mean over its settling window (``at="window"``: the
+    points :func:`window_points` picks, each run's last quarter of its budget after its last
+    lr drop, at least its last 2 points after the drop; a series with a single point after
+    the drop: that point; ``last`` is not used); NaN for a diverged run (its status is
+    ``diverged``) and for a series without any ``y``. Raises ValueError for an unknown
+    ``at``, ``last`` < 1, a missing column, or a key that varies within a series.
     """
     if at not in AT:
         raise ValueError(f"at has value {at!r}; allowed: one of {list(AT)}")
@@ -207,7 +214,11 @@ def run_values(df: pd.DataFrame, keys: Sequence[str] = (), *, y: str = "test_acc
     runs["diverged"] = series["status"].agg(lambda s: s.eq("diverged").any()).astype(bool)
     measured = df.dropna(subset=[y]).sort_values("step", kind="stable")
     measured = measured.groupby(per, dropna=False)[y]
-    value = measured.agg(lambda s: s.tail(last).mean()) if at == "final" else measured.max()
+    if at == "window":
+        points = window_points(df, y, per=per)
+        value = points.groupby(per, dropna=False)[y].mean().combine_first(measured.last())
+    else:
+        value = measured.agg(lambda s: s.tail(last).mean()) if at == "final" else measured.max()
     runs["value"] = value.reindex(runs.index).where(~runs["diverged"])
     return runs.reset_index()
 
@@ -289,25 +300,29 @@ def last_drop(rows: pd.DataFrame) -> pd.Series:
                       for v, e in zip(marks, ends, strict=True)], index=ends.index)
 
 
-def window_points(df: pd.DataFrame, y: str, part: float = LAST_PART) -> pd.DataFrame:
+def window_points(df: pd.DataFrame, y: str, part: float = LAST_PART,
+                  per: Sequence[str] = ("run_id",)) -> pd.DataFrame:
     """The rows of ``df``'s non-diverged runs, with a ``y``, in each run's settling window.
 
     A run's window ends at its last evaluated step (``end``) and starts at (1 − ``part``) x end
     and after its last lr milestone m < end: the evaluation at step m follows steps 0 ... m − 1,
     all at the old rate (RunConfig.lr_at: step ≥ m takes the new one), so the window takes
     only points after m, and the jump a drop makes is never inside it. A run with fewer than
-    2 points there keeps its last 2 after m; one with fewer, none.
+    2 points there keeps its last 2 after m; one with fewer, none. ``per``: the columns of one
+    series of points (a run; a run and a layer: see :func:`run_values`), each windowed alone.
     """
+    per = list(per)
     dead = df["run_id"].isin(df.loc[df["status"].eq("diverged"), "run_id"])
     rows = df[df[y].notna() & ~dead]
-    end = rows.groupby("run_id")["step"].transform("max")
+    series = [rows[c] for c in per]
+    end = rows.groupby(series, dropna=False)["step"].transform("max")
     drop = last_drop(rows).reindex(rows["run_id"]).to_numpy()
     after = rows["step"] > drop
     inside = after & (rows["step"] >= (1 - part) * end)
-    from_end = rows["step"].where(after).groupby(rows["run_id"]).rank(ascending=False)
-    enough = inside.groupby(rows["run_id"]).transform("sum") >= 2
+    from_end = rows["step"].where(after).groupby(series, dropna=False).rank(ascending=False)
+    enough = inside.groupby(series, dropna=False).transform("sum") >= 2
     kept = rows[inside.where(enough, from_end <= 2)]
-    return kept[kept.groupby("run_id")["step"].transform("count") >= 2]
+    return kept[kept.groupby(per, dropna=False)["step"].transform("count") >= 2]
 
 
 def trend(points: pd.DataFrame, group: pd.Series, y: str) -> pd.DataFrame:
@@ -346,6 +361,18 @@ def climbing(gain: pd.Series, se: pd.Series, df: pd.Series, floor: float, alpha:
     return p, np.where(tested, rejects, excess > 0)
 
 
+def reach(gain: pd.Series, se: pd.Series, df: pd.Series, alpha: float) -> np.ndarray:
+    """The upper (1 − ``alpha``) bound of a group's gain over one more window of its budget, had
+    it gone on as it went in its last one: gain + t_{1−α, df} x se; where df < 1 or the SE is
+    not finite (no test), the gain itself (as :func:`climbing` decides on it); NaN where the
+    gain is (no slope)."""
+    gain = gain.to_numpy(dtype=float)
+    se, df = se.to_numpy(dtype=float), df.to_numpy(dtype=float)
+    tested = (df >= 1) & np.isfinite(se)
+    margin = stats.t.ppf(1 - alpha, np.where(tested, df, 1)) * np.where(tested, se, 0.0)
+    return gain + margin
+
+
 def settling(df: pd.DataFrame, keys: Sequence[str] = (), *, y: str = "test_accuracy",
              at: str = "final", floor: float = SETTLED_FLOOR, part: float = LAST_PART,
              alpha: float = ALPHA) -> pd.DataFrame:
@@ -358,7 +385,8 @@ def settling(df: pd.DataFrame, keys: Sequence[str] = (), *, y: str = "test_accur
     is what it gains over the window, ``gain_se`` its standard error. It is *climbing* when
     the one-sided t test of that slope (:func:`climbing`; ``p``, ``df`` = N − R − 1) rejects
     H0: gain ≤ ``floor`` (1 point) at α = ``alpha``; ``settled`` = not climbing, i.e. not
-    shown to gain more than the floor (not a proof of a plateau: no equivalence test). The
+    shown to gain more than the floor (not a proof of a plateau: no equivalence test);
+    ``reach`` (:func:`reach`) bounds what it could gain over one more window. The
     test assumes the residuals around a linear trend within the window independent and
     Gaussian, with one variance across the group's runs. Without a test: df < 1 (one run,
     two points) climbs when gain > floor, as a zero SE does; a group without window points
@@ -369,7 +397,7 @@ def settling(df: pd.DataFrame, keys: Sequence[str] = (), *, y: str = "test_accur
     residuals); ``at`` picks the runs' values (:func:`run_values`) behind ``spread`` (their
     std, ddof 1; NaN with one seed) and ``n_seeds`` (their count). A diverged run is left out
     of all of them. Returns ``keys``, ``gain``, ``gain_se``, ``df``, ``p``, ``window``,
-    ``spread``, ``n_seeds`` and ``settled``.
+    ``spread``, ``n_seeds``, ``settled`` and ``reach``.
     """
     keys = list(keys)
     runs = run_values(df, keys, y=y, at=at)
@@ -382,6 +410,7 @@ def settling(df: pd.DataFrame, keys: Sequence[str] = (), *, y: str = "test_accur
     out["gain"], out["gain_se"] = fit["slope"] * fit["window"], fit["se"] * fit["window"]
     out["p"], rising = climbing(out["gain"], out["gain_se"], fit["df"], floor, alpha)
     out = out.assign(df=fit["df"], window=fit["window"], spread=grouped["value"].std(),
-                     n_seeds=grouped["value"].count(), settled=~rising)
+                     n_seeds=grouped["value"].count(), settled=~rising,
+                     reach=reach(out["gain"], out["gain_se"], fit["df"], alpha))
     return out[[*keys, "gain", "gain_se", "df", "p", "window", "spread", "n_seeds",
-                "settled"]].reset_index(drop=True)
+                "settled", "reach"]].reset_index(drop=True)

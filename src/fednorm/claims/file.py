@@ -1,8 +1,10 @@
 """A claims file read and checked, both ledgers at once, and the files the ledgers write.
 
-The file's sections: ``recipes`` and ``claims``, the numeric claims
-(:mod:`fednorm.claims.numbers`), and ``qualitative``, the claims in words
-(:mod:`fednorm.claims.words`).
+The file's sections: ``estimand``, the value of a run that both ledgers judge where a claim
+names no ``at`` (:func:`fednorm.claims.numbers.parse_estimand`; ``window`` in
+config/claims.yaml: the mean over the last quarter of the budget), ``recipes`` and
+``claims``, the numeric claims (:mod:`fednorm.claims.numbers`), and ``qualitative``, the
+claims in words (:mod:`fednorm.claims.words`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fednorm.claims.numbers import Claim, parse_claims
+from fednorm.claims.numbers import Claim, parse_claims, parse_estimand
 from fednorm.claims.words import Words, parse_words
 from fednorm.claims.words import check_plan as check_words
 from fednorm.config import ConfigError, fail
@@ -55,7 +57,8 @@ def load_claims(path: str, plan: Plan | None = None) -> Claims:
                    "config/claims.yaml) or null")
     where = f"claims file {path}"
     spec = read_yaml(path, "claims file")
-    claims = Claims(parse_claims(spec, where=where), parse_words(spec.get("qualitative")))
+    numbers = parse_claims(spec, where=where)  # the sections and the estimand checked first
+    claims = Claims(numbers, parse_words(spec.get("qualitative"), parse_estimand(spec, where)))
     if plan is not None:
         check_plan(claims, plan)
     return claims

@@ -4,6 +4,8 @@ A claims file (the config's ``claims:``, e.g. ``config/claims.yaml``) has two se
 numeric claims (this module) and one of claims in words, ``qualitative:``
 (:mod:`fednorm.claims.words`: relations between groups of runs, judged with the seed noise)::
 
+    estimand: window           # optional: a run's value where a claim names no ``at`` (both
+                               # ledgers; default final), stated before the runs
     recipes:                   # named settings that claims share (a paper's scale and recipe)
       fbn_paper: {dataset: cifar10, model: fbn_cnn, width: 64, steps: 3000, ...}
     claims:
@@ -13,7 +15,9 @@ numeric claims (this module) and one of claims in words, ``qualitative:``
         recipe: fbn_paper               # optional: its keys, under the claim's own setting
         setting: {normalizer: bn, partition: gamma, heterogeneity: 0.01}
         metric: test_accuracy           # a summary metric (default test_accuracy)
-        at: final                       # final: the last evaluation point; max: the best one
+        at: final                       # optional: final (the last evaluation point), max
+                                        # (the best one), window (the mean over the last
+                                        # quarter); default: the file's ``estimand``
         value: 40                       # the paper's number (in % for an accuracy)
         spread: null                    # its ± when the paper gives one
         tolerance: 2                    # optional: points within which a number reproduces
@@ -26,7 +30,8 @@ claim, the key, the value and what is allowed. A run *matches* a claim when it e
 setting on every key the setting names (budgets resolved to ``steps``, ``lr_milestones``).
 
 Ours is the mean ± std (over seeds) of the matching runs' value ``at`` their final (or best)
-evaluation point in ``results/summary.csv``. Verdicts:
+evaluation point, or their mean over the last quarter of the budget (``window``:
+:func:`fednorm.results.run_values`), in ``results/summary.csv``. Verdicts:
 
 - ``reproduced``: no seed diverged and |ours − paper| ≤ max(tolerance, √(σ_paper² + σ_ours²));
 - ``differs``: otherwise; a diverged seed (status ``diverged``) is left out of the mean, as in
@@ -78,7 +83,8 @@ SCALE_KEYS = ("dataset", "n_train", "n_test", "image_size", "synthetic_separatio
 TOLERANCE = 2.0  # points (of the metric as shown: % for an accuracy) within which ours agrees
 REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN = "reproduced", "differs", "not comparable", "not run"
 VERDICTS = (REPRODUCED, DIFFERS, NOT_COMPARABLE, NOT_RUN)
-SECTIONS = ("recipes", "claims", "qualitative")  # a claims file's keys
+SECTIONS = ("estimand", "recipes", "claims", "qualitative")  # a claims file's keys
+ESTIMAND = "final"  # a run's value where neither the claim (``at``) nor the file names one
 _REQUIRED = ("id", "paper", "source", "setting", "value")
 _OPTIONAL = {"recipe": None, "metric": "test_accuracy", "at": "final", "spread": None,
              "tolerance": TOLERANCE, "note": ""}
@@ -117,8 +123,16 @@ def _resolved(where: str, values: Mapping[str, Any]) -> Pairs:
     return tuple((key, columns[key]) for key in resolve_budget(values, where))
 
 
-def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int) -> Claim:
-    """One entry of ``claims``, checked; errors name the claim's id (or its index)."""
+def parse_estimand(spec: Mapping[str, Any], where: str = "claims file") -> str:
+    """A claims file's ``estimand`` (a key of fednorm.results.AT; absent: ESTIMAND): the value
+    of a run that its claims, numeric and in words, use where they name no ``at``."""
+    return check(where, "estimand", spec.get("estimand", ESTIMAND), OneOf(tuple(AT)))
+
+
+def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int,
+                at: str = ESTIMAND) -> Claim:
+    """One entry of ``claims``, checked, its ``at`` ``at`` unless it names one; errors name the
+    claim's id (or its index)."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"claims[{index}]: expected a mapping of claim keys, got {spec!r}")
     named = isinstance(spec.get("id"), str) and spec["id"]
@@ -130,7 +144,7 @@ def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int)
     missing = [k for k in _REQUIRED if k not in spec]
     if missing:
         raise ConfigError(f"{where}: key '{missing[0]}' is missing; a claim needs {_REQUIRED}")
-    fields = {**_OPTIONAL, **spec}
+    fields = {**_OPTIONAL, "at": at, **spec}
     for key in ("id", "source", "note"):
         if not isinstance(fields[key], str) or (key != "note" and not fields[key]):
             raise fail(where, key, fields[key], "a non-empty text" if key != "note" else "text")
@@ -160,14 +174,16 @@ def parse_claim(spec: Any, recipes: Mapping[str, Mapping[str, Any]], index: int)
 
 
 def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
-    """A claims file's numeric claims (``recipes``, ``claims``) checked, in file order (its
-    ``qualitative`` section is :func:`fednorm.claims.words.parse_words`')."""
+    """A claims file's numeric claims (``recipes``, ``claims``) checked, in file order, at its
+    ``estimand`` (:func:`parse_estimand`) where a claim names no ``at`` (its ``qualitative``
+    section is :func:`fednorm.claims.words.parse_words`')."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with 'claims' (and 'recipes', "
                           f"'qualitative'), got {spec!r}")
     for key in spec:
         if key not in SECTIONS:
             raise ConfigError(f"{where}: unknown key '{key}'; allowed keys: {list(SECTIONS)}")
+    at = parse_estimand(spec, where)
     recipes = spec.get("recipes") or {}
     if not isinstance(recipes, Mapping) or not all(
             isinstance(r, Mapping) for r in recipes.values()):
@@ -175,7 +191,7 @@ def parse_claims(spec: Any, where: str = "claims file") -> tuple[Claim, ...]:
     entries = spec.get("claims")
     if not isinstance(entries, list) or not entries:
         raise fail(where, "claims", entries, "a non-empty list of claims")
-    claims = tuple(parse_claim(entry, recipes, i) for i, entry in enumerate(entries))
+    claims = tuple(parse_claim(entry, recipes, i, at) for i, entry in enumerate(entries))
     ids = [c.id for c in claims]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
@@ -269,7 +285,7 @@ def _paper_text(value: float, spread: float) -> str:
 
 
 def _metric_text(metric: str, at: str) -> str:
-    return {"final": "final ", "max": "best "}[at] + value_label(metric)
+    return f"{AT[at]} {value_label(metric)}"
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -279,7 +295,8 @@ def markdown(table: pd.DataFrame) -> str:
     lines = [
         "# Claims ledger", "",
         "Each number a paper states beside ours: the mean ± std over seeds of the matching "
-        "runs' final (or best: `at: max`) evaluation point in the summary. **reproduced**: no "
+        "runs' value in the summary (`at`: `final`, the last evaluation point; `max`, the best; "
+        "`window`, the mean over the last quarter of the budget). **reproduced**: no "
         "seed diverged and |ours − paper| ≤ max(tolerance, √(σ_paper² + σ_ours²)) (tolerance: "
         f"{TOLERANCE:g} points unless the claim says); **differs**: otherwise; **not "
         "comparable**: runs of the claim's method exist only at another scale (keys "

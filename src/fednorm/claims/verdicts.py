@@ -19,10 +19,14 @@ in ``within`` and in a trend of three values or more, a diverged run is a seed a
 with no margin at all are judged by the exact sign test, where it can fire (0.5^N ≤ α).
 
 **Settled runs** (:func:`fednorm.results.settling`, a test of the gain over the last quarter of
-the budget): a firm verdict rests on the sides behind having settled (``holds``: the worse
-sides; ``contradicted``: the side the claim says is better; ``within`` that holds and a trend
-of three values or more: every side); where one is still climbing, the unit is
-``inconclusive`` and its detail names the group, its gain and the verdict it would have had.
+the budget), a veto only where it could matter: a side still climbing blocks a firm verdict
+when the gain it could still make in one more window (its ``reach``, the gain's upper
+bound) could move the margin across the verdict's threshold, from the bound of its interval
+(:func:`veto`: ``holds`` rests on the worse sides, ``contradicted`` on the side the claim says
+is better, ``within`` on both; a side ahead that climbs only widens its lead). Blocked, the
+unit is ``inconclusive`` and its detail names the group, its gain, what it could gain and the
+verdict it would have had; not blocked, the detail notes the climb and why it cannot close
+the margin.
 
 **Each method at its own rate**: a claim whose compared groups name a METHOD_KEYS key is judged,
 unit by unit, on the ``tuning`` experiment's runs at each side's ``lr_scale`` chosen on
@@ -48,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import t as student_t
 
 from fednorm.claims.common import ambiguity, config_text, selects
 from fednorm.claims.stats import (
@@ -108,6 +113,7 @@ class Side:
     # every key its method tunes was swept ('' / False: at the common recipe)
     template: str = ""
     tuned: bool = False
+    reach: float = math.nan  # points: the upper bound of its gain over one more window
 
     @property
     def mean(self) -> float:
@@ -248,7 +254,8 @@ def _measured(label: str, picked: pd.DataFrame, claim: Relation, rate: str) -> S
     values["value"] *= 100.0
     settle = settling(slim, y=claim.metric, at=claim.at).iloc[0]
     return Side(label, values.set_index("seed")[["diverged", "value"]], picked,
-                100.0 * float(settle["gain"]), bool(settle["settled"]), rate)
+                100.0 * float(settle["gain"]), bool(settle["settled"]), rate,
+                reach=100.0 * float(settle["reach"]))
 
 
 def compares_methods(claim: Relation) -> bool:
@@ -517,20 +524,67 @@ def _test(unit: Comparison, m: Margins, claim: Relation, rule: Rule, fit: Fit,
                      sesoi=rule.sesoi_of(claim), alpha=alpha)
 
 
-def _behind(verdict: str, unit: Comparison, within: bool) -> list[Side]:
-    """The sides a verdict rests on having settled: those behind. A side ahead that is still
-    climbing only widens its lead; one behind may yet catch up. ``holds``: the worse side
-    (``within``, a trend of three values or more: every side); ``contradicted``: the side the
-    claim says is better (``within``: the lower one); ``inconclusive``: none."""
-    sides = list(unit.sides)
+def _room(verdict: str, test: Test | None, claim: Relation, rule: Rule, alpha: float,
+          k: int) -> tuple[float, float]:
+    """How far (points) the unit's mean margin may fall and rise before its firm ``verdict``
+    would: from the bound of its interval that decides it to the decision's threshold, ≥ 0;
+    inf where a move that way only strengthens it (and for ``inconclusive``). ``holds``:
+    low + slack (``within``: low + δ and δ − high), the (1 − 2α) interval the test gives;
+    ``contradicted``: −slack − sesoi − high (``within``: low − δ or −δ − high), each bound at
+    α / k (α / 2k within), Bonferroni over the claim's ``k`` units, which bounds Holm's step
+    from below, so the room is never overstated. Without a t interval (fewer margins than the
+    test needs: the exact sign test decided) the room is 0 each way a move could undo it."""
+    inf = math.inf
+    if verdict not in (HOLDS, CONTRADICTED):
+        return inf, inf
+    within = claim.kind == "within"
+    if test is None or not (test.df > 0 and math.isfinite(test.se)):
+        if within:
+            return 0.0, 0.0
+        return (0.0, inf) if verdict == HOLDS else (inf, 0.0)
     if verdict == HOLDS:
-        return sides if within or not unit.pair else sides[1:]
-    if verdict == CONTRADICTED:
-        if not unit.pair:
-            return sides
-        alive = [s for s in sides if not math.isnan(s.mean)]
-        return [min(alive, key=lambda s: s.mean)] if within and alive else [sides[0]]
-    return []
+        if within:
+            assert claim.delta is not None
+            return max(test.low + claim.delta, 0.0), max(claim.delta - test.high, 0.0)
+        return max(test.low + claim.slack, 0.0), inf
+    half = float(student_t.ppf(1 - alpha / (k * (2 if within else 1)), test.df)) * test.se
+    low, high = test.estimate - half, test.estimate + half
+    if not within:
+        return inf, max(-claim.slack - rule.sesoi_of(claim) - high, 0.0)
+    assert claim.delta is not None
+    if high < -claim.delta:
+        return inf, -claim.delta - high
+    return (max(low - claim.delta, 0.0), inf) if low > claim.delta else (0.0, 0.0)
+
+
+def veto(verdict: str, unit: Comparison, test: Test | None, claim: Relation, rule: Rule,
+         alpha: float, k: int) -> tuple[bool, str]:
+    """Whether the unit's sides still climbing (settled False) could undo its firm
+    ``verdict``, and the detail that says so. A side with coefficient c that could still gain
+    ``reach`` (its gain's upper bound over one more window, :func:`fednorm.results.reach`) moves
+    the mean margin by c x reach; the climbing sides with c < 0 together could lower it by
+    Σ |c| reach, those with c > 0 raise it by Σ c reach. The verdict is vetoed (the unit
+    ``inconclusive``, needs: budget) when such a move reaches the room that way
+    (:func:`_room`); else it stands and the detail notes the climb. A side ahead that climbs
+    only widens its lead (its room is infinite)."""
+    down_room, up_room = _room(verdict, test, claim, rule, alpha, k)
+    climbing = [(c, s) for c, s in zip(unit.coefs, unit.sides, strict=True)
+                if s.settled is False]
+    found = []
+    for sign, room in ((-1.0, down_room), (1.0, up_room)):
+        movers = [(c, s) for c, s in climbing if c * sign > 0]
+        if movers and math.isfinite(room):
+            move = sum(abs(c) * (s.reach if math.isfinite(s.reach) else math.inf)
+                       for c, s in movers)
+            found.append((move >= room, move, room, ", ".join(s.label for _, s in movers)))
+    if not found:
+        return False, ("the side behind settled" if verdict in (HOLDS, CONTRADICTED)
+                       else "no firm verdict to rest on it")
+    blocks, move, room, labels = max(found, key=lambda f: (f[0], f[1] - f[2]))
+    could = f"{labels} could gain +{move:.1f} in one more window"
+    if blocks:
+        return True, f"else {verdict}: {could}, ≥ the {room:.1f} points its interval has to spare"
+    return False, f"{verdict} stands: {could}, < the {room:.1f} points its interval has to spare"
 
 
 def _values_text(sides: Sequence[Side]) -> str:
@@ -576,7 +630,6 @@ def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
                 fit_of: dict[tuple[Any, ...], Fit], rule: Rule, alpha: float) -> list[Unit]:
     """Every unit of ``claim`` judged: tests of its contrast of its experiment's model
     (:func:`pools`), Holm over the claim's units, then settling."""
-    within = claim.kind == "within"
     tests = [_test(u, m, claim, rule, fit_of.get(u.key, Fit()), alpha) if u.sides else None
              for u, m in units]
     ps = [_ps(m, t, claim, rule, alpha) if u.sides else (1.0, 1.0)
@@ -590,12 +643,11 @@ def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
             continue
         verdict = _verdict(m, p_for, float(p_against), alpha)
         climbing = [s for s in unit.sides if s.settled is False]
-        blocking = [s for s in _behind(verdict, unit, within) if s.settled is False]
+        blocking, why = veto(verdict, unit, test, claim, rule, alpha, len(units))
         unsettled = ""
         if climbing:
             gains = ", ".join(f"{s.label} +{s.gain:.1f}" for s in climbing)
-            unsettled = (f"not settled: {gains} points over the last quarter of the budget; "
-                         + (f"else {verdict}" if blocking else "the side behind settled"))
+            unsettled = f"not settled: {gains} points over the last quarter of the budget; {why}"
         final = INCONCLUSIVE if blocking else verdict
         needs = "budget" if blocking else "seeds" if final == INCONCLUSIVE else ""
         if final == CONTRADICTED and claim.own_method and compares_methods(claim) and (

@@ -26,7 +26,9 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
           for_each: split                    # optional: the relation holds at each value
                                              # (a list of columns: at each combination)
           metric: test_accuracy              # optional, a summary metric (the default)
-          at: final                          # optional: final | max (the best point)
+          at: final                          # optional: final | max (the best point) |
+                                             # window (the mean over the last quarter);
+                                             # default: the file's ``estimand``
           sesoi: 2                           # optional: this claim's smallest effect
           note: ""                           # optional
 
@@ -202,8 +204,9 @@ def _experiments(where: str, value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def parse_relation(spec: Any, index: int) -> Relation:
-    """One entry of ``qualitative.claims``, checked; errors name the claim's id (or index)."""
+def parse_relation(spec: Any, index: int, at: str = "final") -> Relation:
+    """One entry of ``qualitative.claims``, checked, its ``at`` ``at`` unless it names one (the
+    claims file's ``estimand``); errors name the claim's id (or index)."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{SECTION}.claims[{index}]: expected a mapping of claim keys, got "
                           f"{spec!r}")
@@ -228,7 +231,7 @@ def parse_relation(spec: Any, index: int) -> Relation:
     if absent:
         raise ConfigError(f"{where}: key '{absent[0]}' is missing; relation '{kind}' needs "
                           f"{list(_KIND_KEYS[kind])}")
-    f = {**_OPTIONAL, **spec}
+    f = {**_OPTIONAL, "at": at, **spec}
     others = f.get("others", [])
     if kind == "best" and (not isinstance(others, list) or not others):
         raise fail(where, "others", others, "a non-empty list of groups (mappings)")
@@ -257,8 +260,10 @@ def parse_relation(spec: Any, index: int) -> Relation:
     )
 
 
-def parse_words(spec: Any) -> Words:
-    """The ``qualitative`` section (None: no qualitative claims), checked."""
+def parse_words(spec: Any, at: str = "final") -> Words:
+    """The ``qualitative`` section (None: no qualitative claims), checked; ``at``: the value of
+    a run where a claim names none (the claims file's ``estimand``,
+    :func:`fednorm.claims.numbers.parse_estimand`)."""
     if spec is None:
         return Words()
     if not isinstance(spec, Mapping):
@@ -276,7 +281,7 @@ def parse_words(spec: Any) -> Words:
     entries = spec.get("claims")
     if not isinstance(entries, list) or not entries:
         raise fail(SECTION, "claims", entries, "a non-empty list of claims")
-    claims = tuple(parse_relation(entry, i) for i, entry in enumerate(entries))
+    claims = tuple(parse_relation(entry, i, at) for i, entry in enumerate(entries))
     ids = [c.id for c in claims]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
