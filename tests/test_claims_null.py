@@ -5,8 +5,19 @@ near α, and a real effect is firm on its labels but not on permuted ones."""
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
-from fednorm.claims.null import NULL_COLUMNS, blocks, null_lines, null_shares, permuted
+from fednorm.claims.null import (
+    NULL_COLUMNS,
+    VERDICT,
+    blocks,
+    donors,
+    null_codes,
+    null_interval,
+    null_lines,
+    null_shares,
+    permuted,
+)
 from fednorm.claims.words import CONTRADICTED, HOLDS, INCONCLUSIVE, NOT_RUN, parse_words
 from fednorm.claims.words_ledger import words_ledger
 from fednorm.config import run_config
@@ -195,3 +206,109 @@ def test_the_null_line_states_the_alpha_it_is_given(alpha):
                          "firm_share": [0.0]})
     assert f"0 firm verdicts of 4 judged, 0.0%, against α = {alpha:g}." in null_lines(
         null, alpha)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The vectorized null against the ledger judged again on permuted summaries.
+
+
+def _varied_summary(rng):
+    """One experiment 'e', 4 seeds: six methods at heterogeneity 0 and naive BN also at 0.5 and
+    1; trajectories of 4 points, some flat, some climbing (naive BN at heterogeneity 0 always:
+    FBN's 4-point lead over it is vetoed on the real labels), two runs diverged; FixBN with an
+    lr drop at step 25 (its window starts after it)."""
+    runs = []
+    settings = [({"normalizer": m}, 60.0 + 4 * i) for i, m in enumerate(METHODS)]
+    settings += [({"normalizer": "bn", "heterogeneity": h}, 55.0 + 10 * h) for h in (0.5, 1.0)]
+    for keys, level in settings:
+        for seed in range(4):
+            extra = ({"lr": [0.1, 0.01], "lr_milestones": [25]}
+                     if keys["normalizer"] == "fixbn" else {})
+            climb = 4.0 if keys == {"normalizer": "bn"} else rng.choice([0.0, 0.5, 4.0])
+            final = rng.normal(level, 1.0)
+            points = [(step, final - climb * (40 - step) / 10 + rng.normal(0, 0.3))
+                      for step in (10, 20, 30, 40)]
+            dead = (keys["normalizer"], seed) in {("gn", 1), ("ln", 3)}
+            runs.append(_rows({**keys, **extra, "seed": seed}, "e", points,
+                              "diverged" if dead else "ok"))
+    return _frame(runs)
+
+
+def _varied_words():
+    base = {"paper": "fbn", "source": "§4", "words": "w", "experiment": "e"}
+    claims = [
+        {"id": "greater", "relation": "greater", "a": {"normalizer": "fixbn"},
+         "b": {"normalizer": "bn"}, "where": {"heterogeneity": 0}},
+        {"id": "veto", "relation": "greater", "a": {"normalizer": "fbn"},
+         "b": {"normalizer": "bn"}, "where": {"heterogeneity": 0}},
+        {"id": "diverged", "relation": "greater", "a": {"normalizer": "gn"},
+         "b": {"normalizer": "ln"}},
+        {"id": "window", "relation": "greater", "a": {"normalizer": "in"},
+         "b": {"normalizer": "fbn"}, "at": "window"},
+        {"id": "near", "relation": "within", "delta": 3, "a": {"normalizer": "gn"},
+         "b": {"normalizer": "fbn"}},
+        {"id": "best", "relation": "best", "a": {"normalizer": "fixbn"},
+         "others": [{"normalizer": "in"}, {"normalizer": "ln"}, {"normalizer": "fbn"}]},
+        {"id": "trend", "relation": "trend", "where": {"normalizer": "bn"},
+         "over": "heterogeneity", "direction": "increasing"},
+        {"id": "absent", "relation": "greater", "a": {"normalizer": "gn_ws"},
+         "b": {"normalizer": "bn"}},
+    ]
+    return parse_words({"tuning": None, "claims": [{**base, **c} for c in claims]})
+
+
+@pytest.mark.parametrize("looks", [1, 2])
+def test_the_vectorized_null_gives_the_ledgers_verdicts_on_each_permutation(looks):
+    """Each permutation's verdicts, claim by claim, equal the ledger judged again on the
+    permuted summary (the slow path): margins, diverged seeds for and against, Holm, the
+    settled veto with windows after an lr drop, trends, near-equalities and a claim not run;
+    on 12 permutations of two draws of data, and the real labels (the identity)."""
+    words = _varied_words()
+    firm = 0
+    vetoed = 0
+    for data_seed in (0, 1):
+        summary = _varied_summary(np.random.default_rng(data_seed))
+        identity = pd.Series(sorted(summary["run_id"].unique()),
+                             index=sorted(summary["run_id"].unique()))
+        draws = [identity] + [donors(summary, np.random.default_rng(s)) for s in range(6)]
+        codes = null_codes(words, summary, draws, looks)
+        for draw, row in zip(draws, codes, strict=True):
+            frame = summary if draw is identity else _apply(summary, draw)
+            ledger = words_ledger(words, frame, looks)
+            slow = ledger["verdict"].tolist()
+            assert [VERDICT[c] for c in row] == slow
+            firm += sum(v in (HOLDS, CONTRADICTED) for v in slow)
+            vetoed += int(ledger["detail"].str.contains("else ").sum())
+    # the comparison saw firm verdicts and vetoed ones, not only inconclusive ones
+    assert firm > 0 and vetoed > 0
+
+
+def _apply(summary, draw):
+    """The slow path's summary for one draw (the permuted() construction, for a given draw)."""
+    moving = [c for c in SUMMARY_METRICS if c in summary.columns]
+    fixed = [c for c in summary.columns if c not in moving]
+    trajectories = {r: rows[moving] for r, rows in summary.groupby("run_id", sort=False)}
+    configs = summary.groupby("run_id", sort=False)[[c for c in fixed if c != "run_id"]].first()
+    parts = []
+    for run, donor in draw.items():
+        rows = trajectories[donor].reset_index(drop=True)
+        parts.append(pd.concat([configs.loc[[run] * len(rows)].reset_index(names="run_id"),
+                                rows], axis=1))
+    return pd.concat(parts, ignore_index=True)[list(summary.columns)]
+
+
+def test_permuted_is_the_draw_of_donors():
+    summary = _blocked_summary()
+    draw = donors(summary, np.random.default_rng(3))
+    pd.testing.assert_frame_equal(permuted(summary, np.random.default_rng(3)),
+                                  _apply(summary, draw))
+
+
+def test_the_interval_is_a_t_interval_over_the_permutations():
+    shares = np.array([0.0, 0.02, 0.04, 0.01, 0.03])
+    null = pd.DataFrame({"permutation": range(5), "judged": 50, "holds": 0,
+                         "contradicted": (shares * 50).astype(int), "firm_share": shares})
+    share, low, high = null_interval(null)
+    half = stats.t.ppf(0.975, 4) * shares.std(ddof=1) / np.sqrt(5)
+    assert share == pytest.approx(0.02) and (low, high) == pytest.approx((0.02 - half,
+                                                                          0.02 + half))
