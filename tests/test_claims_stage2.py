@@ -397,6 +397,26 @@ def test_the_plan_is_the_same_whatever_the_clock_measured(table, tmp_path):
     assert (record["seconds"], record["first_seconds"]) == (12, 8)
 
 
+def test_a_claim_two_more_seeds_cannot_decide_is_not_bought(table):
+    """'edge': |FBN − BN| ≤ 5 on the one-seed grid, whose margin is +5 exactly (the ledger's
+    median seed sd 1.5): its chances after two more seeds are under MIN_POWER (holds needs the
+    mean inside ±(5 − 2.8), contradicted outside ±(5 + 3.6)), so with all the time in the world
+    the stage buys the contradiction's recheck alone; 'thin' on the same runs (+5 against 0:
+    holds with 0.97) buys them."""
+    edge = {"id": "edge", "paper": "fixbn", "source": "§4", "words": "about equal",
+            "experiment": "one", "relation": "within", "delta": 5.0,
+            "a": {"normalizer": "fbn"}, "b": {"normalizer": "bn"}}
+    plan = load_plan({**STAGED, "stage2": {**STAGED["stage2"], "step_costs": table,
+                                           "share": 16.0}})
+    summary = _summary(plan, _accuracy)
+    for claims, seeded in (([edge], False), ([edge, _claim("thin", "one", "fbn", "bn")], True)):
+        words = parse_words({"tuning": None, "claims": [
+            *claims, _claim("against", "many", "fbn", "bn")]})
+        record = stage2_record(words, summary, plan)
+        why = {w for e in record["runs"] for w in e["why"]}
+        assert why == {"recheck: against"} | ({"seeds: thin"} if seeded else set())
+
+
 def test_the_jobs_do_not_follow_the_order_the_bundles_come_in():
     """Three bundles of equal cost into two jobs: ties go by bundle id, whatever the order of
     ``packed`` (the order requests were granted in)."""
