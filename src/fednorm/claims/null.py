@@ -12,10 +12,12 @@ claims estimates the ledger's error rate under the null, which the rule keeps ne
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from fednorm.claims.words import CONTRADICTED, HOLDS, NOT_RUN, Words
 from fednorm.claims.words_ledger import words_ledger
@@ -95,3 +97,38 @@ def null_lines(null: pd.DataFrame, alpha: float, real: Sequence[str] = ()) -> li
     return [f"**The ledger's own null** ({len(null)} permutations of the runs' trajectories "
             f"within experiment block and seed, claims_null.csv): {firm} firm verdicts of "
             f"{judged} judged, {firm / max(judged, 1):.1%}, against α = {alpha:g}{real_text}."]
+
+
+def expected_false(null: pd.DataFrame, judged: int, level: float = 0.95
+                   ) -> tuple[float, float, float]:
+    """The firm verdicts expected false among ``judged`` claims, and its ``level`` interval:
+    the null's firm share (its firm verdicts over its judged claims, every permutation
+    together) times ``judged``, the interval Clopper–Pearson's on that share
+    (``scipy.stats.binomtest``). It is the expected count were every claim null, with the
+    ledger's own dependence and rule (a bound on the expected false ones: a true claim adds
+    no false verdict), the π0 = 1 estimate of Benjamini–Hochberg's and Storey's. Its interval
+    treats the permutations' claims as independent draws, which they are not (claims share
+    runs): it is the narrowest the counts allow."""
+    firm = int(null["holds"].sum() + null["contradicted"].sum())
+    total = int(null["judged"].sum())
+    if not total:
+        return math.nan, math.nan, math.nan
+    interval = stats.binomtest(firm, total).proportion_ci(level, method="exact")
+    return judged * firm / total, judged * interval.low, judged * interval.high
+
+
+def expected_false_lines(null: pd.DataFrame, table: pd.DataFrame, alpha: float) -> list[str]:
+    """A markdown line under the null's: the ledger's firm verdicts, those expected false
+    (:func:`expected_false`), and the firm verdicts whose Benjamini–Yekutieli q is at most
+    ``alpha`` (``table``: the ledger, its ``verdict`` and ``q_by``)."""
+    if null.empty or table.empty:
+        return []
+    verdicts = table["verdict"]
+    judged = int((verdicts != NOT_RUN).sum())
+    firm = verdicts.isin([HOLDS, CONTRADICTED])
+    mean, low, high = expected_false(null, judged)
+    by = int((firm & (table["q_by"].astype(float) <= alpha)).sum())
+    return [f"**Expected false**: of the {int(firm.sum())} firm verdicts of {judged} judged, "
+            f"{mean:.1f} expected false under the ledger's null (its firm share × {judged}; "
+            f"95 % interval {low:.1f}–{high:.1f}); {by} firm with a Benjamini–Yekutieli q ≤ "
+            f"{alpha:g}."]
