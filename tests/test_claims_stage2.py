@@ -25,9 +25,11 @@ from fednorm.claims.stage2 import (
     job_bundles,
     purchases,
     stage2_record,
+    unit_chances,
     write_record,
 )
 from fednorm.claims.stats import Pool, equivalence_test, sign_test
+from fednorm.claims.verdicts import Unit
 from fednorm.claims.words import HOLDS, parse_words
 from fednorm.claims.words_ledger import staged_ledger
 from fednorm.config import RunConfig, run_config
@@ -240,6 +242,25 @@ def test_the_chances_match_the_verdicts_own_tests_on_simulated_seeds(kind):
                        delta=delta if within else None)
     for g, w in zip(got, hits / DRAWS, strict=True):
         assert abs(g - w) <= 4 * np.sqrt(max(w * (1 - w), 1 / DRAWS) / DRAWS), (got, w)
+
+
+def test_a_unit_of_diverged_runs_alone_is_decided_only_by_a_unanimous_record():
+    """A seed against (its better side diverged) and no margin: k more seeds decide it only
+    where all n + k pointing one way give p ≤ α / 2 (k = 5: 1/64; k = 2: 1/8, never), with the
+    chance that all k new ones point that way too, under a flat prior on that chance (the
+    beta-binomial's); a paper's own method contradicted only with its recheck."""
+    words = parse_words({"claims": [_claim("c", "e", "fbn", "bn", paper="fixbn")]})
+    claim = words.claims[0]
+    own = parse_words({"claims": [_claim("c", "e", "fbn", "bn", paper="fbn")]}).claims[0]
+    unit = Unit("", "inconclusive", n_against=1, needs="seeds")
+    laplace = stats.betabinom.pmf(5, 5, 1 + 1, 1)  # 5 of 5 after 1 of 1
+    assert unit_chances(unit, claim, words.rule, 5, 1, np.nan, False) == (
+        0.0, pytest.approx(laplace))
+    assert unit_chances(unit, claim, words.rule, 2, 1, np.nan, True) == (0.0, 0.0)
+    assert unit_chances(unit, own, words.rule, 5, 1, np.nan, False) == (0.0, 0.0)
+    for_it = Unit("", "inconclusive", n_for=2, needs="seeds")
+    assert unit_chances(for_it, claim, words.rule, 5, 1, np.nan, False) == (
+        pytest.approx(stats.betabinom.pmf(5, 5, 2 + 1, 1)), 0.0)
 
 
 def test_a_near_equality_whose_interval_cannot_fit_in_its_band_has_no_chance_to_hold():

@@ -212,17 +212,17 @@ def unit_chances(unit: Unit, claim: Relation, rule: Rule, k: int, units: int, sc
     and then only that way."""
     test = unit.test
     if test is None or math.isnan(test.estimate):
-        return _counted(unit, claim, rule, k)
-    n = test.n
-    if n + k < rule.min_seeds:
+        holds, against = _counted(unit, claim, rule, k)
+    elif test.n + k < rule.min_seeds:
         return 0.0, 0.0
-    se, df = test.se, test.df
-    if not (se > 0 and math.isfinite(se)):
-        se, df = scale / math.sqrt(n), float(n + k - 2)
-    within = claim.kind == "within"
-    holds, against = firm_chances(test.estimate, se, n, df, k, rule.alpha / LOOKS,
-                                  slack=claim.slack, sesoi=rule.sesoi_of(claim),
-                                  delta=claim.delta if within else None, units=units)
+    else:
+        se, df = test.se, test.df
+        if not (se > 0 and math.isfinite(se)):
+            se, df = scale / math.sqrt(test.n), float(test.n + k - 2)
+        within = claim.kind == "within"
+        holds, against = firm_chances(test.estimate, se, test.n, df, k, rule.alpha / LOOKS,
+                                      slack=claim.slack, sesoi=rule.sesoi_of(claim),
+                                      delta=claim.delta if within else None, units=units)
     untuned = claim.own_method and compares_methods(claim)
     if unit.n_against:
         holds = 0.0
@@ -241,8 +241,8 @@ def _counted(unit: Unit, claim: Relation, rule: Rule, k: int) -> tuple[float, fl
     if sign_count(n + k, 0)[0] > rule.alpha / LOOKS:
         return 0.0, 0.0
     stays = (n + 1) / (n + k + 1)
-    holds = stays if not unit.n_against and claim.kind != "within" else 0.0
-    return holds, stays if not unit.n_for and not claim.own_method else 0.0
+    return (stays if not unit.n_against and claim.kind != "within" else 0.0,
+            stays if not unit.n_for else 0.0)
 
 
 def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
