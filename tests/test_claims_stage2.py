@@ -248,7 +248,8 @@ def test_a_unit_of_diverged_runs_alone_is_decided_only_by_a_unanimous_record():
     """A seed against (its better side diverged) and no margin: k more seeds decide it only
     where all n + k pointing one way give p ≤ α / 2 (k = 5: 1/64; k = 2: 1/8, never), with the
     chance that all k new ones point that way too, under a flat prior on that chance (the
-    beta-binomial's); a paper's own method contradicted only with its recheck."""
+    beta-binomial's); a paper's own method against another contradicted only at its tuned
+    values and with its recheck."""
     words = parse_words({"claims": [_claim("c", "e", "fbn", "bn", paper="fixbn")]})
     claim = words.claims[0]
     own = parse_words({"claims": [_claim("c", "e", "fbn", "bn", paper="fbn")]}).claims[0]
@@ -257,7 +258,10 @@ def test_a_unit_of_diverged_runs_alone_is_decided_only_by_a_unanimous_record():
     assert unit_chances(unit, claim, words.rule, 5, 1, np.nan, False) == (
         0.0, pytest.approx(laplace))
     assert unit_chances(unit, claim, words.rule, 2, 1, np.nan, True) == (0.0, 0.0)
-    assert unit_chances(unit, own, words.rule, 5, 1, np.nan, False) == (0.0, 0.0)
+    assert unit_chances(unit, own, words.rule, 5, 1, np.nan, True) == (0.0, 0.0)  # untuned
+    assert unit_chances(unit, own, words.rule, 5, 1, np.nan, False, tuned=True) == (0.0, 0.0)
+    assert unit_chances(unit, own, words.rule, 5, 1, np.nan, True, tuned=True) == (
+        0.0, pytest.approx(laplace))
     for_it = Unit("", "inconclusive", n_for=2, needs="seeds")
     assert unit_chances(for_it, claim, words.rule, 5, 1, np.nan, False) == (
         pytest.approx(stats.betabinom.pmf(5, 5, 2 + 1, 1)), 0.0)

@@ -199,11 +199,11 @@ def firm_chances(estimate: float, se: float, n: int, df: float, k: int, alpha: f
 
 
 def unit_chances(unit: Unit, claim: Relation, rule: Rule, k: int, units: int, scale: float,
-                 recheck: bool) -> tuple[float, float]:
+                 recheck: bool, tuned: bool = False) -> tuple[float, float]:
     """(P holds, P contradicted) of an undecided unit after ``k`` more seeds
     (:func:`firm_chances` at α / LOOKS), 0 for a verdict it cannot reach: holds with a seed
     against it (a diverged run), contradicted with one for it, under ``min_seeds`` seeds with a
-    margin, a contradiction of a paper's own method against another at values not tuned
+    margin, a contradiction of a paper's own method against another at values not ``tuned``
     (fednorm.claims.verdicts) or one without its ``recheck`` at twice the budget
     (fednorm.claims.words_ledger.budget_checked). A unit whose experiment has no variance to
     lend (a one-seed grid: no standard error) takes ``scale``, the ledger's median per-seed
@@ -223,7 +223,7 @@ def unit_chances(unit: Unit, claim: Relation, rule: Rule, k: int, units: int, sc
         holds, against = firm_chances(test.estimate, se, test.n, df, k, rule.alpha / LOOKS,
                                       slack=claim.slack, sesoi=rule.sesoi_of(claim),
                                       delta=claim.delta if within else None, units=units)
-    untuned = claim.own_method and compares_methods(claim)
+    untuned = claim.own_method and compares_methods(claim) and not tuned
     if unit.n_against:
         holds = 0.0
     if unit.n_for or untuned or (claim.own_method and not recheck):
@@ -278,7 +278,8 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
                     runs += _doubled(comparison, plan, spec) + _seeded(
                         comparison, plan, spec, spec.budget)
                 holds, against = unit_chances(unit, j.claim, words.rule, len(spec.seeds),
-                                              len(j.units), scale, kind == "seeds+recheck")
+                                              len(j.units), scale, kind == "seeds+recheck",
+                                              comparison.tuned)
                 mine.append((unit, Request(kind, j.claim.id, unit.label, runs, holds,
                                            against)))
         asked = {id(u) for u, _ in mine}
