@@ -130,16 +130,27 @@ def test_rechecks_first_then_claims_by_their_chance_per_second_own_one_seed_clai
     both = _request("seeds+recheck", 4, 5, 6, claim="both", against=0.6)
     hopeless = _request("seeds", 13, claim="hopeless", holds=0.05, against=0.05)
     own = _request("seeds", 14, 15, 16, claim="own", holds=0.3, first=True)
-    budget, recheck = _request("budget", 7, 8), _request("recheck", 9, 10, 11, 12)
+    budget, recheck = _request("budget", 7, 8, holds=1.0), _request("recheck", 9, 10, 11, 12)
     every = [sure, hopeless, cheap, both, budget, recheck, own]
     out = granted(every, 1e9, (), _measured(*every))
     assert out == [budget, recheck, own, cheap, sure, both]
 
 
+def test_a_wait_on_budget_is_bought_only_where_the_doubled_runs_can_make_its_claim_firm():
+    """'alone' (every unit of its claim waits: the doubled runs judge all of it) and 'leaning'
+    (its unit would be contradicted) are bought; 'among' (a unit that would hold, beside units
+    that have no doubled runs: 'not run' at twice the budget) is not, whatever the time."""
+    alone = _request("budget", 1, claim="alone", holds=1.0)
+    among = _request("budget", 2, claim="among", holds=1.0, others=0.0)
+    leaning = _request("budget", 3, claim="leaning", against=1.0, others=0.0)
+    assert granted([alone, among, leaning], 1e9, (), _measured(alone, among, leaning)) == [
+        alone, leaning]
+
+
 def test_a_request_that_does_not_fit_is_skipped_and_a_cheaper_one_still_granted():
     """3 s: the budget's 2, then the recheck's 3 would exceed it; a 1-s claim fits, then the
     stage is full: a second 1-s claim would not fit."""
-    recheck, budget = _request("recheck", 1, 2, 3), _request("budget", 4, 5)
+    recheck, budget = _request("recheck", 1, 2, 3), _request("budget", 4, 5, holds=1.0)
     one = _request("seeds", 6, claim="one", holds=0.9)
     other = _request("seeds", 7, claim="other", holds=0.8)
     measured = _measured(recheck, budget, one, other)

@@ -11,7 +11,8 @@ and each unit of a claim without a firm verdict, or with a contradiction, asks f
 - any other ``inconclusive`` unit (``needs`` seeds: its interval straddles the decision, or it
   has fewer seeds than a verdict needs): its sides' settings on the ``seeds`` of ``stage2``.
 
-Requests are granted rechecks and waits on budget first, cheapest first; then more seeds (with
+Requests are granted rechecks and waits on budget first (a claim's waits together, where its
+doubled runs can make its verdict firm), cheapest first; then more seeds (with
 their recheck or not), a claim's units together, by **conditional power per second**: the
 chance that the claim is firm at the second look (:func:`firm_chances`, the predictive power of
 each unit from its first-look estimate, standard error and degrees of freedom;
@@ -99,12 +100,11 @@ class Request:
         return sum(priced[a.copies] * a.factor for a in self.runs if a.cfg.run_id not in known)
 
 
-# what is granted first: a contradiction's recheck and a wait on a climbing side (each a verdict
-# that the first stage nearly made), cheapest first; then more seeds, a claim's units together,
-# by the chance of a firm verdict per modelled second. A unit at tuned values is judged on fresh
-# seeds alone: those ('fresh', with their recheck where the tuning seeds lean to a
-# contradiction) are part of the design, granted outside the share.
-FIRST = ("recheck", "budget")
+# what is granted first: a contradiction's recheck and a wait on a climbing side that can make
+# its claim firm (each a verdict that the first stage nearly made), cheapest first; then more
+# seeds, a claim's units together, by the chance of a firm verdict per modelled second. A unit
+# at tuned values is judged on fresh seeds alone: those ('fresh', with their recheck where the
+# tuning seeds lean to a contradiction) are part of the design, granted outside the share.
 SEEDS = ("seeds", "seeds+recheck")
 FRESH = ("fresh", "fresh+recheck")
 # a claim whose chance of a firm verdict at the second look is under this is not bought. In
@@ -256,7 +256,7 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
     out = []
     for j in judged:
         sesoi = words.rule.sesoi_of(j.claim)
-        mine = []
+        mine, waits = [], []
         for unit, comparison in zip(j.units, compared[j.claim.id], strict=True):
             if not comparison.sides or any(r not in plan.runs for s in comparison.sides
                                            for r in s.run_ids):
@@ -269,8 +269,9 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
                 out.append(Request("recheck", j.claim.id, unit.label,
                                    _doubled(comparison, plan, spec)))
             elif j.verdict == INCONCLUSIVE and unit.needs == "budget":
-                out.append(Request("budget", j.claim.id, unit.label,
-                                   _doubled(comparison, plan, spec)))
+                holds, against = _waiting(unit, words.rule, j.claim, comparison.tuned)
+                waits.append(Request("budget", j.claim.id, unit.label,
+                                     _doubled(comparison, plan, spec), holds, against))
             elif j.verdict == INCONCLUSIVE and unit.needs == "seeds":
                 kind, runs = "seeds", _seeded(comparison, plan, spec)
                 if _leaning(unit, j.claim, sesoi):
@@ -286,7 +287,23 @@ def requests(judged: Iterable[Judged], plan: Plan, spec: Stage2,
         others = float(all(u.verdict == HOLDS for u in j.units if id(u) not in asked))
         first = j.claim.own_method and any(u.n_seeds <= 1 for u, _ in mine)
         out += [replace(r, others=others, first=first) for _, r in mine]
+        # the doubled runs judge the claim alone (words_ledger.budget_checked): a unit without
+        # them is 'not run' there, so the claim holds at twice the budget only where every unit
+        # of it waited on the budget
+        every = float(len(waits) == len(j.units))
+        out += [replace(r, others=every) for r in waits]
     return out
+
+
+def _waiting(unit: Unit, rule: Rule, claim: Relation, tuned: bool) -> tuple[float, float]:
+    """(holds, contradicted) of a unit that waits on a side still climbing: 1 for the verdict
+    it would have had had that side settled (its p at α / LOOKS; a contradiction of a paper's
+    own method against another only at tuned values), 0 otherwise: the chance that twice the
+    budget keeps it is not modelled."""
+    alpha = rule.alpha / LOOKS
+    untuned = claim.own_method and compares_methods(claim) and not tuned
+    return (float(unit.p_for <= alpha and not unit.n_against),
+            float(unit.p_against <= alpha and not unit.n_for and not untuned))
 
 
 def _fresh(comparison: Comparison, claim: Relation, label: str, plan: Plan, spec: Stage2,
@@ -339,11 +356,12 @@ def claim_power(requests: Sequence[Request]) -> float:
     return min(1.0, 1.0 - math.prod(1.0 - r.against for r in requests) + holds)
 
 
-def purchases(wanted: Iterable[Request]) -> list[Purchase]:
-    """The requests for seeds of ``wanted`` grouped by claim, in the order of their claims."""
+def purchases(wanted: Iterable[Request], kinds: tuple[str, ...] = SEEDS) -> list[Purchase]:
+    """The requests of ``kinds`` (for seeds; ('budget',): waits on a side still climbing) of
+    ``wanted`` grouped by claim, in the order of their claims."""
     by_claim: dict[str, list[Request]] = {}
     for request in wanted:
-        if request.kind in SEEDS:
+        if request.kind in kinds:
             by_claim.setdefault(request.claim, []).append(request)
     return [Purchase(claim, tuple(found), claim_power(found), any(r.first for r in found))
             for claim, found in by_claim.items()]
@@ -370,19 +388,22 @@ def granted(wanted: list[Request], cap: float, have: Iterable[str],
             priced: Mapping[str, float]) -> list[Request]:
     """Every ``fresh`` request (a unit at tuned values: its fresh seeds, outside the cap),
     then what ``cap`` seconds afford (each run priced by ``priced``, :meth:`Request.seconds`;
-    a run two requests share is paid once, a run in ``have`` not at all): rechecks and waits
-    on budget first, cheapest first; then each claim's requests for seeds together
+    a run two requests share is paid once, a run in ``have`` not at all): rechecks and each
+    claim's waits on budget together (those that can make its verdict firm,
+    :func:`_waiting`) first, cheapest first; then each claim's requests for seeds together
     (:func:`purchases`), those whose chance of a firm verdict at the second look is at least
     MIN_POWER alone: one-seed claims of a paper's own method first, then by that chance per
     modelled second (ties by claim id). One that does not fit is skipped."""
     out = [r for r in wanted if r.kind in FRESH]
     known = set(have) | {a.cfg.run_id for r in out for a in r.runs}
-    rechecks, spent = _spend([r for r in wanted if r.kind in FIRST], cap, 0.0, known, priced,
-                             lambda r, cost: cost)
+    waits = [p for p in purchases(wanted, ("budget",)) if p.power >= MIN_POWER]
+    rechecks, spent = _spend([*(r for r in wanted if r.kind == "recheck"), *waits], cap, 0.0,
+                             known, priced, lambda r, cost: cost)
     bought, _ = _spend([p for p in purchases(wanted) if p.power >= MIN_POWER], cap, spent,
                        known, priced, lambda p, cost: (not p.first, -p.power / max(cost, 1e-9),
                                                        p.claim))
-    return out + rechecks + [r for p in bought for r in p.requests]
+    return out + [r for option in (*rechecks, *bought)
+                  for r in (option.requests if isinstance(option, Purchase) else (option,))]
 
 
 def modelled_seconds(plan: Plan) -> dict[str, float]:
