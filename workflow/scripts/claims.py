@@ -28,7 +28,7 @@ table = staged_ledger(words, summary, record)
 added = {e["run_id"] for e in record["runs"] if not e["planned"]} if record else set()
 null = null_shares(words, summary[~summary["run_id"].isin(added)], looks=looks)
 prereg = preregistration(snakemake.input.claims)  # noqa: F821
-lines = [*null_lines(null, words.rule.alpha / looks, table["verdict"]),
+lines = [*null_lines(null, words.rule.alpha / looks, table["verdict"]), "",
          *expected_false_lines(null, table, words.rule.alpha), "", prereg_line(prereg)]
 paths += write_words(table, words, snakemake.params.words_stem, looks=looks,  # noqa: F821
                      null_lines=lines)
