@@ -141,16 +141,19 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_across_seeds(args: argparse.Namespace) -> int:
-    """Print each claim whose verdict differs between two ledgers, then the counts; exit 1 when
-    a claim flips between holds and contradicted."""
-    from fednorm.claims.across import compare_files, summary
+    """Print each claim whose verdict differs between two ledgers, then the counts and their
+    pre-registrations; exit 1 when a claim flips between holds and contradicted, or when the
+    two were judged under different pre-registrations (claims file or rule)."""
+    from fednorm.claims.across import compare_files, preregistrations, summary
 
     table = compare_files(args.first, args.second)
     changed = table[table.change.isin(["moved", "flipped"])]
     if len(changed):
         print(changed.to_string(index=False))
     print(summary(table))
-    return int((table.change == "flipped").any())
+    line, differ = preregistrations(args.first, args.second)
+    print(line)
+    return int((table.change == "flipped").any() or differ)
 
 
 def main(argv: list[str] | None = None) -> int:

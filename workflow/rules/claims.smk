@@ -2,16 +2,19 @@ rule claims:
     """The claims ledgers: each paper number beside ours, with a verdict (fednorm.claims), and
     each claim in words with a verdict that is a test of stated error rate
     (fednorm.claims.verdicts), checked at twice the budget where the second stage trained it
-    (fednorm.claims.words_ledger), and the ledger's own permutation null (fednorm.claims.null)."""
+    (fednorm.claims.words_ledger), the ledger's own permutation null (fednorm.claims.null) and
+    its pre-registration: hashes of the claims file and of the deciding modules
+    (fednorm.claims.prereg)."""
     input:
         unpack(claims_inputs),
     output:
         reported(ledger_files(PLAN)),
-        null_file(PLAN),
+        null=null_file(PLAN)[0],
+        prereg=prereg_file(PLAN)[0],
     params:
         claims=CLAIMS,
         stem=output_stem,  # figures/claims: the numbers' stem
-        words_stem=lambda wildcards, output: os.path.splitext(output[-2])[0],  # claims_words
+        words_stem=lambda wildcards, output: os.path.splitext(output[-3])[0],  # claims_words
         runs=RUN_IDS,  # each must have rows in the summary (fednorm.integrity)
     log:
         f"{RESULTS}/logs/claims.log",

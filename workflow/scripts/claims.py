@@ -1,13 +1,15 @@
 """Snakemake script: the claims ledgers from the summary, the numbers' and the words' (logic in
 fednorm.claims and fednorm.claims.words_ledger; a summary cut short is removed and named, and
-the job fails: fednorm.integrity.read_summary), and the words ledger's own null
-(fednorm.claims.null)."""
+the job fails: fednorm.integrity.read_summary), the words ledger's own null
+(fednorm.claims.null) and its pre-registration (fednorm.claims.prereg)."""
 import logging
 from pathlib import Path
 
 from fednorm.claims import write_ledger
-from fednorm.claims.null import null_lines, null_shares
+from fednorm.claims.null import expected_false_lines, null_lines, null_shares
+from fednorm.claims.prereg import prereg_line, preregistration, write_prereg
 from fednorm.claims.stage2 import read_record
+from fednorm.claims.stats import per_look
 from fednorm.claims.words_ledger import staged_ledger, write_words
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary
@@ -26,11 +28,13 @@ table = staged_ledger(words, summary, record)
 # run it asked for that the plan already trains is a first-stage run)
 added = {e["run_id"] for e in record["runs"] if not e["planned"]} if record else set()
 null = null_shares(words, summary[~summary["run_id"].isin(added)], looks=looks)
-lines = null_lines(null, words.rule.alpha / looks, table["verdict"])
+prereg = preregistration(snakemake.input.claims)  # noqa: F821
+lines = [*null_lines(null, per_look(words.rule.alpha, looks), table["verdict"]), "",
+         *expected_false_lines(null, table, words.rule.alpha), "", prereg_line(prereg)]
 paths += write_words(table, words, snakemake.params.words_stem, looks=looks,  # noqa: F821
                      null_lines=lines)
-write_csv(snakemake.output[-1], null)  # noqa: F821
-paths.append(Path(snakemake.output[-1]))  # noqa: F821
+write_csv(snakemake.output.null, null)  # noqa: F821
+paths += [Path(snakemake.output.null), write_prereg(prereg, snakemake.output.prereg)]  # noqa: F821
 if sorted(map(str, paths)) != sorted(snakemake.output):  # noqa: F821
     raise RuntimeError(f"wrote {paths}, the rule declares {list(snakemake.output)}")  # noqa: F821
 logging.info("wrote %s", [str(p) for p in paths])

@@ -6,7 +6,8 @@ scipy.stats), ``common`` (the papers, the runs a setting selects, values as a co
 them), ``numbers`` (the numeric ledger: the ``recipes`` and ``claims`` of a claims file),
 ``words`` (its ``qualitative`` claims, read and checked), ``verdicts`` (their verdicts),
 ``words_ledger`` (the words ledger and its files), ``null`` (the ledger's own permutation null),
-``stage2`` (the second stage: more seeds, twice the budget), then ``file``
+``stage2`` (the second stage: more seeds, twice the budget), ``prereg`` (the ledger's
+pre-registration: hashes of the claims file and of the deciding modules), then ``file``
 (:func:`load_claims`: a claims file read and checked, both ledgers at once, and the files they
 write). The numeric ledger's names and the file's are importable from ``fednorm.claims``.
 """
@@ -18,12 +19,14 @@ from fednorm.claims.file import (
     EXTENSIONS,
     NAME,
     NULL_NAME,
+    PREREG_NAME,
     WORDS_NAME,
     Claims,
     check_plan,
     ledger_files,
     load_claims,
     null_file,
+    prereg_file,
 )
 from fednorm.claims.numbers import (
     DIFFERS,
@@ -59,6 +62,7 @@ __all__ = [
     "NULL_NAME",
     "PAPERS",
     "PAPER_MARKERS",
+    "PREREG_NAME",
     "REPRODUCED",
     "SCALE_KEYS",
     "SECTIONS",
@@ -82,6 +86,7 @@ __all__ = [
     "null_file",
     "parse_claim",
     "parse_claims",
+    "prereg_file",
     "selects",
     "setting_text",
     "verdict",

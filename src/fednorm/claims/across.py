@@ -6,6 +6,11 @@ judged. Between two ledgers a claim *keeps* its verdict, *moves* between a firm 
 (holds, contradicted) and inconclusive, or *flips* between holds and contradicted: a flip is
 what seed noise must never do.
 
+The two ledgers confirm each other only under one pre-registration: the same claims file and
+the same deciding code (fednorm.claims.prereg; :func:`preregistrations` reads the
+claims_prereg.json beside each ledger). Each ledger's Benjamini–Yekutieli q (``q_by``) stands
+beside its verdict where both have one.
+
 One pair of seed sets is one draw. :func:`regroupings` draws every pair that the runs of
 several seed sets allow: their seeds pooled, then split into two disjoint sets of k seeds in
 every way, each grid keeping its own number of seeds a set (a one-seed grid one seed), so that
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fednorm.claims.prereg import beside, read_prereg
 from fednorm.inputs import InputError
 
 FIRM = ("holds", "contradicted")
@@ -29,18 +35,21 @@ JUDGED = (*FIRM, "inconclusive")
 
 def compare_ledgers(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """One row per claim of both ledgers (their ``id`` and ``verdict`` columns): ``a``, ``b``
-    and ``change`` (``same``, ``moved``, ``flipped`` or ``not judged`` where either is not)."""
+    and ``change`` (``same``, ``moved``, ``flipped`` or ``not judged`` where either is not),
+    then ``q_by_a`` and ``q_by_b`` where both ledgers have a ``q_by`` column."""
     for name, ledger in (("first", a), ("second", b)):
         missing = {"id", "verdict"} - set(ledger.columns)
         if missing:
             raise InputError(f"{name} ledger: no column {sorted(missing)}; allowed: a "
                              f"claims_words.csv (columns id, verdict, ...)")
-    both = pd.merge(a[["id", "verdict"]], b[["id", "verdict"]], on="id", how="inner",
+    shown = ["id", "verdict", *(["q_by"] if {"q_by"} <= set(a.columns) & set(b.columns)
+                                else [])]
+    both = pd.merge(a[shown], b[shown], on="id", how="inner",
                     suffixes=("_a", "_b")).set_index("id")
     if both.empty:
         raise InputError("the two ledgers share no claim id; allowed: ledgers of the same "
                          "claims file")
-    both.columns = ["a", "b"]
+    both = both.rename(columns={"verdict_a": "a", "verdict_b": "b"})
 
     def change(row: pd.Series) -> str:
         if row.a not in JUDGED or row.b not in JUDGED:
@@ -50,7 +59,8 @@ def compare_ledgers(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         return "flipped" if {row.a, row.b} == set(FIRM) else "moved"
 
     both["change"] = both.apply(change, axis=1)
-    return both.reset_index()
+    return both[["a", "b", "change", *(c for c in both.columns if c.startswith("q_by"))]
+                ].reset_index()
 
 
 def summary(table: pd.DataFrame) -> str:
@@ -65,6 +75,28 @@ def summary(table: pd.DataFrame) -> str:
 
 def compare_files(a: str | Path, b: str | Path) -> pd.DataFrame:
     return compare_ledgers(pd.read_csv(a), pd.read_csv(b))
+
+
+def preregistrations(a: str | Path, b: str | Path) -> tuple[str, bool]:
+    """One line on the pre-registrations of two ledgers (claims_words.csv files: the
+    claims_prereg.json beside each), and whether they differ: both recorded, and a different
+    claims file or rule (then the second ledger does not confirm the first)."""
+    records = [read_prereg(beside(p)) for p in (a, b)]
+    if any(r is None for r in records):
+        missing = [str(beside(p)) for p, r in zip((a, b), records, strict=True) if r is None]
+        return f"pre-registration: not recorded ({', '.join(missing)})", False
+    first, second = records
+    assert first is not None and second is not None
+    if first["sha256"] == second["sha256"]:
+        return (f"pre-registration: the same in both ({first['sha256'][:12]}: claims file "
+                f"{first['claims_sha256'][:12]}, rule {first['rule_sha256'][:12]})"), False
+    parts = [name for name, key in (("claims file", "claims_sha256"), ("rule", "rule_sha256"))
+             if first[key] != second[key]]
+    files = [f for f in first["rule_files"] if first["rule_files"][f] !=
+             second["rule_files"].get(f)]
+    return (f"pre-registration differs: {' and '.join(parts)}"
+            + (f" ({', '.join(files)})" if files else "")
+            + f": {first['sha256'][:12]} against {second['sha256'][:12]}"), True
 
 
 def regroupings(runs: pd.DataFrame, k: int, *, by: str = "figure_group"

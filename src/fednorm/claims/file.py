@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fednorm.claims.numbers import Claim, parse_claims, parse_estimand
+from fednorm.claims.prereg import PREREG_NAME
 from fednorm.claims.words import Words, parse_words
 from fednorm.claims.words import check_plan as check_words
 from fednorm.config import ConfigError, fail
@@ -47,6 +48,12 @@ def ledger_files(plan: Plan) -> list[str]:
 def null_file(plan: Plan) -> list[str]:
     """The words ledger's permutation null (fednorm.claims.null), none without a claims file."""
     return [plan.paths.figure(NULL_NAME, "csv")] if plan.claims else []
+
+
+def prereg_file(plan: Plan) -> list[str]:
+    """The words ledger's pre-registration (fednorm.claims.prereg), none without a claims
+    file."""
+    return [plan.paths.figure(PREREG_NAME, "json")] if plan.claims else []
 
 
 def load_claims(path: str, plan: Plan | None = None) -> Claims:

@@ -425,11 +425,14 @@ def null_interval(null: pd.DataFrame, level: float = LEVEL) -> tuple[float, floa
 
 def null_lines(null: pd.DataFrame, alpha: float, real: Sequence[str] = ()) -> list[str]:
     """Markdown lines under the ledger's counts: the share of firm verdicts under the
-    permutation null (and on the real labels, ``real``: the ledger's verdicts)."""
+    permutation null with its 95 % interval (:func:`null_interval`), against the look's
+    ``alpha`` (and on the real labels, ``real``: the ledger's verdicts)."""
     if null.empty:
         return []
     firm = int(null["holds"].sum() + null["contradicted"].sum())
     judged = int(null["judged"].sum())
+    share, low, high = null_interval(null)
+    interval = "" if math.isnan(low) else f" (95 % interval {low:.1%}–{high:.1%})"
     verdicts = pd.Series(list(real), dtype=object)
     real_text = ""
     if len(verdicts):
@@ -437,4 +440,35 @@ def null_lines(null: pd.DataFrame, alpha: float, real: Sequence[str] = ()) -> li
         real_text = (f" (on the real labels: {n_real} of {int((verdicts != NOT_RUN).sum())})")
     return [f"**The ledger's own null** ({len(null)} permutations of the runs' trajectories "
             f"within experiment block and seed, claims_null.csv): {firm} firm verdicts of "
-            f"{judged} judged, {firm / max(judged, 1):.1%}, against α = {alpha:g}{real_text}."]
+            f"{judged} judged, {share:.1%}{interval}, against α = {alpha:g}{real_text}."]
+
+
+def expected_false(null: pd.DataFrame, judged: int, level: float = LEVEL
+                   ) -> tuple[float, float, float]:
+    """The firm verdicts expected false among ``judged`` claims, and its ``level`` interval:
+    the null's firm share and its interval (:func:`null_interval`: a t interval over the
+    permutations, which are independent draws while a permutation's claims share runs) times
+    ``judged``. It is the expected count were every claim null, with the ledger's own
+    dependence and rule (a bound on the expected false ones: a true claim adds no false
+    verdict), the π0 = 1 estimate of Benjamini–Hochberg's and Storey's."""
+    if null.empty or not int(null["judged"].sum()):
+        return math.nan, math.nan, math.nan
+    share, low, high = null_interval(null, level)
+    return judged * share, judged * low, judged * high
+
+
+def expected_false_lines(null: pd.DataFrame, table: pd.DataFrame, alpha: float) -> list[str]:
+    """A markdown line under the null's: the ledger's firm verdicts, those expected false
+    (:func:`expected_false`), and the firm verdicts whose Benjamini–Yekutieli q is at most
+    ``alpha`` (``table``: the ledger, its ``verdict`` and ``q_by``)."""
+    if null.empty or table.empty:
+        return []
+    verdicts = table["verdict"]
+    judged = int((verdicts != NOT_RUN).sum())
+    firm = verdicts.isin([HOLDS, CONTRADICTED])
+    mean, low, high = expected_false(null, judged)
+    by = int((firm & (table["q_by"].astype(float) <= alpha)).sum())
+    return [f"**Expected false**: of the {int(firm.sum())} firm verdicts of {judged} judged, "
+            f"{mean:.1f} expected false under the ledger's null (its firm share × {judged}; "
+            f"95 % interval {low:.1f}–{high:.1f}); {by} firm with a Benjamini–Yekutieli q ≤ "
+            f"{alpha:g}."]

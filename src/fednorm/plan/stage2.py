@@ -15,7 +15,9 @@ here are only the runs' configs and where they go.
                             # table's seconds per step of the run's shape; never a clock, so
                             # that the stage's plan is the same on any machine at any load):
                             # each added run costs what the run it copies does (twice that at
-                            # twice the budget); the cheapest additions first
+                            # twice the budget); rechecks first, then claims by
+                            # their chance of a firm verdict per second
+                            # (fednorm.claims.stage2)
       step_costs: null      # the cost table, a CSV that benchmarks/step_costs.py writes (null:
                             # the committed fednorm/plan/step_costs.csv)
       jobs: 4               # training jobs it is cut into, of about equal time (a multiple of
