@@ -63,12 +63,14 @@ NULL = pd.DataFrame({"permutation": [0, 1, 2], "judged": [50, 50, 50], "holds": 
 
 
 def test_the_expected_false_count_is_the_null_share_times_the_judged_claims():
-    """8 firm of 150 judged under the null, 40 judged here: 40 × 8/150; the interval
-    Clopper–Pearson's from the beta quantiles."""
+    """Shares 0.06, 0.02, 0.08 of three permutations, 40 judged here: 40 × their mean 0.0533,
+    the interval 40 × the t interval over the three (2 df), its low end clipped at 0."""
     mean, low, high = expected_false(NULL, 40)
-    assert mean == pytest.approx(40 * 8 / 150)
-    assert low == pytest.approx(40 * stats.beta.ppf(0.025, 8, 150 - 8 + 1))
-    assert high == pytest.approx(40 * stats.beta.ppf(0.975, 8 + 1, 150 - 8))
+    shares = NULL["firm_share"].to_numpy()
+    half = stats.t.ppf(0.975, 2) * shares.std(ddof=1) / math.sqrt(3)
+    assert mean == pytest.approx(40 * shares.mean())
+    assert low == pytest.approx(40 * max(shares.mean() - half, 0.0))
+    assert high == pytest.approx(40 * (shares.mean() + half))
     assert all(math.isnan(x) for x in expected_false(NULL.iloc[:0], 40))
 
 

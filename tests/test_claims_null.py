@@ -193,7 +193,9 @@ def test_the_null_line_names_permutations_firm_and_judged_counts_and_alpha():
                          "contradicted": [0, 1, 0], "firm_share": [1 / 6, 1 / 6, 0.0]})
     [line] = null_lines(null, 0.05)
     assert "(3 permutations" in line
-    assert "2 firm verdicts of 18 judged, 11.1%, against α = 0.05." in line
+    share, low, high = null_interval(null)
+    assert (f"2 firm verdicts of 18 judged, 11.1% (95 % interval {low:.1%}–{high:.1%}), "
+            "against α = 0.05.") in line
     assert "real labels" not in line
     [line] = null_lines(null, 0.05, [HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN])
     assert line.endswith("against α = 0.05 (on the real labels: 2 of 3).")
@@ -205,7 +207,7 @@ def test_the_null_line_states_the_alpha_it_is_given(alpha):
     null = pd.DataFrame({"permutation": [0], "judged": [4], "holds": [0], "contradicted": [0],
                          "firm_share": [0.0]})
     assert f"0 firm verdicts of 4 judged, 0.0%, against α = {alpha:g}." in null_lines(
-        null, alpha)[0]
+        null, alpha)[0]  # one permutation: no interval
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from fednorm.claims.stage2 import (
     unit_chances,
     write_record,
 )
-from fednorm.claims.stats import Pool, equivalence_test, sign_test
+from fednorm.claims.stats import equivalence_test, sign_test
 from fednorm.claims.verdicts import Unit
 from fednorm.claims.words import HOLDS, parse_words
 from fednorm.claims.words_ledger import staged_ledger
@@ -239,15 +239,16 @@ def test_the_chances_match_the_verdicts_own_tests_on_simulated_seeds(kind):
     firm where its p ≤ α; within 4 Monte Carlo standard errors."""
     rng = np.random.default_rng(1)
     first, sigma, alpha, delta = np.array([2.0, 4.0]), 3.0, 0.025, 4.0
-    pool = Pool(sigma**2 / 2, 1e7, 1)  # on the run's scale: a margin of two runs, scale 2
     se = sigma / np.sqrt(2)
     within = kind == "within"
     hits = np.zeros(2)
     for _ in range(DRAWS):
         mu = rng.normal(first.mean(), se)
         margins = [*first, *rng.normal(mu, sigma, 2)]
-        test = (equivalence_test(margins, 2.0, pool, delta=delta, alpha=alpha) if within else
-                sign_test(margins, 2.0, pool, slack=0.0, sesoi=2.0, alpha=alpha))
+        mean, known = float(np.mean(margins)), sigma / np.sqrt(len(margins))
+        test = (equivalence_test(mean, known, 1e7, len(margins), delta=delta, alpha=alpha)
+                if within else sign_test(mean, known, 1e7, len(margins), slack=0.0, sesoi=2.0,
+                                         alpha=alpha))
         hits += (test.p_for <= alpha, test.p_against <= alpha)
     got = firm_chances(first.mean(), se, 2, 1e7, 2, alpha, sesoi=2.0,
                        delta=delta if within else None)
