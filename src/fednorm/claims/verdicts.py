@@ -12,8 +12,8 @@ noise; stats' docstring says why, by simulation); a unit that two claims share e
 
 A unit **holds** when its p_for ≤ α and no seed counts against it; it is **contradicted** when
 its Holm-adjusted p_against (over the claim's units) ≤ α and no seed counts for it; a unit with
-fewer than ``min_seeds`` seeds with a margin gets no t test (its interval is shown from the
-model). **A diverged run** has no value: in a sign relation a diverged run on the side the
+fewer than ``min_seeds`` seeds with a margin gets no t test (and, on one seed, no
+interval). **A diverged run** has no value: in a sign relation a diverged run on the side the
 claim says is better is a seed *against* the claim, one on the worse side a seed *for* it;
 in ``within`` and in a trend of three values or more, a diverged run is a seed against. Seeds
 with no margin at all are judged by the exact sign test, where it can fire (0.5^N ≤ α).
