@@ -4,16 +4,16 @@ error rate (:mod:`fednorm.claims.stats` has the statistics; docs/claims.md the r
 A claim is judged in *units* (one value of ``for_each``; a ``best`` claim one unit per other
 group; a trend one unit per ``for_each`` value). A unit's *sides* are the seeds of one setting
 each; its margin per seed is a contrast of the sides' runs of that seed (runs paired by seed).
-It is tested as a contrast of one linear model of the experiments it was measured on (the
-claim's, or the ``tuning`` experiment's at each method's own learning rate) and its measure:
-settings + seeds as blocks, each setting its own variance (:func:`pools`,
-:func:`fednorm.claims.stats.fit_contrasts`); units that share a setting share its fit, and a
-unit that two claims share enters once.
+It is a contrast of one linear model of the experiments it was measured on (the claim's, or
+the ``tuning`` experiment's at each method's own learning rate) and its measure: settings +
+seeds as blocks (:func:`pools`, :func:`fednorm.claims.stats.fit_contrasts`), tested on its own
+margins (the paired t: exact whatever it shares with other units and whatever each setting's
+noise; stats' docstring says why, by simulation); a unit that two claims share enters once.
 
 A unit **holds** when its p_for ≤ α and no seed counts against it; it is **contradicted** when
 its Holm-adjusted p_against (over the claim's units) ≤ α and no seed counts for it; a unit with
-fewer than ``min_seeds`` seeds with a margin gets no t test (its interval is shown from the
-model). **A diverged run** has no value: in a sign relation a diverged run on the side the
+fewer than ``min_seeds`` seeds with a margin gets no t test (and, on one seed, no
+interval). **A diverged run** has no value: in a sign relation a diverged run on the side the
 claim says is better is a seed *against* the claim, one on the worse side a seed *for* it;
 in ``within`` and in a trend of three values or more, a diverged run is a seed against. Seeds
 with no margin at all are judged by the exact sign test, where it can fire (0.5^N ≤ α).
@@ -494,9 +494,9 @@ def model_of(found: Sequence[Comparison]) -> tuple[np.ndarray, np.ndarray]:
 
 def pools(units: Sequence[tuple[Comparison, Margins]]) -> dict[tuple[Any, ...], Fit]:
     """Per distinct unit (its ``key``): its contrast of the linear model of its experiments
-    and measure (:func:`model_of`, :func:`fednorm.claims.stats.fit_contrasts`: settings + seeds
-    as blocks, each setting its own variance), every unit of the experiment a contrast of the
-    same fit (a unit that two claims share enters once)."""
+    and measure (:func:`model_of`: settings + seeds as blocks; a unit that two claims share
+    enters once), its standard error by the rule's variance model
+    (:func:`fednorm.claims.stats.fit_contrasts`, 'unit': the unit's own margins, n − 1 df)."""
     groups: dict[tuple[Any, ...], dict[tuple[Any, ...], Comparison]] = {}
     for unit, _ in units:
         if unit.sides:
