@@ -16,7 +16,10 @@ seeds of the window value and of the final value, and the median of their ratio;
 sd of value ~ setting + seed (seeds as blocks: the noise the paired margins see) with each
 estimand, and their ratio; (2) the words
 ledger's verdict counts judged as the second stage judges the first (α/2 a look), with the
-final and the window estimand, each under the old and the new veto.
+final and the window estimand, each under the old and the new veto; with ``--plan`` (the
+second stage's plan.json, SUMMARY the full summary.csv), both stages judged as the claims rule
+judges them (fednorm.claims.words_ledger.staged_ledger), the second stage's runs being those
+the first stage's ledger chose under the rule of its own commit.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ import yaml
 
 from fednorm.claims import load_claims
 from fednorm.claims import verdicts as verdict_module
+from fednorm.claims.stage2 import read_record
 from fednorm.claims.words import CONTRADICTED, HOLDS
-from fednorm.claims.words_ledger import words_ledger
+from fednorm.claims.words_ledger import staged_ledger, words_ledger
 from fednorm.plan import load_plan
 from fednorm.plan.pipeline import merge
 from fednorm.results import experiments, run_values, select, varying_keys, window_points
@@ -127,7 +131,8 @@ def old_veto(verdict, unit, test, claim, rule, alpha, k):
     return bool(blocking), (f"else {verdict}" if blocking else "the side behind settled")
 
 
-def ledgers(summary: pd.DataFrame, claims: str, looks: int) -> pd.DataFrame:
+def ledgers(summary: pd.DataFrame, claims: str, looks: int, plan: str | None = None
+            ) -> pd.DataFrame:
     with open(claims) as f:
         spec = yaml.safe_load(f)
     rows, verdicts = [], {}
@@ -136,7 +141,8 @@ def ledgers(summary: pd.DataFrame, claims: str, looks: int) -> pd.DataFrame:
         words = load_claims_at(spec, estimand)
         for name, veto in (("old", old_veto), ("new", new_veto)):
             verdict_module.veto = veto
-            table = words_ledger(words, summary, looks)
+            table = (words_ledger(words, summary, looks) if plan is None
+                     else staged_ledger(words, summary, read_record(plan)))
             verdicts[(estimand, name)] = table.set_index("id")["verdict"]
             rows.append({"estimand": estimand, "veto": name,
                          **table["verdict"].value_counts().to_dict()})
@@ -168,6 +174,8 @@ def main() -> None:
     measure.add_argument("summary")
     measure.add_argument("--claims", default="config/claims.yaml")
     measure.add_argument("--looks", type=int, default=2)
+    measure.add_argument("--plan", help="the second stage's plan.json: judge both stages as the "
+                         "claims rule does (SUMMARY: the full summary.csv)")
     args = parser.parse_args()
     if args.command == "schedule":
         schedule(args.configs)
@@ -177,7 +185,7 @@ def main() -> None:
     print(table.to_string(index=False))
     print(f"\nmedian over experiments of the median ratio: {table['median ratio'].median():.3f}; "
           f"of the blocked ratio: {table['blocked ratio'].median():.3f}")
-    print(ledgers(summary, args.claims, args.looks).to_string(index=False))
+    print(ledgers(summary, args.claims, args.looks, args.plan).to_string(index=False))
 
 
 if __name__ == "__main__":
