@@ -565,7 +565,7 @@ def test_the_ledger_is_written_with_counts_per_verdict_and_paper(tmp_path):
     md = paths[1].read_text()
     assert "Verdicts: 1 holds, 0 contradicted, 0 budget-limited, 0 inconclusive, 1 not run." in md
     assert "| FBN | 1 | 1 | 0 | 0 | 0 | 0 |" in md and "| FixBN | 1 | 0 | 0 | 0 | 0 | 1 |" in md
-    assert "(α/2 = 0.025 a look, 2 looks)" in md and "\nThe null: 0 of 2 claims hold.\n" in md
+    assert "(α = 0.025 a look, 2 looks)" in md and "\nThe null: 0 of 2 claims hold.\n" in md
     assert "| c | §4 | “FBN beats BN.” |" in md
     assert paths[2].stat().st_size > 0 and paths[3].stat().st_size > 0
     empty = write_words(words_ledger(Words(), pd.DataFrame()), Words(), tmp_path / "none")

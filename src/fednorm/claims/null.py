@@ -310,8 +310,8 @@ def _judged(entry: _Claim, carried_: Carried, rows: np.ndarray, words: Words,
     pair row."""
     claim = entry.claim
     p = rows.shape[0]
-    if not entry.contrasts.size:
-        return np.full(p, CODE[INCONCLUSIVE])
+    if not entry.contrasts.size or not entry.settings.shape[1]:
+        return np.full(p, CODE[INCONCLUSIVE])  # refused, or no side has a run: no margin
     within = claim.kind == "within"
     settings = entry.settings
     have = settings >= 0
@@ -356,7 +356,8 @@ def _judged(entry: _Claim, carried_: Carried, rows: np.ndarray, words: Words,
         climbing_ = np.zeros_like(settled)
     down_room, up_room = _room(codes, found.estimate, found.se, found.df, claim, sesoi, alpha,
                                k)
-    move = np.where(np.isfinite(up_reach), up_reach, np.inf)[:, None, :] * np.abs(c)[None]
+    with np.errstate(invalid="ignore"):  # inf x 0 where a side is not in the unit: masked below
+        move = np.where(np.isfinite(up_reach), up_reach, np.inf)[:, None, :] * np.abs(c)[None]
     lowers = climbing_[:, None, :] & (c < 0)[None]
     raises = climbing_[:, None, :] & (c > 0)[None]
     down_move = np.where(lowers, move, 0.0).sum(-1)

@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from scipy import stats
 
 from fednorm.claims.common import PAPERS, config_text
-from fednorm.claims.stats import bh
+from fednorm.claims.stats import bh, per_look
 from fednorm.claims.verdicts import (
     Judged,
     Unit,
@@ -51,6 +51,7 @@ from fednorm.io import write_csv, write_text
 from fednorm.plots.cells import value_label
 from fednorm.plots.save import PNG_DPI, save_together
 from fednorm.plots.table import escape_cell
+from fednorm.results import AT
 
 WORDS_COLUMNS = ("id", "paper", "source", "words", "experiment", "where", "relation", "metric",
                  "at", "rates", "ours", "margin", "low", "high", "se", "df", "n_units",
@@ -272,17 +273,19 @@ def words_markdown(table: pd.DataFrame, words: Words, looks: int = 1,
                    null_lines: Sequence[str] = ()) -> str:
     counts = table["verdict"].value_counts()
     alpha = words.rule.alpha
-    look = f" (α/{looks} = {alpha / looks:g} a look, {looks} looks)" if looks > 1 else ""
+    per = per_look(alpha, looks)
+    look = f" (α = {per:g} a look, {looks} looks)" if looks > 1 else ""
     lines = [
         "# Claims in words", "",
         "What the papers state in words, judged on our runs: each verdict a test at one-sided "
-        f"α = {alpha:g}{look}, runs paired by seed, the seed noise pooled over each "
-        "experiment (docs/claims.md, The rule). **holds**: the claim's opposite is rejected; "
+        f"α = {alpha:g}{look}, runs paired by seed, each unit tested on its own margins (the "
+        "paired t: exact whatever the settings' noise and whatever runs units share; "
+        "docs/claims.md, The rule). **holds**: the claim's opposite is rejected; "
         "**contradicted**: the claim is rejected by at least its smallest effect of interest "
         "(sesoi; near-equalities: the interval outside ±δ); **budget-limited**: contradicted, "
         "but not at twice the budget; **inconclusive**: neither (`needs`: more seeds, or more "
         "budget for a side still climbing); **not run**: no runs. The interval is the "
-        f"{100 * (1 - 2 * alpha / looks):g} % t interval of the deciding unit's margin; q: "
+        f"{100 * (1 - 2 * per):g} % t interval of the deciding unit's margin; q: "
         "Benjamini–Hochberg over the ledger, q BY: Benjamini–Yekutieli (claims share runs and "
         "point both ways: BY's rate holds under any dependence).", "",
         "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".", "",
@@ -298,7 +301,7 @@ def words_markdown(table: pd.DataFrame, words: Words, looks: int = 1,
             if not math.isnan(r.low):
                 margin += f" [{r.low:+.1f}, {r.high:+.1f}]"
             relation = r.relation + (f" ({r.where})" if r.where else "")
-            relation += f"; {'best' if r.at == 'max' else 'final'} {value_label(r.metric)}"
+            relation += f"; {AT.get(r.at, r.at)} {value_label(r.metric)}"
             cells = [r.id, r.source, f"“{r.words}”", relation, r.rates or "–", r.ours or "–",
                      margin, r.n_seeds, _number(r.p, ".2g"), _number(r.q, ".2g"),
                      _number(r.q_by, ".2g"), r.settled or "–", f"**{r.verdict}**", r.detail]
