@@ -193,7 +193,7 @@ def test_the_null_line_names_permutations_firm_and_judged_counts_and_alpha():
                          "contradicted": [0, 1, 0], "firm_share": [1 / 6, 1 / 6, 0.0]})
     [line] = null_lines(null, 0.05)
     assert "(3 permutations" in line
-    share, low, high = null_interval(null)
+    _, low, high = null_interval(null)
     assert (f"2 firm verdicts of 18 judged, 11.1% (95 % interval {low:.1%}–{high:.1%}), "
             "against α = 0.05.") in line
     assert "real labels" not in line
