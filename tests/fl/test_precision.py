@@ -61,9 +61,13 @@ def trainer_for(cfgs, precision):
                         training_batches(cfgs, DATA, parts), autocast=autocast_dtype(precision))
 
 
-@pytest.mark.parametrize("local_steps", [1, 2])  # DSGD's fused step, FedAvg's clients
-def test_bf16_convolves_in_bfloat16_and_keeps_the_state_and_reports_float32(local_steps):
-    cfgs = [small(local_steps=local_steps), small(local_steps=local_steps, seed=1)]
+# DSGD's fused step and FedAvg's clients; FBN (normalized with the running statistics) and BN
+# (batch_norm on each client's batch, in float32 under autocast: fednorm.norms.layer)
+@pytest.mark.parametrize(("normalizer", "local_steps"),
+                         [("fbn", 1), ("fbn", 2), ("bn", 1), ("bn", 2)])
+def test_bf16_convolves_in_bfloat16_and_keeps_the_state_float32(normalizer, local_steps):
+    cfgs = [small(local_steps=local_steps, normalizer=normalizer),
+            small(local_steps=local_steps, normalizer=normalizer, seed=1)]
     losses, convolved = {}, {}
     for precision in ("float32", "bf16"):
         trainer = trainer_for(cfgs, precision)

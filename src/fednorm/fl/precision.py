@@ -8,9 +8,10 @@
   under ``torch.autocast(device_type, dtype=torch.bfloat16)``: convolutions and matmuls in
   bfloat16, the loss (log-softmax, NLL) in float32 by autocast's own lists; TF32 off. What
   outlives a step stays float32: the parameters and their gradients (float32 leaves), the
-  momenta and the optimizer's arithmetic, the clients' reported BN statistics (promoted by the
-  float32 running mean they are shifted by, fednorm.norms.layer), the server's aggregation of
-  them and the running statistics; evaluation runs in float32.
+  momenta and the optimizer's arithmetic, the BN layers (fednorm.norms.layer normalizes in its
+  statistics' dtype, as cuDNN's BN does under autocast), hence the clients' reported
+  statistics, the server's aggregation of them and the running statistics; evaluation runs in
+  float32.
 
 The TF32 flags are process-wide: :func:`job_math` sets them for a job's training and restores
 them after.
