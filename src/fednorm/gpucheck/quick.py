@@ -8,7 +8,7 @@ recorded with its traceback, the others still run, the report rewritten after ea
 1. ``environment``: the device, PyTorch, CUDA and cuDNN versions (fednorm.gpucheck);
 2. ``wheelhouse``: Snakemake and mlxtend (the quick profile's 5,000 MNIST digits) installed
    with ``pip install --no-index --find-links`` from the wheelhouse that ``make wheelhouse``
-   fills (``.wheelhouse/cp3XX``, this Python's), unless this Python already imports them;
+   fills (``.wheelhouse/``: CPython 3.11 and 3.12, linux x86_64); without one, those installed;
 3. ``throughput``: images/s of the engine for bundles of 1, 16 and 64 runs at ResNet-20's
    FedAvg shape (E = 2, 5 clients x 20; fednorm.gpucheck.throughput), with the local step's CUDA
    graph (execution.cuda_graph auto) and without (off), and at 16 runs under each
@@ -23,8 +23,7 @@ recorded with its traceback, the others still run, the report rewritten after ea
 
 ``--smoke``: the same steps at tiny sizes on the CPU (bundles of 1, 2, 4; 1 and 2 processes;
 the DAG on .test/config.yaml's synthetic runs, its FBN experiments alone at 2 seeds, up to the
-claims ledgers and their null), with the Snakemake already installed when there is no
-wheelhouse. The check needs PyTorch, PyYAML, pandas, SciPy and Matplotlib on the machine;
+claims ledgers and their null). The check needs PyTorch, PyYAML, pandas, SciPy and Matplotlib on the machine;
 Snakemake and mlxtend come from the wheelhouse.
 """
 
@@ -53,7 +52,7 @@ from fednorm.io import write_json
 
 BUDGET_S = 500  # no step starts after this; `make gpu-quick` kills the check at 560 s
 PROFILE = "workflow/profiles/gpu-quick"
-WHEELHOUSE = Path(".wheelhouse")  # make wheelhouse: one folder per CPython, cp311, cp312
+WHEELHOUSE = Path(".wheelhouse")  # make wheelhouse: the wheels for CPython 3.11 and 3.12
 NEEDED = {"snakemake": "snakemake", "mlxtend": "mlxtend"}  # import name -> pip name
 SUMMARY = Path("benchmarks/gpu/gpu_quick.json")
 
@@ -81,18 +80,19 @@ SMOKE_EXPERIMENTS = ("fbn_gamma", "fbn_dirichlet")
 SMOKE_SEEDS = (0, 1)
 
 
-def wheelhouse(root: Path, smoke: bool) -> Result:
-    """Snakemake and mlxtend, from ``root``/cp3XX (this Python's folder) when this Python does
-    not import them; in smoke mode, without a wheelhouse, the ones already installed."""
-    folder = root / f"cp{sys.version_info.major}{sys.version_info.minor}"
+def wheelhouse(folder: Path) -> Result:
+    """Snakemake and mlxtend installed from the wheels in ``folder`` (make wheelhouse: CPython
+    3.11 and 3.12, linux x86_64) with pip and no index; without the folder, those this Python
+    already has (an error naming make wheelhouse when it has not)."""
     missing = [pip for module, pip in NEEDED.items() if importlib.util.find_spec(module) is None]
     if not folder.is_dir():
-        if missing or not smoke:
+        if missing:
             raise RuntimeError(f"no wheelhouse at {folder} (make wheelhouse, on a machine with "
-                               f"PyPI, before the tree travels); missing here: "
-                               f"{', '.join(missing) or 'none'}")
-        return {"summary": "no wheelhouse (smoke): the installed Snakemake and mlxtend",
-                "versions": versions()}
+                               f"PyPI, before the tree travels) and this Python lacks "
+                               f"{', '.join(missing)}")
+        return {"summary": f"no wheelhouse at {folder}: the installed "
+                           + ", ".join(f"{k} {v}" for k, v in versions().items()),
+                "versions": versions(), "wheels": 0}
     wheels = sorted(p.name for p in folder.glob("*.whl"))
     cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(folder),
            "--no-cache-dir", "--disable-pip-version-check", "-q", *NEEDED.values()]
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     check = Check(out, f"make gpu-quick{' (smoke)' if args.smoke else ''} on {device}",
                   args.budget_s, context={"command": " ".join(sys.argv), "smoke": args.smoke})
     check.run("environment", lambda: environment(device))
-    check.run("wheelhouse", lambda: wheelhouse(args.wheelhouse, args.smoke))
+    check.run("wheelhouse", lambda: wheelhouse(args.wheelhouse))
     check.run("throughput", lambda: throughput(scale, device))
     check.run("jobs_per_gpu", lambda: jobs_per_gpu(scale, device, args.smoke))
     left = args.budget_s - (time.perf_counter() - check.start)
