@@ -23,8 +23,8 @@ recorded with its traceback, the others still run, the report rewritten after ea
 
 ``--smoke``: the same steps at tiny sizes on the CPU (bundles of 1, 2, 4; 1 and 2 processes;
 the DAG on .test/config.yaml's synthetic runs, its FBN experiments alone at 2 seeds, up to the
-claims ledgers and their null). The check needs PyTorch, PyYAML, pandas, SciPy and Matplotlib on the machine;
-Snakemake and mlxtend come from the wheelhouse.
+claims ledgers and their null). The check needs PyTorch, PyYAML, pandas, SciPy and
+Matplotlib on the machine; Snakemake and mlxtend come from the wheelhouse.
 """
 
 from __future__ import annotations
