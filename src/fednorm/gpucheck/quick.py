@@ -199,20 +199,21 @@ def worker(ready: Path, jobs: int, device: torch.device, scale: Scale) -> dict[s
         torch.set_num_threads(1)
     data = tp.data_for(scale.shape, scale.settings, device)
     cfgs = tp.configs(scale.shape, scale.job_runs, scale.settings)
-    trainer = tp.bundle(cfgs, data)
-    E = cfgs[0].local_steps
-    trainer.round(0)
-    tp.sync(device)
-    (ready / str(os.getpid())).touch()
-    deadline = time.monotonic() + 120
-    while len(list(ready.iterdir())) < jobs and time.monotonic() < deadline:
-        time.sleep(0.005)
-    rounds, start = 0, time.perf_counter()
-    while time.perf_counter() - start < scale.job_seconds:
-        rounds += 1
-        trainer.round(E * rounds)
+    with job_math("float32"):  # as a training job's default: IEEE float32
+        trainer = tp.bundle(cfgs, data)
+        E = cfgs[0].local_steps
+        trainer.round(0)
         tp.sync(device)
-    seconds = time.perf_counter() - start
+        (ready / str(os.getpid())).touch()
+        deadline = time.monotonic() + 120
+        while len(list(ready.iterdir())) < jobs and time.monotonic() < deadline:
+            time.sleep(0.005)
+        rounds, start = 0, time.perf_counter()
+        while time.perf_counter() - start < scale.job_seconds:
+            rounds += 1
+            trainer.round(E * rounds)
+            tp.sync(device)
+        seconds = time.perf_counter() - start
     return {"images_per_s": rounds * tp.round_images(cfgs[0], scale.job_runs) / seconds,
             "rounds": rounds, "seconds": seconds}
 
@@ -254,13 +255,7 @@ def quick_dag(smoke: bool, out: Path, timeout_s: float) -> Result:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(Path("src").resolve()), os.environ.get("PYTHONPATH")) if p)}
     began = time.perf_counter()
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        code, text = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as stopped:
-        code = None
-        text = "".join(s.decode() if isinstance(s, bytes) else (s or "")
-                       for s in (stopped.stdout, stopped.stderr))
+    code, text = stopped_at(cmd, env, timeout_s)
     (out / "dag.log").write_text(text)
     result = {"command": " ".join(cmd), "exit": code,
               "seconds": time.perf_counter() - began, **dag_outputs(plan)}
@@ -272,6 +267,25 @@ def quick_dag(smoke: bool, out: Path, timeout_s: float) -> Result:
         raise RuntimeError(f"snakemake exited {code} (None: stopped at {timeout_s:.0f} s); "
                            f"{result['summary']}\n{text[-4000:]}")
     return result
+
+
+def stopped_at(cmd: list[str], env: dict[str, str], timeout_s: float) -> tuple[int | None, str]:
+    """(exit status, output) of ``cmd``; past ``timeout_s`` it gets SIGTERM (Snakemake then
+    stops its jobs, which SIGKILL would orphan on the GPU), SIGKILL 30 s later, and the status
+    is None."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        text = proc.communicate(timeout=timeout_s)[0]
+        return proc.returncode, text
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            text = proc.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text = proc.communicate()[0]
+        return None, text
 
 
 def dag_outputs(plan: Any) -> dict[str, Any]:
