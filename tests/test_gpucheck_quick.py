@@ -118,3 +118,17 @@ def test_the_gpu_quick_config_puts_every_quick_experiment_at_8_seeds_in_its_own_
                          if tuned else set(range(8))), name
     assert set(gpu_plan.experiments) == set(quick_plan.experiments)
     assert set(quick_plan.runs) < set(gpu_plan.runs)  # the same configs, more seeds
+
+
+def test_a_dag_that_fails_or_runs_out_of_time_is_counted_and_its_log_kept(tmp_path,
+                                                                         monkeypatch):
+    """Snakemake's exit status in the result (None when stopped at its time), the runs it
+    wrote counted (none here), the log's end kept: the step fails with its numbers."""
+    monkeypatch.chdir(ROOT)
+    stopped = quick.quick_dag(True, tmp_path / "a", timeout_s=0.5)
+    assert stopped["exit"] is None and stopped["runs"]["complete"] == 0
+    assert stopped["runs"]["planned"] == 14 and stopped["ledger"] is None
+    monkeypatch.setattr(quick, "PROFILE", str(tmp_path / "no-such-profile"))
+    failed = quick.quick_dag(True, tmp_path / "b", timeout_s=120)
+    assert failed["exit"] not in (0, None) and "no-such-profile" in failed["text"]
+    assert (tmp_path / "b/dag.log").read_text().endswith(failed["text"])
