@@ -90,9 +90,10 @@ def wheelhouse(folder: Path) -> Result:
             raise RuntimeError(f"no wheelhouse at {folder} (make wheelhouse, on a machine with "
                                f"PyPI, before the tree travels) and this Python lacks "
                                f"{', '.join(missing)}")
+        found = versions()
         return {"summary": f"no wheelhouse at {folder}: the installed "
-                           + ", ".join(f"{k} {v}" for k, v in versions().items()),
-                "versions": versions(), "wheels": 0}
+                           + ", ".join(f"{k} {v}" for k, v in found.items()),
+                "versions": found, "wheels": 0}
     wheels = sorted(p.name for p in folder.glob("*.whl"))
     cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(folder),
            "--no-cache-dir", "--disable-pip-version-check", "-q", *NEEDED.values()]
@@ -101,9 +102,10 @@ def wheelhouse(folder: Path) -> Result:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n"
                            f"{(done.stdout + done.stderr)[-4000:]}")
     importlib.invalidate_caches()
+    found = versions()
     return {"summary": f"{len(wheels)} wheels in {folder}; "
-                       + ", ".join(f"{k} {v}" for k, v in versions().items()),
-            "versions": versions(), "wheels": len(wheels), "command": " ".join(cmd)}
+                       + ", ".join(f"{k} {v}" for k, v in found.items()),
+            "versions": found, "wheels": len(wheels), "command": " ".join(cmd)}
 
 
 def versions() -> dict[str, str]:
@@ -230,8 +232,8 @@ def dag_configs(smoke: bool, out: Path) -> list[str]:
     test = merged_config(["config/config.yaml", ".test/config.yaml"])
     overlay = {"paths": {"results": str(out / "dag/results"), "figures": str(out / "dag/figures")},
                "execution": {"device": "cpu", "gpus_per_job": 1, "bundles_per_job": 8},
-               "stage2": None,  # the figures too: the smoke DAG ends at the claims ledgers
-               "figures": dict.fromkeys(test.get("figures") or {}),
+               # no second stage and no figures: the smoke DAG ends at the claims ledgers
+               "stage2": None, "figures": dict.fromkeys(test.get("figures") or {}),
                "experiments": {name: ({"grid": {"seed": list(SMOKE_SEEDS)}}
                                       if name in SMOKE_EXPERIMENTS else None)
                                for name in test["experiments"]}}
