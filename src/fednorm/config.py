@@ -79,6 +79,13 @@ CHECKPOINT_MINUTES = 30.0
 # Processes decoding ImageNet-1K's JPEGs for a training job (fednorm.data.imagenet): the default
 # of execution.data_workers and of `fednorm run --data-workers`; none changes a run's result.
 DATA_WORKERS = 8
+# A training job's arithmetic (execution.precision, fednorm.fl.precision): IEEE float32, TF32
+# for CUDA's matmuls and convolutions, or the gradient step under bfloat16 autocast (float32:
+# the default; the other two change a run's numbers by their rounding, not its config or id)
+PRECISIONS = ("float32", "tf32", "bf16")
+# execution.cuda_graph: the local step captured once per bundle shape on CUDA and replayed
+# (auto), or run eagerly (off); on the CPU it always runs eagerly
+CUDA_GRAPHS = ("auto", "off")
 
 
 @dataclass(frozen=True)

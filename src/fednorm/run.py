@@ -8,9 +8,10 @@ point and BN layer, see :mod:`fednorm.fl.norm_error`; the ``stat_*`` columns sum
 :mod:`fednorm.fl.dynamics`, NaN and no rows otherwise)
 and ``run.json`` (resolved config, run_id, seed, git commit, library versions, device, wall time,
 status, the bundle it trained in, ``rows``: each CSV's number of rows, so that a copy cut short
-is found, :mod:`fednorm.integrity`), each atomically, run.json last. The Snakemake rule calls
-``train_job`` (each of a job's bundles with ``train_bundle``); ``fednorm run`` calls
-``train_and_evaluate``.
+is found, :mod:`fednorm.integrity`; ``math``: execution.precision and cuda_graph, the TF32
+flags and autocast dtype they set, fednorm.fl.precision), each atomically, run.json last. The
+Snakemake rule calls ``train_job`` (each of a job's bundles with ``train_bundle``); ``fednorm
+run`` calls ``train_and_evaluate``.
 
 Resume points (fednorm.fl.resume): a bundle's state is saved every ``checkpoint_minutes`` and
 when SIGTERM or SIGUSR1 arrives; the workflow keeps it at ``<results>/resume/<bundle id>.pt``
@@ -40,6 +41,7 @@ from fednorm.config import CHECKPOINT_MINUTES, DATA_WORKERS, RunConfig, run_conf
 from fednorm.data import load_dataset
 from fednorm.fl import memory
 from fednorm.fl import train as training
+from fednorm.fl.precision import job_math
 from fednorm.fl.resume import Interrupted, ResumeStore
 from fednorm.fl.train import DYNAMICS_COLUMNS, LAYER_COLUMNS, TrainResult
 from fednorm.gpu_slots import claimed_gpu
@@ -57,16 +59,17 @@ def resolve_device(device: str) -> torch.device:
 
 
 @contextmanager
-def job_device(device: str) -> Iterator[torch.device]:
+def job_device(device: str, jobs_per_gpu: int = 1) -> Iterator[torch.device]:
     """The device a job trains on, within the block: :func:`resolve_device`, except that
-    ``auto`` or ``cuda`` with several GPUs visible is the first GPU no other job holds
-    (:func:`fednorm.gpu_slots.claimed_gpu`; when all are held, one chosen by process id)."""
+    ``auto`` or ``cuda`` with several GPUs visible is the GPU of the first slot no other job
+    holds, ``jobs_per_gpu`` slots a GPU (:func:`fednorm.gpu_slots.claimed_gpu`; when all are
+    held, one chosen by process id)."""
     dev = resolve_device(device)
     count = torch.cuda.device_count() if dev.type == "cuda" and dev.index is None else 0
     if count < 2:
         yield dev
         return
-    with claimed_gpu(count) as index:
+    with claimed_gpu(count, per_gpu=jobs_per_gpu) as index:
         yield torch.device("cuda", os.getpid() % count if index is None else index)
 
 
@@ -113,7 +116,8 @@ def train_bundle(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
     data_dir: str | Path = "data", device: str = "auto", resume_file: str | Path | None = None,
     checkpoint_minutes: float = CHECKPOINT_MINUTES, together: str | None = None,
-    data_workers: int = DATA_WORKERS,
+    data_workers: int = DATA_WORKERS, precision: str = "float32", cuda_graph: str = "auto",
+    jobs_per_gpu: int = 1,
 ) -> list[str]:
     """Train the runs of one bundle together (:func:`fednorm.fl.train.train_bundle`) and write
     each run's files into its ``out_dir`` the moment it finishes (a diverged run at its last
@@ -133,12 +137,15 @@ def train_bundle(
 
     ``data_workers``: the processes decoding ImageNet-1K's images (fednorm.data.load_dataset;
     the other datasets are in memory); they change nothing in the results.
+
+    ``precision``, ``cuda_graph``, ``jobs_per_gpu``: the execution keys (fednorm.plan.jobs;
+    fednorm.fl.precision); run.json's ``math`` records the first two and the flags they set.
     """
     if len(cfgs) != len(out_dirs):
         raise ValueError(f"one output directory per run: {len(cfgs)} runs, {len(out_dirs)} dirs")
-    with job_device(device) as dev:
+    with job_device(device, jobs_per_gpu) as dev, job_math(precision) as math:
         start = time.perf_counter()
-        env = environment(dev)
+        env = {**environment(dev), "math": {**math, "cuda_graph": cuda_graph}}
         bundle = {"id": bundle_id or cfgs[0].run_id, "size": len(cfgs)}
         store = None if resume_file is None else ResumeStore(
             Path(resume_file), every_s=60.0 * checkpoint_minutes,
@@ -156,7 +163,8 @@ def train_bundle(
                      bundle["id"], size, len(cfgs), dev)
         with store.signals() if store is not None else nullcontext():
             results = training.train_bundle(cfgs, data, dev, on_finish=write, resume=store,
-                                            size=size)
+                                            size=size, precision=precision,
+                                            cuda_graph=cuda_graph)
     return [r.status for r in results]
 
 
@@ -192,12 +200,14 @@ def train_and_evaluate(
 
 def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data",
               device: str = "auto", checkpoint_minutes: float = CHECKPOINT_MINUTES,
-              together: str | None = None, data_workers: int = DATA_WORKERS) -> int:
+              together: str | None = None, data_workers: int = DATA_WORKERS,
+              **execution: Any) -> int:
     """A workflow training job: its bundles one after the other, each a mapping of
     ``bundle_id``, ``runs`` (run configs' identities), ``out_dirs`` and ``resume`` (its resume
     point). Returns the job's exit status: 0, or 128 + the signal's number when SIGTERM or
     SIGUSR1 stopped it (the bundle's state saved, the bundles after it not started).
-    ``together``, ``data_workers``: as in :func:`train_bundle`."""
+    ``together``, ``data_workers`` and ``execution`` (precision, cuda_graph, jobs_per_gpu):
+    as in :func:`train_bundle`."""
     for bundle in bundles:
         bundle_id = bundle["bundle_id"]
         cfgs = [run_config(values) for values in bundle["runs"]]
@@ -208,7 +218,8 @@ def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data
                                     data_dir=data_dir, device=device,
                                     resume_file=bundle["resume"],
                                     checkpoint_minutes=checkpoint_minutes,
-                                    together=together, data_workers=data_workers)
+                                    together=together, data_workers=data_workers,
+                                    **execution)
         except Interrupted as stop:
             log.warning("bundle %s: %s", bundle_id, stop)
             return stop.exit_code

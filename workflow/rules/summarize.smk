@@ -65,6 +65,7 @@ if PLAN.stage2:
             checkpoint_minutes=EXECUTION.checkpoint_minutes,
             together=EXECUTION.together,
             data_workers=EXECUTION.data_workers,
+            execution=EXECUTION.job_keys,  # precision, cuda_graph, jobs_per_gpu
         threads: EXECUTION.threads
         resources:
             gpu=EXECUTION.gpus_per_job,

@@ -27,6 +27,7 @@ for job_id, pending in PLAN.pending_jobs().items():
             checkpoint_minutes=EXECUTION.checkpoint_minutes,
             together=EXECUTION.together,  # bundle_size auto: as many as the memory holds
             data_workers=EXECUTION.data_workers,  # ImageNet-1K's decoding processes
+            execution=EXECUTION.job_keys,  # precision, cuda_graph, jobs_per_gpu
         threads: EXECUTION.threads
         # the biggest jobs first, so that none starts last and runs alone (images to train)
         priority: job_priority(run_ids)

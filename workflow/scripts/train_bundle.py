@@ -17,6 +17,6 @@ torch.set_num_threads(snakemake.threads)  # noqa: F821
 params = snakemake.params  # noqa: F821
 status = train_job(params.bundles, data_dir=params.data_dir, device=params.device,
                    checkpoint_minutes=params.checkpoint_minutes, together=params.together,
-                   data_workers=params.data_workers)
+                   data_workers=params.data_workers, **params.execution)
 if status:  # stopped by a signal, its state saved: the job failed, a retry continues it
     sys.exit(status)

@@ -17,7 +17,7 @@ plan = load_plan(snakemake.config)  # noqa: F821
 bundles, trained = job_bundles(record, snakemake.wildcards.job, plan)  # noqa: F821
 status = train_job(bundles, data_dir=params.data_dir, device=params.device,
                    checkpoint_minutes=params.checkpoint_minutes, together=params.together,
-                   data_workers=params.data_workers)
+                   data_workers=params.data_workers, **params.execution)
 if status:  # stopped by a signal, its state saved: the job failed, a retry continues it
     sys.exit(status)
 write_record({"job": snakemake.wildcards.job, "runs": trained}, snakemake.output[0])  # noqa: F821

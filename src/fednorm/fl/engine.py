@@ -117,6 +117,7 @@ from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import Dynamics
 from fednorm.fl.optim import adaptive_clip, momentum_step
 from fednorm.fl.participation import Participants, participation_keys
+from fednorm.fl.precision import autocast_step
 from fednorm.fl.state import BundleState, empty_history
 from fednorm.norms import (
     BatchStats,
@@ -193,6 +194,9 @@ class _Trainer:
     # them eagerly; {} compiles each once with inductor, {"mode": "reduce-overhead"} replays
     # it as CUDA graphs, {"backend": ...} picks another backend
     compile: dict[str, Any] | None = None
+    # execution.precision's autocast dtype for the gradient steps (fednorm.fl.precision): None
+    # runs them in the state's dtype; the state, the optimizer and aggregation stay in it
+    autocast: torch.dtype | None = None
 
     def __init__(self, cfgs: Sequence[RunConfig], models: Sequence[nn.Module],
                  normalizer: Normalizer, batches: ClientBatches) -> None:
@@ -281,6 +285,8 @@ class _Trainer:
         step = self._steps.get(key)
         if step is None:
             step = build()
+            if self.autocast is not None:
+                step = autocast_step(step, self.clock.device.type, self.autocast)
             if self.compile is not None:  # one graph or an error; static shapes (a
                 # second bundle's shapes would otherwise make the functorch wrappers that
                 # every step shares dynamic, which vmap's convolution cannot take)
@@ -912,7 +918,7 @@ class FedTAN(FedAvg):
 def make_trainer(
     cfgs: Sequence[RunConfig], models: Sequence[nn.Module], normalizer: Normalizer,
     batches: ClientBatches, force_fedavg: bool = False,
-    compile: dict[str, Any] | None = None,
+    compile: dict[str, Any] | None = None, autocast: torch.dtype | None = None,
 ) -> _Trainer:
     """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise (and whenever
     the server needs each client's update: ``attack_updates``; or the clients' own state under
@@ -920,7 +926,8 @@ def make_trainer(
     itself: FedWon's adaptive clipping, which the mean of the clients' gradients would not
     reproduce). ``cfgs`` share a bundle key; ``models``
     are their initialized models, one per run; ``compile``: torch.compile's arguments for
-    the gradient steps (None: eager; :meth:`_Trainer.gradient_step`)."""
+    the gradient steps (None: eager; :meth:`_Trainer.gradient_step`); ``autocast``: their
+    autocast dtype (fednorm.fl.precision; None: none)."""
     cfg = cfgs[0]
     fedavg = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
               or bool(normalizer.local or normalizer.kept) or normalizer.static
@@ -929,5 +936,5 @@ def make_trainer(
     # FedTAN: one forward over all clients' stacked batches
     cls = FedTAN if normalizer.clientwise else FedAvg if force_fedavg or fedavg else DSGD
     trainer = cls(cfgs, models, normalizer, batches)
-    trainer.compile = compile
+    trainer.compile, trainer.autocast = compile, autocast
     return trainer

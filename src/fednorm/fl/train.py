@@ -47,6 +47,7 @@ from fednorm.fl.evaluate import (
     label_distributions,
 )
 from fednorm.fl.norm_error import layer_errors, union_statistics
+from fednorm.fl.precision import autocast_dtype
 from fednorm.fl.resume import ResumeStore
 from fednorm.fl.state import HISTORY, BundleState
 from fednorm.fl.streamed import streamed_batches
@@ -91,6 +92,7 @@ def train_bundle(
     cfgs: Sequence[RunConfig], data: Data, device: str | torch.device = "cpu",
     on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
     resume: ResumeStore | None = None, size: int | None = None,
+    precision: str = "float32", cuda_graph: str = "auto",
 ) -> list[TrainResult]:
     """Train the runs ``cfgs`` together; ``on_finish(i, result)`` is called the moment run i
     finishes (diverged, or at the last step). Returns the results in the order of ``cfgs``.
@@ -103,9 +105,13 @@ def train_bundle(
     after the other; None: all at once). When the device runs out of memory, the runs still
     training are split in two halves that continue from their last saved state (or the state
     their slice started from) one after the other, each split again if it does not fit either;
-    a run that does not fit alone raises."""
+    a run that does not fit alone raises.
+
+    ``precision``: the gradient steps' arithmetic (fednorm.fl.precision: bf16 autocasts them;
+    the TF32 flags are the caller's, fednorm.run); ``cuda_graph``: execution.cuda_graph."""
     _check_bundle(cfgs)
-    bundle = _Bundle(list(cfgs), data, torch.device(device), on_finish, force_fedavg, resume)
+    bundle = _Bundle(list(cfgs), data, torch.device(device), on_finish, force_fedavg, resume,
+                     precision, cuda_graph)
     bundle.start(size or len(cfgs))
     while bundle.queue:
         bundle.train_next()
@@ -124,6 +130,10 @@ class _Bundle:
     on_finish: Callable[[int, TrainResult], None] | None
     force_fedavg: bool
     store: ResumeStore | None
+    precision: str  # execution.precision: the gradient steps' autocast (fednorm.fl.precision)
+    # execution.cuda_graph, auto or off: TODO(lead): hand it to fednorm.fl.graphed (the
+    # local step captured on CUDA) when that module lands; until then every step is eager
+    cuda_graph: str
     queue: list[Slice] = field(default_factory=list)  # the slices still to train, in order
     results: dict[int, TrainResult] = field(default_factory=dict)  # the runs finished
     live: _Loop | None = None  # the slice training now
@@ -212,7 +222,8 @@ class _Bundle:
                            None if domains is None else domains.cpu())
                  for c in cfgs]
         trainer = make_trainer(cfgs, models, normalizer_for(cfg),
-                               training_batches(cfgs, data, parts), self.force_fedavg)
+                               training_batches(cfgs, data, parts), self.force_fedavg,
+                               autocast=autocast_dtype(self.precision))
         if cfg.record_dynamics and trainer.layers:  # a bundle_key field: all runs or none
             trainer.record_dynamics(cfg.dynamics_window)
         if state is not None:

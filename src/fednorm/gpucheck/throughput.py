@@ -33,6 +33,7 @@ from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl import memory
 from fednorm.fl.engine import _Trainer, make_trainer
+from fednorm.fl.precision import autocast_dtype
 from fednorm.fl.train import training_batches
 from fednorm.models import FBNCNN, ResNet18, ResNet20, build_model
 from fednorm.models.dropout import KeyedDropout
@@ -160,18 +161,22 @@ def configs(shape: Shape, runs: int, settings: Settings) -> list[RunConfig]:
     return [run_config({**keys, "seed": seed}) for seed in range(runs)]
 
 
-def bundle(cfgs: list[RunConfig], data: Arrays, compile: dict[str, Any] | None = None
-           ) -> _Trainer:
+def bundle(cfgs: list[RunConfig], data: Arrays, compile: dict[str, Any] | None = None,
+           cuda_graph: str = "off", precision: str = "float32") -> _Trainer:
     """The trainer of a bundle, built as fednorm.fl.train builds a job's; ``compile``:
-    torch.compile's arguments for its gradient steps (fednorm.fl.engine.make_trainer)."""
+    torch.compile's arguments for its gradient steps (fednorm.fl.engine.make_trainer);
+    ``precision``: their autocast (fednorm.fl.precision; the TF32 flags are the caller's);
+    ``cuda_graph`` auto: the local step captured (execution.cuda_graph, handed to make_trainer
+    once fednorm.fl.graphed is wired there; off: eager)."""
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)
         models.append(build_model(c, data.n_classes).to(data.device, data.dtype))
     parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
              for c in cfgs]
+    graph = {} if cuda_graph == "off" else {"cuda_graph": cuda_graph}
     return make_trainer(cfgs, models, normalizer_for(cfgs[0]), training_batches(cfgs, data, parts),
-                        compile=compile)
+                        compile=compile, autocast=autocast_dtype(precision), **graph)
 
 
 def round_images(cfg: RunConfig, runs: int) -> int:
@@ -179,16 +184,17 @@ def round_images(cfg: RunConfig, runs: int) -> int:
 
 
 def engine_rate(shape: Shape, runs: int, data: Arrays, settings: Settings,
-                compiled: dict[str, Any] | None = None) -> dict[str, Any]:
+                compiled: dict[str, Any] | None = None, cuda_graph: str = "off",
+                precision: str = "float32") -> dict[str, Any]:
     """Images/s of a bundle of ``runs``, and its peak memory per run (the bundle's state built
     and a round trained, beyond what the device held before); ``compiled``: torch.compile's
     arguments for its gradient steps (fednorm.fl.engine, ``gradient_step``), compiled in the
-    first round."""
+    first round; ``cuda_graph``, ``precision``: as in :func:`bundle`."""
     cfgs, device = configs(shape, runs, settings), data.device
     built: list[_Trainer] = []
 
     def build_and_step() -> None:
-        built.append(bundle(cfgs, data, compiled))
+        built.append(bundle(cfgs, data, compiled, cuda_graph, precision))
         built[0].round(0)
 
     peak = memory.peak_bytes(build_and_step, device)

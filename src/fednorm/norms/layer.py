@@ -93,6 +93,10 @@ class FedBatchNorm2d(nn.Module):
                 "FedBatchNorm2d in training mode needs a NormContext with a rule: train through "
                 "fednorm.fl, or wrap the forward pass in fednorm.norms.norm_context(...)"
             )
+        # bf16 autocast (fednorm.fl.precision): normalized in the statistics' dtype (float32),
+        # as cuDNN's BN does; batch_norm's backward under vmap takes no bf16 input with float32
+        # weights on the CPU. A no-op (the same tensor) when the dtypes agree
+        x = x.to(self.running_mean.dtype)
         xg = x.reshape(ctx.n_groups, -1, *x.shape[1:])
         running = Stats(self.running_mean, self.running_var)
         batch = self._client_stats(xg)

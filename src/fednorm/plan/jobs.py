@@ -11,9 +11,12 @@ from typing import Any
 
 from fednorm.config import (
     CHECKPOINT_MINUTES,
+    CUDA_GRAPHS,
     DATA_WORKERS,
+    PRECISIONS,
     ConfigError,
     Nullable,
+    OneOf,
     RunConfig,
     bundle_key,
     checked_section,
@@ -30,7 +33,8 @@ AUTO_BUNDLE_RUNS = 64  # execution.bundle_size auto: the most runs of a bundle
 
 @dataclass(frozen=True)
 class Execution:
-    """How training jobs run (the ``execution`` section); none of it changes a run's result."""
+    """How training jobs run (the ``execution`` section); none of it changes a run's config or
+    id, and only ``precision`` its numbers (by rounding: fednorm.fl.precision)."""
 
     device: str = "auto"  # auto (cuda when available), cpu, cuda, cuda:1, ...
     threads: int = 1  # CPU threads per training job
@@ -60,6 +64,25 @@ class Execution:
     # `runtime`
     images_per_second: float | Mapping[str, float] | None = None
     max_runtime: int | None = None  # minutes, the partition's limit: no job asks for more
+    # Training jobs that share one GPU (Snakemake's local executor): each job still asks for
+    # `gpus_per_job` of the resource `gpu`, which counts slots, so run with
+    # --resources gpu=<GPUs x jobs_per_gpu>; a job takes the first free slot of the GPUs
+    # (fednorm.gpu_slots). Under SLURM each job has its own GPU and this is ignored.
+    jobs_per_gpu: int = 1
+    # float32 (IEEE), tf32 (CUDA's matmuls and convolutions in TF32) or bf16 (the gradient step
+    # under bfloat16 autocast; statistics, aggregation and the optimizer in float32):
+    # fednorm.fl.precision; recorded in each run.json
+    precision: str = "float32"
+    # auto: on CUDA the local step captured once per bundle shape and replayed (a CUDA graph);
+    # off: eager. The CPU always runs it eagerly. Recorded in each run.json
+    cuda_graph: str = "auto"
+
+    @property
+    def job_keys(self) -> dict[str, Any]:
+        """What a training job takes besides its bundles (fednorm.run.train_job): the
+        arithmetic, the CUDA graph and the GPU's slots."""
+        return {"precision": self.precision, "cuda_graph": self.cuda_graph,
+                "jobs_per_gpu": self.jobs_per_gpu}
 
     @property
     def planned_bundle_size(self) -> int:
@@ -183,6 +206,9 @@ EXECUTION_RULES: dict[str, Callable[[Any], str | None]] = {
     "data_workers": int_at_least(0),
     "images_per_second": Nullable(Rates(number_in(0, math.inf, low_open=True))),
     "max_runtime": Nullable(int_at_least(1)),
+    "jobs_per_gpu": int_at_least(1),
+    "precision": OneOf(PRECISIONS),
+    "cuda_graph": OneOf(CUDA_GRAPHS),
 }
 
 
