@@ -26,6 +26,7 @@ def _rule_copy(tmp_path):
     folder = tmp_path / "rule"
     folder.mkdir()
     for name in RULE_FILES:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PACKAGE / name, folder / name)
     return folder
 
@@ -54,13 +55,13 @@ def test_changing_the_claims_file_or_a_deciding_module_changes_the_hash(tmp_path
     assert changed["claims_sha256"] != first["claims_sha256"]
     assert changed["rule_sha256"] == first["rule_sha256"] and changed["sha256"] != first["sha256"]
     shutil.copy(CLAIMS, claims)
-    with open(folder / "stats.py", "a") as f:
+    with open(folder / "claims/stats.py", "a") as f:
         f.write("# an edit\n")
     edited = preregistration(claims, folder)
     assert edited["claims_sha256"] == first["claims_sha256"]
     assert edited["rule_sha256"] != first["rule_sha256"]
     assert [n for n in RULE_FILES if edited["rule_files"][n] != first["rule_files"][n]] == [
-        "stats.py"]
+        "claims/stats.py"]
 
 
 def test_line_endings_do_not_change_the_hash(tmp_path):
@@ -84,7 +85,7 @@ def _ledger_dir(tmp_path, name, record):
 def test_across_seeds_confirms_only_under_one_preregistration(tmp_path, capsys):
     record = preregistration(CLAIMS)
     other = {**record, "rule_sha256": "0" * 64, "sha256": "1" * 64,
-             "rule_files": {**record["rule_files"], "verdicts.py": "2" * 64}}
+             "rule_files": {**record["rule_files"], "claims/verdicts.py": "2" * 64}}
     a = _ledger_dir(tmp_path, "a", record)
     same = _ledger_dir(tmp_path, "same", record)
     moved = _ledger_dir(tmp_path, "moved", other)
@@ -93,7 +94,7 @@ def test_across_seeds_confirms_only_under_one_preregistration(tmp_path, capsys):
         f"pre-registration: the same in both ({record['sha256'][:12]}: claims file "
         f"{record['claims_sha256'][:12]}, rule {record['rule_sha256'][:12]})", False)
     line, differ = preregistrations(a, moved)
-    assert differ and line.startswith("pre-registration differs: rule (verdicts.py)")
+    assert differ and line.startswith("pre-registration differs: rule (claims/verdicts.py)")
     assert preregistrations(a, old)[1] is False
     assert main(["across-seeds", str(a), str(same)]) == 0
     assert main(["across-seeds", str(a), str(moved)]) == 1

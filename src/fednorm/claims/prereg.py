@@ -3,8 +3,8 @@
 
 Two parts, each a sha256: the **claims file** in use (its text, line endings made '\\n', so that
 a checkout on any system hashes the same), and the **rule**: the source of the modules that
-decide a verdict (RULE_FILES: the tests and their pools, the verdicts, the second stage's
-choice of runs and the budget check, the rule's parsing), each hashed as the claims file, then
+decide a verdict (RULE_FILES: the tests, the verdicts, the second stage's choice of runs and
+the budget check, the rule's parsing, a run's value and its settling), each hashed as the claims file, then
 their names and hashes hashed together. The source itself rather than a declared version
 number: a number is bumped by hand and drifts silently from the code it names; a hash of the
 source changes with any edit to a deciding module (a comment too: such an edit is then seen,
@@ -24,8 +24,10 @@ from fednorm.io import write_text
 
 PREREG_NAME = "claims_prereg"  # <figures>/claims_prereg.json, beside claims_words.csv
 # the modules of this package that decide a verdict, by file name
-RULE_FILES = ("stats.py", "verdicts.py", "stage2.py", "words.py", "words_ledger.py")
-PACKAGE = Path(__file__).resolve().parent
+# relative to the fednorm package: results.py decides a run's value (the estimand) and settling
+RULE_FILES = ("claims/stats.py", "claims/verdicts.py", "claims/stage2.py", "claims/words.py",
+              "claims/words_ledger.py", "results.py")
+PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def text_sha256(path: str | Path) -> str:
