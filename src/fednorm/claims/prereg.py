@@ -1,16 +1,16 @@
 """The ledger's pre-registration: what its verdicts were decided by, as hashes a reader can check
 (docs/claims.md, Pre-registration).
 
-Two parts, each a sha256: the **claims file** in use (its text, line endings made '\\n', so that
-a checkout on any system hashes the same), and the **rule**: the source of the modules that
-decide a verdict (RULE_FILES: the tests, the verdicts, the second stage's choice of runs and
-the budget check, the rule's parsing, a run's value and its settling), each hashed as the
+Two parts, each a sha256: the **claims file** in use (its text, line endings made '\\n', so
+that a checkout on any system hashes the same), and the **rule**: the source of the modules
+that decide a verdict (RULE_FILES: the tests, the verdicts, the second stage's choice of runs
+and the budget check, the rule's parsing, a run's value and its settling), each hashed as the
 claims file, then their names and hashes hashed together. The source itself rather than a
-declared version number: a number is bumped by hand and drifts silently from the code it names; a hash of the
-source changes with any edit to a deciding module (a comment too: such an edit is then seen,
-and judged, by whoever compares two ledgers). The run's own settings (the config's ``stage2``
-seeds and share, ``seed_offset``) are not part of it: two ledgers on disjoint seeds share the
-same pre-registration (``fednorm across-seeds`` checks that they do).
+declared version number: a number is bumped by hand and drifts silently from the code it
+names; a hash of the source changes with any edit to a deciding module (a comment too: such an
+edit is then seen, and judged, by whoever compares two ledgers). The run's own settings (the
+config's ``stage2`` seeds and share, ``seed_offset``) are not part of it: two ledgers on
+disjoint seeds share the same pre-registration (``fednorm across-seeds`` checks that they do).
 """
 
 from __future__ import annotations
