@@ -11,6 +11,7 @@ from fednorm.claims.null import (
     NULL_COLUMNS,
     VERDICT,
     blocks,
+    carrying,
     donors,
     null_codes,
     null_interval,
@@ -275,7 +276,7 @@ def test_the_vectorized_null_gives_the_ledgers_verdicts_on_each_permutation(look
         draws = [identity] + [donors(summary, np.random.default_rng(s)) for s in range(6)]
         codes = null_codes(words, summary, draws, looks)
         for draw, row in zip(draws, codes, strict=True):
-            frame = summary if draw is identity else _apply(summary, draw)
+            frame = summary if draw is identity else carrying(summary, draw)
             ledger = words_ledger(words, frame, looks)
             slow = ledger["verdict"].tolist()
             assert [VERDICT[c] for c in row] == slow
@@ -283,27 +284,6 @@ def test_the_vectorized_null_gives_the_ledgers_verdicts_on_each_permutation(look
             vetoed += int(ledger["detail"].str.contains("else ").sum())
     # the comparison saw firm verdicts and vetoed ones, not only inconclusive ones
     assert firm > 0 and vetoed > 0
-
-
-def _apply(summary, draw):
-    """The slow path's summary for one draw (the permuted() construction, for a given draw)."""
-    moving = [c for c in SUMMARY_METRICS if c in summary.columns]
-    fixed = [c for c in summary.columns if c not in moving]
-    trajectories = {r: rows[moving] for r, rows in summary.groupby("run_id", sort=False)}
-    configs = summary.groupby("run_id", sort=False)[[c for c in fixed if c != "run_id"]].first()
-    parts = []
-    for run, donor in draw.items():
-        rows = trajectories[donor].reset_index(drop=True)
-        parts.append(pd.concat([configs.loc[[run] * len(rows)].reset_index(names="run_id"),
-                                rows], axis=1))
-    return pd.concat(parts, ignore_index=True)[list(summary.columns)]
-
-
-def test_permuted_is_the_draw_of_donors():
-    summary = _blocked_summary()
-    draw = donors(summary, np.random.default_rng(3))
-    pd.testing.assert_frame_equal(permuted(summary, np.random.default_rng(3)),
-                                  _apply(summary, draw))
 
 
 def test_the_interval_is_a_t_interval_over_the_permutations():

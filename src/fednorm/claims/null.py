@@ -83,13 +83,18 @@ def permuted(summary: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     """``summary`` with its runs' trajectories permuted within block and seed (:func:`donors`);
     the config columns stay with their runs. The slow path: the vectorized null judges the
     same permutations without building them."""
-    source = donors(summary, rng)
+    return carrying(summary, donors(summary, rng))
+
+
+def carrying(summary: pd.DataFrame, draw: pd.Series) -> pd.DataFrame:
+    """``summary`` with each run carrying the trajectory of its donor in ``draw`` (run id ->
+    run id), its config columns kept."""
     moving = [c for c in SUMMARY_METRICS if c in summary.columns]
     fixed = [c for c in summary.columns if c not in moving]
     trajectories = {run: rows[moving] for run, rows in summary.groupby("run_id", sort=False)}
     configs = summary.groupby("run_id", sort=False)[[c for c in fixed if c != "run_id"]].first()
     parts = []
-    for run, donor in source.items():
+    for run, donor in draw.items():
         rows = trajectories[donor].reset_index(drop=True)
         config = configs.loc[[run] * len(rows)].reset_index(names="run_id")
         parts.append(pd.concat([config, rows], axis=1))

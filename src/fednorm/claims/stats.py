@@ -388,13 +388,14 @@ def holm(p: Sequence[float] | np.ndarray) -> np.ndarray:
     return out
 
 
-def bh(p: Sequence[float]) -> np.ndarray:
-    """Benjamini–Hochberg q-values (``scipy.stats.false_discovery_control``); NaN stays NaN."""
+def bh(p: Sequence[float], method: str = "bh") -> np.ndarray:
+    """Benjamini–Hochberg q-values (``scipy.stats.false_discovery_control``; ``method`` 'by':
+    Benjamini–Yekutieli's, under any dependence); NaN stays NaN and is not counted."""
     p = np.asarray(p, dtype=float)
     q = np.full(len(p), math.nan)
     known = ~np.isnan(p)
     if known.any():
-        q[known] = stats.false_discovery_control(p[known], method="bh")
+        q[known] = stats.false_discovery_control(p[known], method=method)
     return q
 
 

@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from scipy import stats
 
 from fednorm.claims.common import PAPERS, config_text
 from fednorm.claims.stats import bh, per_look
@@ -118,14 +117,9 @@ def outcome(unit: Unit) -> str:
 
 
 def q_by(p: Sequence[float]) -> np.ndarray:
-    """Benjamini–Yekutieli q-values (``scipy.stats.false_discovery_control``, method 'by':
-    the false discovery rate under any dependence); NaN stays NaN and is not counted."""
-    p = np.asarray(p, dtype=float)
-    q = np.full(len(p), math.nan)
-    known = ~np.isnan(p)
-    if known.any():
-        q[known] = stats.false_discovery_control(p[known], method="by")
-    return q
+    """Benjamini–Yekutieli q-values (the false discovery rate under any dependence: stats.bh
+    with method 'by'); NaN stays NaN and is not counted."""
+    return bh(p, "by")
 
 
 def _with_q(table: pd.DataFrame) -> pd.DataFrame:
