@@ -59,8 +59,8 @@ def prereg_line(record: dict[str, Any]) -> str:
     """One markdown line for the ledger: the three hashes (their first 12 characters)."""
     return (f"**Pre-registration** (claims_prereg.json): {record['sha256'][:12]}, of the claims "
             f"file `{Path(record['claims_file']).name}` {record['claims_sha256'][:12]} and the "
-            f"rule {record['rule_sha256'][:12]} (fednorm.claims: "
-            f"{', '.join(Path(n).stem for n in record['rule_files'])}).")
+            f"rule {record['rule_sha256'][:12]} (fednorm: "
+            f"{', '.join(n.removesuffix('.py').replace('/', '.') for n in record['rule_files'])}).")
 
 
 def write_prereg(record: dict[str, Any], path: str | Path) -> Path:
