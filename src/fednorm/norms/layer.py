@@ -159,8 +159,12 @@ class FedBatchNorm2d(nn.Module):
         (:class:`GroupedBatchNorm`); returns (output, mean, biased variance), the statistics
         (g, C) (g = 1 for x) as data."""
         shape = (self.num_features, *[1] * (x.dim() - 2 - grouped))
-        out, mean, var, _, _ = GroupedBatchNorm.apply(x, self.weight.view(shape),
-                                                      self.bias.view(shape), self.eps, grouped)
+        # torch.compile cannot trace the Function under vmap: there, autograd's graph of the
+        # same forward (the same values; its gradient differs in rounding only)
+        norm = (GroupedBatchNorm.forward if torch.compiler.is_compiling()
+                else GroupedBatchNorm.apply)
+        out, mean, var, _, _ = norm(x, self.weight.view(shape), self.bias.view(shape), self.eps,
+                                    grouped)
         return out, mean, var
 
 
