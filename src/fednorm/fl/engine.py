@@ -750,6 +750,8 @@ class FedAvg(_Trainer):
             self.state.momenta = self._picked_momenta(who)
         total = torch.zeros(R, device=self.dropout_keys.device, dtype=self.lrs.dtype)
         buffers = [*params.values(), *stats.values(), *self.state.momenta.values()]
+        self._step_views(params, stats, n)
+        self._client_keys(who)
         for e in range(E):
             total = total + self._stepped(
                 ("local", id(step), tuple(names), start is not None), buffers,
@@ -794,8 +796,7 @@ class FedAvg(_Trainer):
         R, b = self.runs, self.cfg.batch_size
         n = self.n if who is None else who.shape[1]
         x, y = self.batches.sample(self._drawn_at(t))
-        flat_params, flat_stats = self._flat("params", params), self._flat("stats", stats)
-        momenta = self._flat("momenta", self.state.momenta)
+        flat_params, flat_stats, momenta, reported = self._step_views(params, stats, n)
         grads, (losses, reports, batches) = step(
             flat_params, flat_stats, x.view(R * n, b, *x.shape[2:]), y.view(R * n, b),
             self._client_keys(who))
@@ -808,10 +809,21 @@ class FedAvg(_Trainer):
                        lr.unsqueeze(1).expand(R, n).reshape(R * n))
         self.clock.add_(1)
         if reports and not keep_stats:  # each client's statistics, (R*n, 1, C), in place
-            own = [self._view("reported", k, stats[k], lambda u: u.view(R * n, 1, -1))
-                   for key in reports for k in (f"{key}.running_mean", f"{key}.running_var")]
-            torch._foreach_copy_(own, [s for key in reports for s in reports[key]])
+            torch._foreach_copy_([reported[f"{key}.running_{s}"]
+                                  for key in reports for s in ("mean", "var")],
+                                 [s for key in reports for s in reports[key]])
         return losses.view(R, n).mean(1)
+
+    def _step_views(self, params: dict[str, Tensor], stats: dict[str, Tensor], n: int
+                    ) -> tuple[dict[str, Tensor], ...]:
+        """The views a local step of ``n`` computing clients reads and writes: parameters,
+        statistics and momenta flattened over (run, client), the statistics as the layers
+        report them, (R*n, 1, C). Made once per buffer (:meth:`_view`); the round makes them
+        before its first step, so that every local step dispatches the same operators."""
+        return (self._flat("params", params), self._flat("stats", stats),
+                self._flat("momenta", self.state.momenta),
+                {k: self._view("reported", k, t, lambda u: u.view(self.runs * n, 1, -1))
+                 for k, t in stats.items()})
 
     def _client_keys(self, who: Tensor | None) -> Tensor:
         """(R*n,) each client's dropout key at the clock's step (its participants' ``who``);
@@ -1009,6 +1021,8 @@ class FedTAN(FedAvg):
             stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
             local = self.gradient_step(("clients", "naive BN"), lambda: over_clients(
                 self.grad_fn(BatchStats(), 1)))
+            self._step_views(params, stats, self.n)
+            self._client_keys(None)
             for e in range(1, E):
                 total = total + self._local_step(local, params, stats, first_step + e, names)
             self._aggregate(params, stats, BatchStats(), set(names))
