@@ -512,10 +512,13 @@ class _Trainer:
             new = aggregate(one, self.server_of[0])
         else:
             new = over_runs(aggregate, self.runs)(reports, self.server_of)
-        # one foreach copy into the statistics, (C,) broadcast over a single run's (1, C)
-        torch._foreach_copy_(
-            [self.state.stats[f"{key}.running_{s}"] for key in new for s in ("mean", "var")],
-            [t for key in new for t in new[key]])
+        # one foreach copy into the statistics, (C,) broadcast over a single run's (1, C);
+        # a rule that keeps them (FixBN's frozen ones) hands back their own memory: left as is
+        pairs = [(self.state.stats[f"{key}.running_{s}"], t)
+                 for key in new for s, t in zip(("mean", "var"), new[key], strict=True)]
+        pairs = [(dst, src) for dst, src in pairs if dst.data_ptr() != src.data_ptr()]
+        if pairs:
+            torch._foreach_copy_([dst for dst, _ in pairs], [src for _, src in pairs])
 
     @torch.no_grad()
     def start_statistics(self, rule: StatRule, first_step: int | Tensor,
