@@ -96,7 +96,11 @@ CUDA graph of it needs): its step is the trainer's ``clock``, a device tensor se
 and advanced in place, from which the draws and the learning rate's phase are computed on the
 device. What chooses the operators (the rule in force, FixBN's frozen parameters, whether the
 participants are drawn) is decided per round on the host, from the round's first step alone
-(tests/fl/test_dispatched.py).
+(tests/fl/test_dispatched.py). FedAvg's clients' parameters and statistics are buffers allocated
+once per bundle, filled in place each round and stepped in place, with the views a step needs
+made once: every local step of a kind dispatches the same operators on the same tensors, so
+on CUDA it may be captured once as a graph and replayed (fednorm.fl.graphed; make_trainer's
+``cuda_graph``). Operators a local step, by region: docs/speed.md (issue 51).
 """
 
 from __future__ import annotations
