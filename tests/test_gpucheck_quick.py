@@ -47,17 +47,14 @@ def test_the_smoke_check_runs_every_step_and_the_dag_and_reports_what_it_wrote(
     assert steps["wheelhouse"]["result"]["versions"] == {
         name: importlib.metadata.version(name) for name in ("snakemake", "mlxtend")}
 
-    # each bundle size eager and with the graph (measured once fednorm.fl.graphed exists,
-    # else said so), and the middle size under tf32 and bf16
+    # each bundle size eager and with the graph (on the CPU the graph's path runs eagerly),
+    # and the middle size under tf32 and bf16
     rows = steps["throughput"]["result"]["rows"]
     assert [(r["runs"], r["cuda_graph"], r["precision"]) for r in rows] == [
         *((runs, graph, "float32") for runs in quick.SMOKE.sizes for graph in ("off", "auto")),
         (quick.SMOKE.precision_runs, "off", "tf32"), (quick.SMOKE.precision_runs, "off", "bf16")]
     for row in rows:
-        if row["cuda_graph"] == "auto" and not quick.graph_ready():
-            assert row["images_per_s"] is None and "fednorm.fl.graphed" in row["note"]
-        else:
-            assert row["images_per_s"] > 0, row
+        assert row["images_per_s"] > 0, row
 
     # J processes at once, each its own rate; the total is their sum
     jobs = steps["jobs_per_gpu"]["result"]["rows"]

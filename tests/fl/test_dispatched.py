@@ -5,6 +5,8 @@ CUDA graph of the step needs: STYLE.md's CUDA graphs anchor). Counted on the CPU
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -113,3 +115,51 @@ def test_a_python_number_that_changes_changes_the_record():
             x[:, k].sum()
         records.append(mode.ops)
     assert records[0] != records[1]
+
+
+@pytest.mark.parametrize("runs", [1, 16])
+@pytest.mark.parametrize("method", METHODS)
+def test_consecutive_local_steps_dispatch_the_same_operator_sequence(method, runs):
+    """Step k and step k + 1 of a run, inside a round (and across rounds where the round's
+    rule and trained parameters stay; FedTAN's union step and its naive steps are two kinds),
+    dispatch the same sequence of operators: what one captured CUDA graph replays at every
+    step (fednorm.fl.graphed)."""
+    steps = recorded_steps(trainer_of(METHODS[method], runs))
+    of_kind: dict[tuple, list[Dispatched]] = {}
+    for decided, step in steps:  # in order: a step and the next one of its kind
+        of_kind.setdefault(decided, []).append(step)
+    pairs = [pair for same in of_kind.values() for pair in itertools.pairwise(same)]
+    assert pairs  # every method has consecutive steps of one kind
+    for one, after in pairs:
+        assert one.names() == after.names()
+
+
+STATIC = [m for m in METHODS if not m.startswith("fedtan")]  # FedTAN: its own per-round copies
+
+
+@pytest.mark.parametrize("method", STATIC)
+def test_every_local_step_of_a_bundle_steps_the_same_buffers(method):
+    """The clients' parameters, statistics and momenta are buffers allocated once per bundle
+    and updated in place (copy_, never rebound): every local step of every round hands the
+    step the same tensors, which a captured graph needs."""
+    trainer = trainer_of(METHODS[method], 2)
+    seen = []
+
+    def recorder(name):
+        method_ = getattr(trainer, name)
+
+        def step(step_fn, params, *args, **kwargs):
+            stats = args[0] if name == "_local_step" else trainer.state.stats
+            tensors = [*params.values(), *stats.values(), *trainer.state.momenta.values()]
+            seen.append((name, tuple(t.data_ptr() for t in tensors)))
+            return method_(step_fn, params, *args, **kwargs)
+        return step
+
+    for name in ("_local_step", "_fused_step"):
+        if hasattr(trainer, name):
+            setattr(trainer, name, recorder(name))
+    for first in range(0, trainer.cfg.steps, trainer.cfg.local_steps):
+        trainer.round(first)
+    assert len(seen) == BASE["steps"]
+    for name in {name for name, _ in seen}:
+        assert len({ptrs for n, ptrs in seen if n == name}) == 1

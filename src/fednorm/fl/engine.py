@@ -96,7 +96,11 @@ CUDA graph of it needs): its step is the trainer's ``clock``, a device tensor se
 and advanced in place, from which the draws and the learning rate's phase are computed on the
 device. What chooses the operators (the rule in force, FixBN's frozen parameters, whether the
 participants are drawn) is decided per round on the host, from the round's first step alone
-(tests/fl/test_dispatched.py).
+(tests/fl/test_dispatched.py). FedAvg's clients' parameters and statistics are buffers allocated
+once per bundle, filled in place each round and stepped in place, with the views a step needs
+made once: every local step of a kind dispatches the same operators on the same tensors, so
+on CUDA it may be captured once as a graph and replayed (fednorm.fl.graphed; make_trainer's
+``cuda_graph``). Operators a local step, by region: docs/speed.md (issue 51).
 """
 
 from __future__ import annotations
@@ -115,10 +119,12 @@ from fednorm import rng
 from fednorm.config import CLIENT_MOMENTA, RunConfig
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.dynamics import Dynamics
+from fednorm.fl.graphed import Graphed
 from fednorm.fl.optim import adaptive_clip, momentum_step
 from fednorm.fl.participation import Participants, participation_keys
 from fednorm.fl.precision import autocast_step
 from fednorm.fl.state import BundleState, empty_history
+from fednorm.models.dropout import KeyedDropout
 from fednorm.norms import (
     BatchStats,
     FedBatchNorm2d,
@@ -151,6 +157,15 @@ def over_runs(fn: Callable, runs: int, in_dims: tuple[int | None, ...] | None = 
         return tree_map(lambda t: t.unsqueeze(0), out)
 
     return single
+
+
+def over_clients(fn: Callable) -> Callable:
+    """``fn`` of one client's tensors, applied to a bundle's clients flattened over (run,
+    client): every argument and result carries a leading R*n dimension (the caller's views of
+    its (R, n, ...) buffers, :meth:`_Trainer._flat`). One vmap over the R*n clients, not a vmap
+    over runs of a vmap over clients: the clients of all runs are independent lanes alike, and
+    one level of batching rules dispatches far fewer operators (docs/speed.md)."""
+    return vmap(fn)
 
 
 def aggregate_reports(reports: Reports, K: dict[str, int], rule: StatRule, n: int,
@@ -274,6 +289,12 @@ class _Trainer:
         self.stat_batches = (self.batches.resized(start.images, rng.STATISTICS)
                              if start is not None else None)
         self._steps: dict[tuple, Callable] = {}  # gradient_step's, built once per key
+        # views of the state's tensors made once, not per step (:meth:`_view`)
+        self._views: dict[tuple, tuple[Tensor, Tensor]] = {}
+        # the local steps through a CUDA graph or eagerly (make_trainer's cuda_graph)
+        self.graphed = Graphed("off")
+        # whether a forward draws dropout masks (else the step's keys are a constant)
+        self.draws_dropout = any(isinstance(m, KeyedDropout) for m in self.model.modules())
 
     def gradient_step(self, key: tuple, build: Callable[[], Callable]) -> Callable:
         """The gradient step that ``build`` makes (a function of tensors alone), built once
@@ -297,6 +318,30 @@ class _Trainer:
     @property
     def runs(self) -> int:
         return len(self.cfgs)
+
+    def _view(self, role: str, key: str, t: Tensor, make: Callable[[Tensor], Tensor]) -> Tensor:
+        """``make(t)``, a view of ``t``, made once while ``t`` is the same tensor (the round's
+        static buffers, the state's tensors): a local step then dispatches no operator to
+        reshape its state (docs/speed.md, issue 51)."""
+        held = self._views.get((role, key))
+        if held is None or held[0] is not t:
+            held = self._views[(role, key)] = (t, make(t))
+        return held[1]
+
+    def _stepped(self, kind: tuple, buffers: list[Tensor], step: Callable[[], Tensor]
+                 ) -> Tensor:
+        """``step()``, a local step, through the trainer's CUDA-graph wrapper
+        (fednorm.fl.graphed), keyed by what decides its operators (``kind``) and the
+        addresses of the static ``buffers`` it steps; eagerly where no graph may hold it: a
+        dynamics recorder (its clones), batches decoded on the host (a Python step)."""
+        if not self.graphed.enabled or self.dynamics is not None or not self.batches.on_device:
+            return step()
+        return self.graphed((*kind, tuple(t.data_ptr() for t in buffers)), step)
+
+    def _flat(self, role: str, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+        """(R, n, ...) -> (R*n, ...) views, made once per tensor (:meth:`_view`)."""
+        return {k: self._view(role, k, t, lambda u: u.view(-1, *u.shape[2:]))
+                for k, t in tensors.items()}
 
     def _start_clock(self, first_step: int) -> None:
         """The round from ``first_step`` starts: the device's step counter set to it (per
@@ -332,6 +377,7 @@ class _Trainer:
         if self.stat_batches is not None:
             self.stat_batches = self.stat_batches.select(runs)
         self.lrs, self.dropout_keys = self.lrs[runs], self.dropout_keys[runs]
+        self.graphed.reset()  # captured on the dropped runs' buffers
         self.server_of, self.momentum_mode = self.server_of[runs], self.momentum_mode[runs]
 
     def record_dynamics(self, window: int) -> None:
@@ -417,9 +463,11 @@ class _Trainer:
         return grad(loss_fn, has_aux=True)
 
     def _optimize(self, names: list[str], params: dict[str, Tensor],
-                  grads: dict[str, Tensor]) -> None:
+                  grads: dict[str, Tensor], momenta: dict[str, Tensor] | None = None,
+                  lr: Tensor | None = None) -> None:
         """The optimizer step of the parameters ``names`` (stacked per run, or per run and
-        client), after adaptive gradient clipping when the normalizer asks for it (FedWon):
+        client, or per client flattened over (run, client) with their ``momenta`` and ``lr``
+        (R*n,)), after adaptive gradient clipping when the normalizer asks for it (FedWon):
         unit-wise per output unit (the template's first dimension; every run and client
         clipped on its own), the classifier excluded (Brock et al. 2021, §4.1)."""
         lam = self.normalizer.agc
@@ -427,21 +475,27 @@ class _Trainer:
                    if lam is not None and k not in self.classifier else grads[k]
                    for k in names}
         if self.cfg.clip_norm is not None:
-            clipped = self._clip_norm(clipped, self.cfg.clip_norm)
+            clipped = self._clip_norm(clipped, self.cfg.clip_norm,
+                                      lead=1 if momenta is not None else 2)
+        momenta = self.state.momenta if momenta is None else momenta
         momentum_step(
             [params[k] for k in names], [clipped[k] for k in names],
-            [self.state.momenta[k] for k in names], lr=self._lr(), beta=self.cfg.momentum,
+            [momenta[k] for k in names], lr=self._lr() if lr is None else lr,
+            beta=self.cfg.momentum,
             convention=self.cfg.momentum_convention, weight_decay=self.cfg.weight_decay,
         )
 
-    def _clip_norm(self, grads: dict[str, Tensor], max_norm: float) -> dict[str, Tensor]:
+    def _clip_norm(self, grads: dict[str, Tensor], max_norm: float, lead: int = 2
+                   ) -> dict[str, Tensor]:
         """Each client's gradient, (R, n, ...) per parameter (a per-client path:
-        make_trainer), scaled to at most ``max_norm`` in global L2 norm over the parameters it
-        steps, as torch.nn.utils.clip_grad_norm_ (its coefficient max_norm / (norm + 1e-6), at
-        most 1), after any adaptive clipping; no host synchronization (a tensor coefficient)."""
-        squares = sum(g.pow(2).flatten(2).sum(-1) for g in grads.values())
-        coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)  # (R, n)
-        return {k: g * coef.view(*coef.shape, *[1] * (g.dim() - 2)) for k, g in grads.items()}
+        make_trainer; ``lead`` 1: (R*n, ...)), scaled to at most ``max_norm`` in global L2
+        norm over the parameters it steps, as torch.nn.utils.clip_grad_norm_ (its coefficient
+        max_norm / (norm + 1e-6), at most 1), after any adaptive clipping; no host
+        synchronization (a tensor coefficient)."""
+        squares = sum(g.pow(2).flatten(lead).sum(-1) for g in grads.values())
+        coef = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)  # (R, n) or (R*n,)
+        return {k: g * coef.view(*coef.shape, *[1] * (g.dim() - lead))
+                for k, g in grads.items()}
 
     @torch.no_grad()
     def _commit(self, reports: Reports, rule: StatRule, beta: float, n: int | None = None,
@@ -462,10 +516,19 @@ class _Trainer:
                 out = tree_map(lambda a, b, i=i: torch.where(which == i, b, a), out, other)
             return out
 
-        new = over_runs(aggregate, self.runs)(reports, self.server_of)
-        for key, (mean, var) in new.items():
-            self.state.stats[f"{key}.running_mean"].copy_(mean)
-            self.state.stats[f"{key}.running_var"].copy_(var)
+        if self.runs == 1:  # the run's own reports (views made once: :meth:`_view`)
+            one = {key: tuple(self._view("one run", f"{key}.{i}", t, lambda u: u.squeeze(0))
+                              for i, t in enumerate(pair)) for key, pair in reports.items()}
+            new = aggregate(one, self.server_of[0])
+        else:
+            new = over_runs(aggregate, self.runs)(reports, self.server_of)
+        # one foreach copy into the statistics, (C,) broadcast over a single run's (1, C);
+        # a rule that keeps them (FixBN's frozen ones) hands back their own memory: left as is
+        pairs = [(self.state.stats[f"{key}.running_{s}"], t)
+                 for key in new for s, t in zip(("mean", "var"), new[key], strict=True)]
+        pairs = [(dst, src) for dst, src in pairs if dst.data_ptr() != src.data_ptr()]
+        if pairs:
+            torch._foreach_copy_([dst for dst, _ in pairs], [src for _, src in pairs])
 
     @torch.no_grad()
     def start_statistics(self, rule: StatRule, first_step: int | Tensor,
@@ -626,8 +689,13 @@ class DSGD(_Trainer):
                  if rule is not None and rule.reports_at_round_start and self.layers else None)
         step = self.gradient_step(("union", rule), lambda: over_runs(
             self.grad_fn(rule, self.n), self.runs))
-        loss = self._fused_step(step, self.state.params, rule, first_step,
-                                self.trainable(first_step), commit=start is None)
+        names = self.trainable(first_step)
+        loss = self._stepped(
+            ("fused", id(step), tuple(names), start is None),
+            [*self.state.params.values(), *self.state.stats.values(),
+             *self.state.momenta.values()],
+            lambda: self._fused_step(step, self.state.params, rule, first_step, names,
+                                     commit=start is None))
         if start is not None:
             with self._observed_round():
                 self._commit_start_statistics(start, rule, self.normalizer.round_start.momentum)
@@ -678,26 +746,30 @@ class FedAvg(_Trainer):
         who = self.participants(first_step)  # (R, m), or None: every client takes part
         n = self.n if who is None else who.shape[1]  # the clients that compute
 
-        params = {k: self._per_client(p, n) for k, p in self.state.params.items()}
-        stats = {k: self._per_client(s, n) for k, s in self.state.stats.items()}
+        params, stats = self._round_buffers(n)
         for k, own in self.own_parts(who).items():  # each client's own parts, kept by it
-            (params if k in params else stats)[k] = own
+            (params if k in params else stats)[k].copy_(own)
         # Hybrid BN: the reports of the global model (with each client's own d) at the round's
         # start; the clients' statistics stay the round's global ones while they train
         start = (self.start_statistics(rule, self._drawn_at(first_step),
                                        own={k: params[k] for k in self.kept})
                  if rule is not None and rule.reports_at_round_start and self.layers else None)
-        step = self.gradient_step(("clients", rule, n), lambda: over_runs(
-            vmap(self.grad_fn(rule, 1, union_clients=n)), R))
+        step = self.gradient_step(("clients", rule, n), lambda: over_clients(
+            self.grad_fn(rule, 1, union_clients=n)))
         names = self.trainable(first_step)  # FixBN's frozen affine parameters left out
         self.start_round()
         every = self.state.momenta
         if who is not None:  # the participants' momenta step; the idle clients' stay
-            self.state.momenta = {k: _rows(m, who) for k, m in every.items()}
+            self.state.momenta = self._picked_momenta(who)
         total = torch.zeros(R, device=self.dropout_keys.device, dtype=self.lrs.dtype)
+        buffers = [*params.values(), *stats.values(), *self.state.momenta.values()]
+        self._step_views(params, stats, n)
+        self._client_keys(who)
         for e in range(E):
-            total = total + self._local_step(step, params, stats, first_step + e, names,
-                                             start is not None, who)
+            total = total + self._stepped(
+                ("local", id(step), tuple(names), start is not None), buffers,
+                lambda e=e: self._local_step(step, params, stats, first_step + e, names,
+                                             start is not None, who))
         trained = self.state.momenta
         if who is not None:
             for k, m in every.items():
@@ -725,30 +797,90 @@ class FedAvg(_Trainer):
                     t: int, names: list[str], keep_stats: bool = False,
                     who: Tensor | None = None) -> Tensor:
         """Local step ``t`` of every client of every run, each on its own batch with its own
-        weights (``step``: vmap over clients of the gradient); updates the clients' ``params``
-        and running ``stats`` (R, n, ...) in place (``keep_stats``: the statistics stay the
-        round's, the reports are dropped); returns the (R,) mean loss of the clients. ``who``
-        (R, m): the round's participants, whose batches the sampler draws and whose dropout
-        streams they use; the state's client dimension then holds them alone."""
+        weights (``step``: vmap over the clients, flattened over (run, client), of the
+        gradient); updates the clients' ``params`` and running ``stats`` (R, n, ...) in place
+        (``keep_stats``: the statistics stay the round's, the reports are dropped); returns
+        the (R,) mean loss of the clients. ``who`` (R, m): the round's participants, whose
+        batches the sampler draws and whose dropout streams they use; the state's client
+        dimension then holds them alone. The state goes in as views made once
+        (:meth:`_flat`), the new statistics are copied into the buffers (never rebound), so
+        that every step dispatches the same operators on the same tensors (a CUDA graph's
+        static buffers: fednorm.fl.graphed)."""
         R, b = self.runs, self.cfg.batch_size
         n = self.n if who is None else who.shape[1]
         x, y = self.batches.sample(self._drawn_at(t))
+        flat_params, flat_stats, momenta, reported = self._step_views(params, stats, n)
+        grads, (losses, reports, batches) = step(
+            flat_params, flat_stats, x.view(R * n, b, *x.shape[2:]), y.view(R * n, b),
+            self._client_keys(who))
+        if self.dynamics is not None:  # each client's (R*n, 1, C) -> (R, n, C)
+            self.dynamics.observe_step(self.state.dynamics,
+                                       {k: (m.view(R, n, -1), v.view(R, n, -1))
+                                        for k, (m, v) in batches.items()}, self.state.stats)
+        lr = self._lr()  # (R,) -> each client's (R*n,)
+        self._optimize(names, flat_params, grads, momenta,
+                       lr.unsqueeze(1).expand(R, n).reshape(R * n))
+        self.clock.add_(1)
+        if reports and not keep_stats:  # each client's statistics, (R*n, 1, C), in place
+            torch._foreach_copy_([reported[f"{key}.running_{s}"]
+                                  for key in reports for s in ("mean", "var")],
+                                 [s for key in reports for s in reports[key]])
+        return losses.view(R, n).mean(1)
+
+    def _step_views(self, params: dict[str, Tensor], stats: dict[str, Tensor], n: int
+                    ) -> tuple[dict[str, Tensor], ...]:
+        """The views a local step of ``n`` computing clients reads and writes: parameters,
+        statistics and momenta flattened over (run, client), the statistics as the layers
+        report them, (R*n, 1, C). Made once per buffer (:meth:`_view`); the round makes them
+        before its first step, so that every local step dispatches the same operators."""
+        return (self._flat("params", params), self._flat("stats", stats),
+                self._flat("momenta", self.state.momenta),
+                {k: self._view("reported", k, t, lambda u: u.view(self.runs * n, 1, -1))
+                 for k, t in stats.items()})
+
+    def _client_keys(self, who: Tensor | None) -> Tensor:
+        """(R*n,) each client's dropout key at the clock's step (its participants' ``who``);
+        a model that draws no dropout mask gets a constant (the keys are not read)."""
+        if not self.draws_dropout:
+            n = self.n if who is None else who.shape[1]
+            zeros = self._views.get(("keys", str(n)))
+            if zeros is None:
+                zero = self.dropout_keys.new_zeros(self.runs * n)
+                zeros = self._views[("keys", str(n))] = (zero, zero)
+            return zeros[1]
         keys = rng.fold(self.dropout_keys[:, None], self.clock,
                         self.clients if who is None else who)
-        grads, (losses, reports, batches) = step(
-            params, stats, x.reshape(R, n, b, *x.shape[2:]), y.reshape(R, n, b), keys)
-        if self.dynamics is not None:  # each client's (R, n, 1, C) -> (R, n, C)
-            self.dynamics.observe_step(self.state.dynamics,
-                                       {k: (m.squeeze(2), v.squeeze(2))
-                                        for k, (m, v) in batches.items()}, self.state.stats)
-        self._optimize(names, params, grads)
-        self.clock.add_(1)
-        if keep_stats:
-            reports = {}
-        for key, (mean, var) in reports.items():  # each client's statistics, (R, n, C)
-            stats[f"{key}.running_mean"] = mean.squeeze(2)
-            stats[f"{key}.running_var"] = var.squeeze(2)
-        return losses.mean(1)
+        return keys.flatten()
+
+    def _round_buffers(self, n: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """The clients' parameters and statistics of a round of ``n`` computing clients, (R, n,
+        ...): buffers allocated once per bundle and ``n``, each client's filled from the
+        global state in place (one foreach copy, broadcast over the clients)."""
+        key = ("buffers", str(n))
+        held = self._views.get(key)
+        glob = {**self.state.params, **self.state.stats}
+        if held is None or held[0] is not self.state:
+            made = {k: t.new_empty((t.shape[0], n, *t.shape[1:])) for k, t in glob.items()}
+            held = self._views[key] = (self.state, made)
+        buffers = held[1]
+        torch._foreach_copy_(list(buffers.values()),
+                             [self._view("per_client", k, t, lambda u: u.unsqueeze(1))
+                              for k, t in glob.items()])
+        params = {k: buffers[k] for k in self.state.params}
+        return params, {k: buffers[k] for k in self.state.stats}
+
+    def _picked_momenta(self, who: Tensor) -> dict[str, Tensor]:
+        """The participants' ``who`` (R, m) rows of the clients' momenta, (R, m, ...), gathered
+        into buffers allocated once per bundle (a round's gathered state stays static)."""
+        key = ("picked", str(who.shape[1]))
+        held = self._views.get(key)
+        if held is None or held[0] is not self.state:
+            made = {k: m.new_empty((m.shape[0], who.shape[1], *m.shape[2:]))
+                    for k, m in self.state.momenta.items()}
+            held = self._views[key] = (self.state, made)
+        for k, m in self.state.momenta.items():
+            torch.gather(m, 1, _row_index(who, m), out=held[1][k])
+        return dict(held[1])
 
     def _per_client(self, t: Tensor, n: int | None = None) -> Tensor:
         """(R, ...) global state -> (R, n, ...): every client (``n`` of them: the round's
@@ -771,10 +903,12 @@ class FedAvg(_Trainer):
             return
         weights = self._client_weights(who) if self.cfg.weighted_average else None
         for k, p in params.items():
-            if k in trained:
-                mean = p.mean(1) if weights is None else (
-                    p * weights.view(*weights.shape, *[1] * (p.dim() - 2))).sum(1)
-                self.state.params[k].copy_(mean)
+            if k in trained:  # written into the global tensor (out=), no copy
+                if weights is None:
+                    torch.mean(p, 1, out=self.state.params[k])
+                else:
+                    torch.sum(p * weights.view(*weights.shape, *[1] * (p.dim() - 2)), 1,
+                              out=self.state.params[k])
 
     def _client_weights(self, who: Tensor | None) -> Tensor:
         """(R, n or m): each client's share of the round's clients' training images."""
@@ -898,8 +1032,10 @@ class FedTAN(FedAvg):
             self._average_params(params, set(names))
         else:  # the authors' code: E - 1 steps of naive BN, then FedAvg's aggregation
             stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
-            local = self.gradient_step(("clients", "naive BN"), lambda: over_runs(
-                vmap(self.grad_fn(BatchStats(), 1)), R))
+            local = self.gradient_step(("clients", "naive BN"), lambda: over_clients(
+                self.grad_fn(BatchStats(), 1)))
+            self._step_views(params, stats, self.n)
+            self._client_keys(None)
             for e in range(1, E):
                 total = total + self._local_step(local, params, stats, first_step + e, names)
             self._aggregate(params, stats, BatchStats(), set(names))
@@ -919,6 +1055,7 @@ def make_trainer(
     cfgs: Sequence[RunConfig], models: Sequence[nn.Module], normalizer: Normalizer,
     batches: ClientBatches, force_fedavg: bool = False,
     compile: dict[str, Any] | None = None, autocast: torch.dtype | None = None,
+    cuda_graph: str = "off",
 ) -> _Trainer:
     """DSGD's single fused pass when E = 1, FedAvg's stacked clients otherwise (and whenever
     the server needs each client's update: ``attack_updates``; or the clients' own state under
@@ -927,7 +1064,9 @@ def make_trainer(
     reproduce). ``cfgs`` share a bundle key; ``models``
     are their initialized models, one per run; ``compile``: torch.compile's arguments for
     the gradient steps (None: eager; :meth:`_Trainer.gradient_step`); ``autocast``: their
-    autocast dtype (fednorm.fl.precision; None: none)."""
+    autocast dtype (fednorm.fl.precision; None: none); ``cuda_graph`` (``execution.cuda_graph``:
+    ``auto`` or ``off``): the local steps captured as CUDA graphs and replayed on a CUDA device,
+    eagerly elsewhere (fednorm.fl.graphed)."""
     cfg = cfgs[0]
     fedavg = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
               or bool(normalizer.local or normalizer.kept) or normalizer.static
@@ -937,4 +1076,5 @@ def make_trainer(
     cls = FedTAN if normalizer.clientwise else FedAvg if force_fedavg or fedavg else DSGD
     trainer = cls(cfgs, models, normalizer, batches)
     trainer.compile, trainer.autocast = compile, autocast
+    trainer.graphed = Graphed(cuda_graph, trainer.dropout_keys.device)
     return trainer

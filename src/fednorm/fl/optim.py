@@ -41,10 +41,12 @@ def momentum_step(
         grads = torch._foreach_add(grads, torch._foreach_mul(params, weight_decay))
     torch._foreach_mul_(momenta, beta)
     torch._foreach_add_(momenta, grads, alpha=dampening)
-    if isinstance(lr, Tensor):  # (R,): one view per rank, broadcast over each run's tensors
-        shaped: dict[int, Tensor] = {}
-        rates = [shaped.setdefault(p.dim(), lr.view(-1, *[1] * (p.dim() - 1))) for p in params]
-        torch._foreach_sub_(params, torch._foreach_mul(momenta, rates))
+    if isinstance(lr, Tensor):  # (R,): one view per rank (made once), broadcast over each
+        shaped: dict[int, Tensor] = {}  # run's tensors
+        for p in params:
+            if p.dim() not in shaped:
+                shaped[p.dim()] = lr.view(-1, *[1] * (p.dim() - 1))
+        torch._foreach_sub_(params, torch._foreach_mul(momenta, [shaped[p.dim()] for p in params]))
     else:
         torch._foreach_add_(params, momenta, alpha=-lr)
 

@@ -131,8 +131,8 @@ class _Bundle:
     force_fedavg: bool
     store: ResumeStore | None
     precision: str  # execution.precision: the gradient steps' autocast (fednorm.fl.precision)
-    # execution.cuda_graph, auto or off: TODO(lead): hand it to fednorm.fl.graphed (the
-    # local step captured on CUDA) when that module lands; until then every step is eager
+    # execution.cuda_graph, auto or off: the local steps captured as CUDA graphs on a CUDA
+    # device, eagerly elsewhere (fednorm.fl.graphed)
     cuda_graph: str
     queue: list[Slice] = field(default_factory=list)  # the slices still to train, in order
     results: dict[int, TrainResult] = field(default_factory=dict)  # the runs finished
@@ -223,7 +223,8 @@ class _Bundle:
                  for c in cfgs]
         trainer = make_trainer(cfgs, models, normalizer_for(cfg),
                                training_batches(cfgs, data, parts), self.force_fedavg,
-                               autocast=autocast_dtype(self.precision))
+                               autocast=autocast_dtype(self.precision),
+                               cuda_graph=self.cuda_graph)
         if cfg.record_dynamics and trainer.layers:  # a bundle_key field: all runs or none
             trainer.record_dynamics(cfg.dynamics_window)
         if state is not None:

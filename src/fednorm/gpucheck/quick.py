@@ -118,11 +118,6 @@ def versions() -> dict[str, str]:
     return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr[-500:]}
 
 
-def graph_ready() -> bool:
-    """Whether this tree has the local step's CUDA graph (fednorm.fl.graphed, issue 51)."""
-    return importlib.util.find_spec("fednorm.fl.graphed") is not None
-
-
 def throughput(scale: Scale, device: torch.device) -> Result:
     """Images/s at each bundle size with the graph and without, then at ``precision_runs``
     under each precision (eager); a row that fails (out of memory, no graph) records why."""
@@ -132,9 +127,6 @@ def throughput(scale: Scale, device: torch.device) -> Result:
     def timed(runs: int, cuda_graph: str, precision: str) -> dict[str, Any]:
         row: dict[str, Any] = {"runs": runs, "cuda_graph": cuda_graph, "precision": precision,
                                "images_per_s": None, "note": ""}
-        if cuda_graph == "auto" and not graph_ready():
-            row["note"] = "not measured: fednorm.fl.graphed is not in this tree"
-            return row
         try:
             with job_math(precision):
                 row.update(tp.engine_rate(scale.shape, runs, data, scale.settings,

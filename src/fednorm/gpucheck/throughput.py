@@ -166,17 +166,16 @@ def bundle(cfgs: list[RunConfig], data: Arrays, compile: dict[str, Any] | None =
     """The trainer of a bundle, built as fednorm.fl.train builds a job's; ``compile``:
     torch.compile's arguments for its gradient steps (fednorm.fl.engine.make_trainer);
     ``precision``: their autocast (fednorm.fl.precision; the TF32 flags are the caller's);
-    ``cuda_graph`` auto: the local step captured (execution.cuda_graph, handed to make_trainer
-    once fednorm.fl.graphed is wired there; off: eager)."""
+    ``cuda_graph`` auto: the local steps captured as CUDA graphs on CUDA (execution.cuda_graph,
+    fednorm.fl.graphed; off: eager)."""
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)
         models.append(build_model(c, data.n_classes).to(data.device, data.dtype))
     parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
              for c in cfgs]
-    graph = {} if cuda_graph == "off" else {"cuda_graph": cuda_graph}
     return make_trainer(cfgs, models, normalizer_for(cfgs[0]), training_batches(cfgs, data, parts),
-                        compile=compile, autocast=autocast_dtype(precision), **graph)
+                        compile=compile, autocast=autocast_dtype(precision), cuda_graph=cuda_graph)
 
 
 def round_images(cfg: RunConfig, runs: int) -> int:

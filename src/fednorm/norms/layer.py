@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -97,12 +98,22 @@ class FedBatchNorm2d(nn.Module):
         # as cuDNN's BN does; batch_norm's backward under vmap takes no bf16 input with float32
         # weights on the CPU. A no-op (the same tensor) when the dtypes agree
         x = x.to(self.running_mean.dtype)
-        xg = x.reshape(ctx.n_groups, -1, *x.shape[1:])
+        g = ctx.n_groups
         running = Stats(self.running_mean, self.running_var)
-        batch = self._client_stats(xg)
+        mode = ctx.rule.normalize_with
+        # each client normalized with its own batch (BatchNorm of each client's batch alone):
+        # its statistics, with their gradient, serve the normalization and the report; one
+        # client (under vmap) is x itself, with no grouped view
+        own = self.weight.dim() == 1 and (mode == "batch" or (mode == "union" and g == 1))
+        xg = x.reshape(g, -1, *x.shape[1:]) if g > 1 or not own else x
+        if own:
+            out, mean, var = self._own_batch_norm(xg, grouped=g > 1)
+            batch = Stats(mean, var)
+        else:
+            batch = self._client_stats(xg)
         if ctx.batches is not None:
             ctx.batches[self.key] = batch
-        K = xg[0].numel() // x.shape[1]
+        K = x.numel() // (g * x.shape[1])
         self.elements_per_client = K
         # Hybrid BN's clients report the mixture they normalize with (reports_mixture)
         reported = batch
@@ -110,20 +121,19 @@ class FedBatchNorm2d(nn.Module):
             mixed = self._mixture(batch, running)
             reported = Stats(mixed.mean.detach(), mixed.var.detach())
         ctx.reports[self.key] = ctx.rule.report(reported, running, K, ctx.n_clients, ctx.beta)
-        mode = ctx.rule.normalize_with
+        if own:
+            return out.view(x.shape) if g > 1 else out
         if mode == "hybrid":
             return self._hybrid(xg, running).reshape(x.shape)
         if mode == "running":  # constants: no gradient through the statistics
             return self._affine(xg, running.mean, running.var).reshape(x.shape)
-        if (mode == "union" or ctx.n_groups == 1) and self.weight.dim() == 1:
-            # BatchNorm on everything in this pass
-            return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
-        if mode == "union":  # FedTAN: the union's statistics, each client's own gamma, beta
-            normed = F.batch_norm(x, None, None, None, None, True, 0.0, self.eps)
-            xg = normed.reshape(xg.shape)
-            return torch.addcmul(_per_channel(self.bias, xg.dim()), xg,
-                                 _per_channel(self.weight, xg.dim())).reshape(x.shape)
-        return self._per_client_batch_norm(xg).reshape(x.shape)
+        if self.weight.dim() == 1:  # BatchNorm on everything in this pass (the union)
+            return self._own_batch_norm(x, grouped=False)[0]
+        # FedTAN: the union's statistics, each client's own gamma, beta
+        normed = F.batch_norm(x, None, None, None, None, True, 0.0, self.eps)
+        xg = normed.reshape(xg.shape)
+        return torch.addcmul(_per_channel(self.bias, xg.dim()), xg,
+                             _per_channel(self.weight, xg.dim())).reshape(x.shape)
 
     def _hybrid(self, xg: Tensor, running: Stats) -> Tensor:
         raise RuntimeError(f"normalizer rule 'hybrid' needs a HybridBatchNorm2d, not "
@@ -147,15 +157,79 @@ class FedBatchNorm2d(nn.Module):
         var = ((d * d).mean(dims) - d_mean**2).clamp_min(0.0)
         return Stats(d_mean + self.running_mean, var)
 
-    def _per_client_batch_norm(self, xg: Tensor) -> Tensor:
-        """BatchNorm of each client's batch alone, in one fused call: clients are folded into
-        the channel dimension, (g, b, C, ...) -> (b, g*C, ...), so that batch_norm's
-        per-channel statistics are per client and channel."""
-        g, b, c = xg.shape[:3]
-        folded = xg.transpose(0, 1).reshape(b, g * c, *xg.shape[3:])
-        out = F.batch_norm(folded, None, None, self.weight.repeat(g), self.bias.repeat(g),
-                           True, 0.0, self.eps)
-        return out.reshape(b, g, c, *xg.shape[3:]).transpose(0, 1)
+    def _own_batch_norm(self, x: Tensor, grouped: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """BatchNorm of each client's rows of a ``grouped`` input (g, b, C, *spatial), or of
+        all rows of x (N, C, *spatial) as one group, with its own statistics
+        (:class:`GroupedBatchNorm`); returns (output, mean, biased variance), the statistics
+        (g, C) (g = 1 for x) as data."""
+        shape = (self.num_features, *[1] * (x.dim() - 2 - grouped))
+        # torch.compile cannot trace the Function under vmap: there, autograd's graph of the
+        # same forward (the same values; its gradient differs in rounding only)
+        norm = (GroupedBatchNorm.forward if torch.compiler.is_compiling()
+                else GroupedBatchNorm.apply)
+        out, mean, var, _, _ = norm(x, self.weight.view(shape), self.bias.view(shape), self.eps,
+                                    grouped)
+        return out, mean, var
+
+
+class GroupedBatchNorm(torch.autograd.Function):
+    """Training-mode BatchNorm of each group (client) of x (g, b, C, *spatial) with its own
+    batch statistics, mean and biased variance over (b, *spatial) per channel (not
+    ``grouped``: x (N, C, *spatial) is one group, its statistics over (N, *spatial)):
+
+        y = x_hat * w + b,   x_hat = (x - mean) / sqrt(var + eps),
+
+    and its closed-form backward (as ATen's batch_norm_backward; K = b * prod(spatial)):
+
+        dL/db = sum dy,   dL/dw = sum dy * x_hat   (over every dimension but C),
+        dL/dx = w / (K sqrt(var + eps)) * (K dy - sum_K dy - x_hat * sum_K dy * x_hat)
+
+    with the sums of dL/dx per group. Written with elementwise operators on the grouped input
+    as it is: no transpose of clients into channels, and under vmap (``generate_vmap_rule``)
+    no batching rule that copies the input into a channel-folded layout, as batch_norm's does;
+    a few operators where autograd's graph of the same formula dispatches many more
+    (docs/speed.md, issue 51). Also returns the statistics, (g, C), not differentiated."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Tensor, eps: float, grouped: bool = True
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        var, mean = torch.var_mean(x, dim=_reduced(x, grouped), correction=0, keepdim=True)
+        invstd = torch.rsqrt(var + eps)
+        x_hat = (x - mean) * invstd
+        g = x.shape[0] if grouped else 1
+        y = torch.addcmul(bias, x_hat, weight)
+        return y, mean.view(g, -1), var.view(g, -1), x_hat, invstd
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        _, weight, _, _, grouped = inputs
+        _, mean, var, x_hat, invstd = output
+        ctx.mark_non_differentiable(mean, var, x_hat, invstd)
+        ctx.set_materialize_grads(False)  # no zeros for the statistics' gradients
+        ctx.save_for_backward(weight, x_hat, invstd)
+        ctx.grouped = grouped
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor, *_: Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor, None, None]:
+        weight, x_hat, invstd = ctx.saved_tensors
+        dims = _reduced(x_hat, ctx.grouped)
+        sum_dy = dy.sum(dims, keepdim=True)
+        sum_dy_xhat = (dy * x_hat).sum(dims, keepdim=True)
+        k = x_hat.numel() // invstd.numel()  # values per group and channel
+        inner = torch.sub(dy, torch.addcmul(sum_dy, x_hat, sum_dy_xhat), alpha=1.0 / k)
+        dx = inner * (weight * invstd)
+        if ctx.grouped:  # the affine parameters are every group's
+            sum_dy, sum_dy_xhat = sum_dy.sum(0), sum_dy_xhat.sum(0)
+        return dx, sum_dy_xhat.view_as(weight), sum_dy.view_as(weight), None, None
+
+
+def _reduced(x: Tensor, grouped: bool) -> tuple[int, ...]:
+    """The dimensions a group's statistics reduce: (b, *spatial) of a grouped (g, b, C,
+    *spatial), (N, *spatial) of x (N, C, *spatial)."""
+    return (1, *range(3, x.dim())) if grouped else (0, *range(2, x.dim()))
 
 
 class HybridBatchNorm2d(FedBatchNorm2d):
