@@ -12,7 +12,6 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fednorm import rng
 from fednorm.config import ConfigError, run_config
 from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
@@ -92,11 +91,11 @@ def test_the_bfloat16_steps_gradients_and_reports_are_float32():
     (step,) = trainer._steps.values()
     x, y = trainer.batches.sample(0)
     R, n, b = 1, cfgs[0].n_clients, cfgs[0].batch_size
-    params = {k: trainer._per_client(p) for k, p in trainer.state.params.items()}
-    stats = {k: trainer._per_client(s) for k, s in trainer.state.stats.items()}
-    keys = rng.fold(trainer.dropout_keys[:, None], trainer.clock, trainer.clients)
-    grads, (loss, reports, _) = step(params, stats, x.reshape(R, n, b, *x.shape[2:]),
-                                     y.reshape(R, n, b), keys)
+    # the step's inputs as the engine hands them over: every client of every run flattened
+    params = {k: trainer._per_client(p).flatten(0, 1) for k, p in trainer.state.params.items()}
+    stats = {k: trainer._per_client(s).flatten(0, 1) for k, s in trainer.state.stats.items()}
+    grads, (loss, reports, _) = step(params, stats, x.reshape(R * n, b, *x.shape[2:]),
+                                     y.reshape(R * n, b), trainer._client_keys(None))
     assert {g.dtype for g in grads.values()} == {torch.float32}
     assert reports and {t.dtype for pair in reports.values() for t in pair} == {torch.float32}
     assert loss.dtype == torch.float32
