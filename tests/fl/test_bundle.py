@@ -175,12 +175,16 @@ def test_each_run_of_a_bundle_gets_what_it_gets_alone(shared):
     assert len(finals) == 3
 
 
-def test_a_diverged_run_stops_alone_and_leaks_nothing_into_the_others():
+@pytest.mark.parametrize("shared", [{"normalizer": "bn"},
+                                    {"normalizer": "fixbn", "model": "lenet", "dropout": 0.0,
+                                     "local_steps": 2}])
+def test_a_diverged_run_stops_alone_and_leaks_nothing_into_the_others(shared):
     """The middle run's learning rate blows it up in its first steps: it is recorded
     'diverged' exactly as alone (same rows up to that point), handed to on_finish first, and
     the two others, which share every vectorized call with it until then, train exactly as
-    alone: finite rows, the same numbers."""
-    cfgs = members(normalizer="bn", steps=8)
+    alone: finite rows, the same numbers. Also with local steps and a model without dropout
+    (its constant keys, R·n of them, made again for the runs kept)."""
+    cfgs = members(steps=8, **shared)
     cfgs[1] = dataclasses.replace(cfgs[1], lr=(1e6,))
     finished = []
     bundled = train_bundle(cfgs, DATA64,

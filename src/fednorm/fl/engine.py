@@ -378,6 +378,7 @@ class _Trainer:
             self.stat_batches = self.stat_batches.select(runs)
         self.lrs, self.dropout_keys = self.lrs[runs], self.dropout_keys[runs]
         self.graphed.reset()  # captured on the dropped runs' buffers
+        self._views.clear()  # views and buffers of R runs (a constant key's R·n zeros among them)
         self.server_of, self.momentum_mode = self.server_of[runs], self.momentum_mode[runs]
 
     def record_dynamics(self, window: int) -> None:
