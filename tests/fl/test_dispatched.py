@@ -11,13 +11,9 @@ import pytest
 import torch
 
 from fednorm.config import run_config
-from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.dispatched import Dispatched, local_steps
-from fednorm.fl.engine import make_trainer
-from fednorm.fl.train import training_batches
-from fednorm.models import build_model
-from fednorm.norms import normalizer_for
+from fednorm.gpucheck.throughput import bundle
 
 DATA = colour_classes(n_train=80, n_test=20, image_size=8, seed=0)
 # E = 2, a milestone at step 4 (crossed inside the run), dropout and augmentation drawn
@@ -47,15 +43,8 @@ METHODS = {
 
 
 def trainer_of(overrides: dict, runs: int):
-    cfgs = [run_config({**BASE, **overrides, "seed": s}) for s in range(runs)]
-    models = []
-    for c in cfgs:
-        torch.manual_seed(c.seed)
-        models.append(build_model(c, DATA.n_classes))
-    parts = [partition(DATA.train_y, c.partition, c.n_clients, c.heterogeneity, c.seed)
-             for c in cfgs]
-    return make_trainer(cfgs, models, normalizer_for(cfgs[0]),
-                        training_batches(cfgs, DATA, parts))
+    """A bundle's trainer, built as a training job builds it (the GPU check's builder)."""
+    return bundle([run_config({**BASE, **overrides, "seed": s}) for s in range(runs)], DATA)
 
 
 def recorded_steps(trainer) -> list[tuple[tuple, Dispatched]]:

@@ -13,13 +13,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fednorm.config import ConfigError, run_config
-from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
-from fednorm.fl.engine import make_trainer
-from fednorm.fl.precision import autocast_dtype, job_math
-from fednorm.fl.train import train_bundle, training_batches
-from fednorm.models import build_model
-from fednorm.norms import normalizer_for
+from fednorm.fl.precision import job_math
+from fednorm.fl.train import train_bundle
+from fednorm.gpucheck.throughput import bundle
 from fednorm.plan.jobs import load_execution
 from fednorm.run import train_bundle as train_and_write
 
@@ -50,14 +47,8 @@ class ConvolutionDtypes(TorchDispatchMode):
 
 
 def trainer_for(cfgs, precision):
-    models = []
-    for c in cfgs:
-        torch.manual_seed(c.seed)
-        models.append(build_model(c, DATA.n_classes))
-    parts = [partition(DATA.train_y, c.partition, c.n_clients, c.heterogeneity, c.seed)
-             for c in cfgs]
-    return make_trainer(cfgs, models, normalizer_for(cfgs[0]),
-                        training_batches(cfgs, DATA, parts), autocast=autocast_dtype(precision))
+    """A bundle's trainer under ``precision``'s autocast (the GPU check's builder)."""
+    return bundle(cfgs, DATA, precision=precision)
 
 
 # DSGD's fused step and FedAvg's clients; FBN (normalized with the running statistics) and BN
