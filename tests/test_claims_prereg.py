@@ -106,6 +106,7 @@ def test_the_ledgers_line_names_the_three_hashes(tmp_path):
     record = preregistration(CLAIMS)
     line = prereg_line(record)
     assert all(record[k][:12] in line for k in ("sha256", "claims_sha256", "rule_sha256"))
-    assert "`claims.yaml`" in line and "stats, verdicts, stage2" in line
+    assert "`claims.yaml`" in line
+    assert "claims.stats, claims.verdicts, claims.stage2" in line and "results)" in line
     path = write_prereg(record, tmp_path / "claims_prereg.json")
     assert json.loads(path.read_text()) == record

@@ -18,6 +18,7 @@ import yaml
 from dag import SNAKEMAKE, assert_trained_as_in_one_go, snakemake, work_copy
 
 from fednorm.claims import load_claims
+from fednorm.claims.null import PERMUTATIONS
 from fednorm.plan import load_plan, merge
 from fednorm.report import entries
 
@@ -220,7 +221,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert {e["config"]["seed"] for e in seeded} == {100, 101, 102, 103, 104}
     assert len(list((work / ".test/results/stage2/jobs").glob("*.json"))) == len(record["jobs"])
     null = pd.read_csv(work / ".test/figures/claims_null.csv")
-    assert len(null) == 3 and null.judged.eq(3).all()
+    assert len(null) == PERMUTATIONS and null.judged.eq(3).all()  # the null's 200
     dynamics = summary[summary.record_dynamics & (summary.step > 0)]
     assert dynamics.run_id.nunique() == 1
     assert (dynamics[["stat_change", "stat_deviation", "stat_variance"]] > 0).all().all()
