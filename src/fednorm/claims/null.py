@@ -67,11 +67,18 @@ def blocks(summary: pd.DataFrame) -> pd.Series:
     return groups.map(lambda names: root(str(names).split("|")[0]))
 
 
-def donors(summary: pd.DataFrame, rng: np.random.Generator) -> pd.Series:
+def cells(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per run (sorted run ids): its ``seed`` and its ``block`` (:func:`blocks`), the
+    cell a permutation moves it within."""
+    return summary.groupby("run_id")["seed"].first().to_frame().assign(block=blocks(summary))
+
+
+def donors(summary: pd.DataFrame, rng: np.random.Generator,
+           within: pd.DataFrame | None = None) -> pd.Series:
     """Run id -> the run whose trajectory it carries in one permutation: a uniform random
     permutation of the runs of each block and seed (in sorted block, seed order, each drawn
-    from ``rng`` in turn)."""
-    runs = summary.groupby("run_id")["seed"].first().to_frame().assign(block=blocks(summary))
+    from ``rng`` in turn); ``within``: the summary's :func:`cells`, when the caller has them."""
+    runs = cells(summary) if within is None else within
     source = {}
     for _, part in runs.groupby(["block", "seed"], sort=True):
         ids = part.index.to_numpy()
@@ -133,19 +140,14 @@ class Carried:
         return table[own, donor]
 
 
-def _milestones(summary: pd.DataFrame) -> pd.Series:
-    if "lr_milestones" not in summary.columns:
-        return pd.Series("", index=summary["run_id"].unique())
-    return summary.groupby("run_id")["lr_milestones"].first().astype(str)
-
-
 def carried(summary: pd.DataFrame, measures: Sequence[tuple[str, str]]) -> Carried:
     """:class:`Carried` for every pair of a run's trajectory and the milestones of a run of its
     block and seed, each computed as the ledger computes a run's (run_values, window_points)."""
-    runs = pd.Index(sorted(summary["run_id"].unique()))
-    marks = _milestones(summary).reindex(runs)
-    cell = summary.groupby("run_id")["seed"].first().to_frame().assign(
-        block=blocks(summary)).reindex(runs)
+    cell = cells(summary)
+    runs = cell.index
+    raw = (summary.groupby("run_id")["lr_milestones"].first().reindex(runs)
+           if "lr_milestones" in summary else None)
+    marks = pd.Series("", index=runs) if raw is None else raw.astype(str)
     keys_in = marks.groupby([cell["block"], cell["seed"]]).agg(lambda m: sorted(set(m)))
     pairs = [(run, key) for run, b, s in zip(runs, cell["block"], cell["seed"], strict=True)
              for key in keys_in[(b, s)]]
@@ -153,9 +155,7 @@ def carried(summary: pd.DataFrame, measures: Sequence[tuple[str, str]]) -> Carri
     columns = ["run_id", *moving, *(["lr_milestones"] if "lr_milestones" in summary else [])]
     slim = summary[columns]
     by_run = dict(tuple(slim.groupby("run_id", sort=False)))
-    raw = summary.groupby("run_id")["lr_milestones"].first() if "lr_milestones" in summary \
-        else None
-    text_to_raw = {} if raw is None else dict(zip(raw.astype(str), raw, strict=True))
+    text_to_raw = {} if raw is None else dict(zip(marks, raw, strict=True))
     parts = []
     for i, (run, key) in enumerate(pairs):
         rows = by_run[run].assign(run_id=str(i))
@@ -165,12 +165,11 @@ def carried(summary: pd.DataFrame, measures: Sequence[tuple[str, str]]) -> Carri
     frame = pd.concat(parts, ignore_index=True)
     ids = [str(i) for i in range(len(pairs))]
     value, sums = {}, {}
-    diverged = np.zeros(len(pairs), dtype=bool)
     for metric, at in sorted(set(measures)):
         got = run_values(frame, y=metric, at=at).set_index("run_id").reindex(ids)
         scale = 100.0 if percent(metric) else 1.0
         value[(metric, at)] = got["value"].to_numpy(dtype=float) * scale
-        diverged = got["diverged"].to_numpy(dtype=bool)
+        diverged = got["diverged"].to_numpy(dtype=bool)  # a trajectory's: the same each measure
         if metric not in sums:
             sums[metric] = _window_sums(frame, metric, ids)
     return Carried(runs, marks.to_numpy(), {p: i for i, p in enumerate(pairs)}, value,
@@ -405,7 +404,8 @@ def null_shares(words: Words, summary: pd.DataFrame, permutations: int = PERMUTA
     """One row per permutation: the claims judged (not ``not run``), the firm verdicts among
     them and their share (NULL_COLUMNS)."""
     rng = np.random.default_rng(seed)
-    draws = [donors(summary, rng) for _ in range(permutations)]
+    within = cells(summary)  # once, not once a permutation
+    draws = [donors(summary, rng, within) for _ in range(permutations)]
     codes = null_codes(words, summary, draws, looks)
     judged = (codes != CODE[NOT_RUN]).sum(axis=1)
     holds, contra = (codes == 1).sum(axis=1), (codes == -1).sum(axis=1)
