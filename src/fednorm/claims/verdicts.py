@@ -57,7 +57,6 @@ from scipy.stats import t as student_t
 from fednorm.claims.common import ambiguity, config_text, selects
 from fednorm.claims.stats import (
     Test,
-    bh,
     equivalence_test,
     fit_contrasts,
     holm,
@@ -773,9 +772,3 @@ def twin_comparisons(words: Words, compared: dict[str, list[Comparison]],
                 units.append(Comparison(unit.label, reason=unit.reason or f"no run has {tag}"))
         out[claim.id] = units
     return out
-
-
-def q_values(judged: Sequence[Judged]) -> tuple[np.ndarray, np.ndarray]:
-    """Benjamini–Hochberg q-values over the ledger's claims, of their p_for and, separately,
-    of their p_against (two families: each its own null)."""
-    return bh([j.p_for for j in judged]), bh([j.p_against for j in judged])
