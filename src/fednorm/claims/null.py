@@ -33,7 +33,7 @@ import pandas as pd
 from scipy import stats
 
 from fednorm.claims.stats import holm, per_look
-from fednorm.claims.vectorized import verdict_codes
+from fednorm.claims.vectorized import room, verdict_codes
 from fednorm.claims.verdicts import Comparison, compare_all, compares_methods
 from fednorm.claims.words import CONTRADICTED, HOLDS, INCONCLUSIVE, NOT_RUN, Relation, Words
 from fednorm.metrics import SUMMARY_METRICS
@@ -275,39 +275,6 @@ def _claims(words: Words, compared: dict[str, list[Comparison]], runs: pd.Index
     return out
 
 
-def _room(codes: np.ndarray, estimate: np.ndarray, se: np.ndarray, df: np.ndarray,
-          claim: Relation, sesoi: float, alpha: float, k: int
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """fednorm.claims.verdicts._room over arrays: how far the mean margin may fall and rise
-    before a firm verdict would (inf: any way, and for an inconclusive unit)."""
-    inf = np.inf
-    within = claim.kind == "within"
-    tested = (df > 0) & np.isfinite(se)
-    dfs = np.where(tested, df, 1.0)
-    ses = np.where(tested, se, 0.0)
-    half = stats.t.ppf(1 - alpha, dfs) * ses
-    low, high = estimate - half, estimate + half
-    strict = stats.t.ppf(1 - alpha / (k * (2 if within else 1)), dfs) * ses
-    c_low, c_high = estimate - strict, estimate + strict
-    delta = claim.delta if claim.delta is not None else math.nan
-    if within:
-        hold = (np.maximum(low + delta, 0.0), np.maximum(delta - high, 0.0))
-        against_down = np.where(c_high < -delta, inf, np.where(c_low > delta,
-                                np.maximum(c_low - delta, 0.0), 0.0))
-        against_up = np.where(c_high < -delta, -delta - c_high, np.where(c_low > delta, inf, 0.0))
-        untested = (0.0, 0.0, 0.0, 0.0)
-    else:
-        hold = (np.maximum(low + claim.slack, 0.0), np.full(estimate.shape, inf))
-        against_down = np.full(estimate.shape, inf)
-        against_up = np.maximum(-claim.slack - sesoi - c_high, 0.0)
-        untested = (0.0, inf, inf, 0.0)
-    down = np.where(codes == 1, np.where(tested, hold[0], untested[0]),
-                    np.where(codes == -1, np.where(tested, against_down, untested[2]), inf))
-    up = np.where(codes == 1, np.where(tested, hold[1], untested[1]),
-                  np.where(codes == -1, np.where(tested, against_up, untested[3]), inf))
-    return down, up
-
-
 def _judged(entry: _Claim, carried_: Carried, rows: np.ndarray, words: Words,
             alpha: float) -> np.ndarray:
     """The claim's verdict code (CODE) in each permutation; ``rows`` (P, runs): each run's
@@ -358,8 +325,10 @@ def _judged(entry: _Claim, carried_: Carried, rows: np.ndarray, words: Words,
         climbing_ = ~settled
     else:
         climbing_ = np.zeros_like(settled)
-    down_room, up_room = _room(codes, found.estimate, found.se, found.df, claim, sesoi, alpha,
-                               k)
+    down_room, up_room = room(codes, found.estimate, found.se, found.df,
+                              within=within, slack=claim.slack, sesoi=sesoi,
+                              delta=claim.delta if claim.delta is not None else math.nan,
+                              alpha=alpha, k=k)
     with np.errstate(invalid="ignore"):  # inf x 0 where a side is not in the unit: masked below
         move = np.where(np.isfinite(up_reach), up_reach, np.inf)[:, None, :] * np.abs(c)[None]
     lowers = climbing_[:, None, :] & (c < 0)[None]

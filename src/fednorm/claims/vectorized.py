@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from fednorm.claims.stats import (
     ALPHA,
@@ -101,3 +102,44 @@ def verdict_codes(values: np.ndarray, contrasts: np.ndarray, claim: np.ndarray |
     codes = np.where((p_for <= alpha) & (down == 0), HOLDS,
                      np.where((adjusted <= alpha) & (up == 0), CONTRADICTED, 0))
     return Verdicts(codes, fit.estimate, fit.se, fit.df, fit.n, p_for, adjusted)
+
+
+def room(codes: np.ndarray, estimate: np.ndarray, se: np.ndarray, df: np.ndarray, *,
+         within: bool, slack: float, sesoi: float, delta: float, alpha: float, k: int
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """How far (points) each unit's mean margin may fall and rise before its firm verdict
+    (``codes``: HOLDS, CONTRADICTED, 0) would: from the bound of its interval that decides it
+    to the decision's threshold, ≥ 0; inf where a move that way only strengthens it (and for an
+    inconclusive unit). ``holds``: low + slack (``within``: low + δ and δ − high), the
+    (1 − 2α) interval; ``contradicted``: −slack − sesoi − high (``within``: low − δ or
+    −δ − high), each bound at α / k (α / 2k within), Bonferroni over the claim's ``k`` units,
+    which bounds Holm's step from below, so the room is never overstated. Without a t
+    interval (df 0 or no finite SE: the exact sign test decided) the room is 0 each way a move
+    could undo it. The settled veto's (fednorm.claims.verdicts.veto, and the null's)."""
+    inf = np.inf
+    codes, estimate, se, df = np.broadcast_arrays(*(np.asarray(a, dtype=float)
+                                                    for a in (codes, estimate, se, df)))
+    tested = (df > 0) & np.isfinite(se)
+    dfs = np.where(tested, df, 1.0)
+    ses = np.where(tested, se, 0.0)
+    half = stats.t.ppf(1 - alpha, dfs) * ses
+    low, high = estimate - half, estimate + half
+    strict = stats.t.ppf(1 - alpha / (k * (2 if within else 1)), dfs) * ses
+    c_low, c_high = estimate - strict, estimate + strict
+    if within:
+        hold = (np.maximum(low + delta, 0.0), np.maximum(delta - high, 0.0))
+        against_down = np.where(c_high < -delta, inf, np.where(c_low > delta,
+                                np.maximum(c_low - delta, 0.0), 0.0))
+        against_up = np.where(c_high < -delta, -delta - c_high, np.where(c_low > delta, inf, 0.0))
+        untested = (0.0, 0.0, 0.0, 0.0)
+    else:
+        hold = (np.maximum(low + slack, 0.0), np.full(estimate.shape, inf))
+        against_down = np.full(estimate.shape, inf)
+        against_up = np.maximum(-slack - sesoi - c_high, 0.0)
+        untested = (0.0, inf, inf, 0.0)
+    down = np.where(codes == HOLDS, np.where(tested, hold[0], untested[0]),
+                    np.where(codes == CONTRADICTED, np.where(tested, against_down, untested[2]),
+                             inf))
+    up = np.where(codes == HOLDS, np.where(tested, hold[1], untested[1]),
+                  np.where(codes == CONTRADICTED, np.where(tested, against_up, untested[3]), inf))
+    return down, up

@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import t as student_t
 
 from fednorm.claims.common import ambiguity, config_text, selects
 from fednorm.claims.stats import (
@@ -66,6 +65,7 @@ from fednorm.claims.stats import (
     sign_test,
     trend_contrast,
 )
+from fednorm.claims.vectorized import room as margin_room
 from fednorm.claims.words import (
     CONTRADICTED,
     HOLDS,
@@ -526,34 +526,14 @@ def _test(unit: Comparison, m: Margins, claim: Relation, rule: Rule, fit: Fit,
 def _room(verdict: str, test: Test | None, claim: Relation, rule: Rule, alpha: float,
           k: int) -> tuple[float, float]:
     """How far (points) the unit's mean margin may fall and rise before its firm ``verdict``
-    would: from the bound of its interval that decides it to the decision's threshold, ≥ 0;
-    inf where a move that way only strengthens it (and for ``inconclusive``). ``holds``:
-    low + slack (``within``: low + δ and δ − high), the (1 − 2α) interval the test gives;
-    ``contradicted``: −slack − sesoi − high (``within``: low − δ or −δ − high), each bound at
-    α / k (α / 2k within), Bonferroni over the claim's ``k`` units, which bounds Holm's step
-    from below, so the room is never overstated. Without a t interval (fewer margins than the
-    test needs: the exact sign test decided) the room is 0 each way a move could undo it."""
-    inf = math.inf
-    if verdict not in (HOLDS, CONTRADICTED):
-        return inf, inf
-    within = claim.kind == "within"
-    if test is None or not (test.df > 0 and math.isfinite(test.se)):
-        if within:
-            return 0.0, 0.0
-        return (0.0, inf) if verdict == HOLDS else (inf, 0.0)
-    if verdict == HOLDS:
-        if within:
-            assert claim.delta is not None
-            return max(test.low + claim.delta, 0.0), max(claim.delta - test.high, 0.0)
-        return max(test.low + claim.slack, 0.0), inf
-    half = float(student_t.ppf(1 - alpha / (k * (2 if within else 1)), test.df)) * test.se
-    low, high = test.estimate - half, test.estimate + half
-    if not within:
-        return inf, max(-claim.slack - rule.sesoi_of(claim) - high, 0.0)
-    assert claim.delta is not None
-    if high < -claim.delta:
-        return inf, -claim.delta - high
-    return (max(low - claim.delta, 0.0), inf) if low > claim.delta else (0.0, 0.0)
+    would (fednorm.claims.vectorized.room, which the ledger's null calls over arrays)."""
+    code = {HOLDS: 1, CONTRADICTED: -1}.get(verdict, 0)
+    estimate, se, df = (test.estimate, test.se, test.df) if test else (math.nan, math.nan, 0.0)
+    down, up = margin_room(code, estimate, se, df, within=claim.kind == "within",
+                           slack=claim.slack, sesoi=rule.sesoi_of(claim),
+                           delta=claim.delta if claim.delta is not None else math.nan,
+                           alpha=alpha, k=k)
+    return float(down), float(up)
 
 
 def veto(verdict: str, unit: Comparison, test: Test | None, claim: Relation, rule: Rule,
