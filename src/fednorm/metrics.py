@@ -33,3 +33,13 @@ SUMMARY_METRICS = (*METRIC_COLUMNS, *RUN_STATUS)  # the summary's last columns, 
 # What a figure's or a claim's y may be: a run's metric, or lr_scale (the learning rate that
 # a tuning figure chose)
 FIGURE_METRICS = (*RUN_METRICS, "lr_scale")
+
+
+# beside a value whose runs diverged, in every table, figure and ledger
+DIVERGED_MARK = "†"
+
+
+def percent(y: str) -> bool:
+    """Whether ``y`` is shown in % (an accuracy, stored as a fraction in the summary; a
+    domain's too, ``test_accuracy_<domain>``)."""
+    return "accuracy" in y

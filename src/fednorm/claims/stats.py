@@ -40,7 +40,7 @@ little to see one setting apart; at 16 settings ``equal`` reaches 0.18); ``setti
 4σ held 0.47 against 0.20 on 2 seeds, 0.91 against 0.81 on 3, equal σ). The price against
 ``equal`` is power where the noise is in fact equal (0.47 against 0.91 on 2 seeds).
 
-**The tests** (α one-sided, per look; :func:`per_look`):
+**The tests** (α one-sided, one look; the verdict from them: :mod:`fednorm.claims.rule`):
 
 - a sign (the claim: margin + slack > 0): ``holds`` when the one-sided t test rejects margin
   + slack ≤ 0 (p_for ≤ α: the lower (1 − α) bound is above −slack); ``contradicted`` when it
@@ -52,16 +52,12 @@ little to see one setting apart; at 16 settings ``equal`` reaches 0.18); ``setti
   (1 − α) interval lies outside ±δ);
 - a unit with fewer than ``MIN_SEEDS`` margins (diverged runs): the exact sign test
   (``scipy.stats.binom``, p = 1/2 under the null) on the seeds for and against the claim, used
-  only where it can fire: N seeds in all with 0.5^N ≤ α (at α / 2 = 0.025: N ≥ 6; with 5 seeds
+  only where it can fire: N seeds in all with 0.5^N ≤ α (at α = 0.05: N ≥ 5; with 4 seeds
   or fewer it is not run, p 1).
 
-**Looks.** A two-stage ledger judges each look at :func:`per_look` (α, 2) = α / 2: the first on
-the first stage's seeds, the last on all of them, with the 2× recheck (a contradiction stands
-only where twice the budget confirms it; a verdict held back by a side still climbing takes
-the 2× runs' firm verdict). The 2× verdict is taken only where the last look's was firm and
-held back, so a false ``holds`` by that route needs a firm verdict at 1× and a hold at 2×: not
-a third free test at α / 2. benchmarks/claims_calibration.py checks the whole design on every
-unit (docs/claims.md, Calibration).
+**One look.** The design is fixed before the runs (config/claims.yaml, the profiles' seeds):
+every unit is judged once, on all its seeds, at α. Twice the budget can only turn a
+contradiction into ``budget-limited`` (fednorm.claims.words_ledger), never add a verdict.
 
 A claim of k units: ``holds`` when every unit holds (an intersection-union test: level α
 with no correction, Berger 1982), ``contradicted`` when one does after Holm's step-down
@@ -79,21 +75,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-ALPHA = 0.05  # one-sided, per claim, over all looks (a look: per_look)
+ALPHA = 0.05  # one-sided, per unit, one look
 SESOI = 2.0  # points: the smallest effect of interest when the claims file names none
-MIN_SEEDS = 2  # a unit with fewer seeds with a margin gets no firm verdict
-# α a look of a design of ``looks`` looks, chosen by simulation (benchmarks/claims_calibration.py:
-# first look at 2 seeds, 2 more where not firm, the 2× recheck): Bonferroni's α / looks
-LOOK_SHARE = {1: 1.0, 2: 0.5}
-
-
-def per_look(alpha: float, looks: int) -> float:
-    """The α of each look of a design of ``looks`` looks (the design's error at most
-    ``alpha``): ``alpha`` × LOOK_SHARE, which the calibration checks through both stages and
-    the 2× recheck; α / looks beyond."""
-    if looks < 1:
-        raise ValueError(f"looks: {looks}; allowed: an integer ≥ 1")
-    return alpha * LOOK_SHARE.get(looks, 1.0 / looks)
+MIN_SEEDS = 2  # a unit with fewer seeds with a margin gets no t test (the sign test instead)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,18 +54,16 @@ import numpy as np
 import pandas as pd
 
 from fednorm.claims.common import ambiguity, config_text, selects
+from fednorm.claims.rule import CONTRADICTED as CONTRADICTED_CODE
+from fednorm.claims.rule import HOLDS as HOLDS_CODE
+from fednorm.claims.rule import decide, floored
 from fednorm.claims.stats import (
     Test,
     equivalence_test,
     fit_contrasts,
-    holm,
-    per_look,
-    sign_count,
-    sign_fires,
     sign_test,
     trend_contrast,
 )
-from fednorm.claims.vectorized import room as margin_room
 from fednorm.claims.words import (
     CONTRADICTED,
     HOLDS,
@@ -79,7 +77,7 @@ from fednorm.claims.words import (
 )
 from fednorm.config import FIELDS
 from fednorm.methods import TUNED_KEYS, tunes_of
-from fednorm.plots.cells import DIVERGED_MARK, percent
+from fednorm.metrics import DIVERGED_MARK, percent
 from fednorm.results import in_experiments, matches, run_values, settling, values_of
 from fednorm.tuning import (
     at_choice,
@@ -112,7 +110,7 @@ class Side:
     # every key its method tunes was swept ('' / False: at the common recipe)
     template: str = ""
     tuned: bool = False
-    reach: float = math.nan  # points: the upper bound of its gain over one more window
+    edge: bool = False  # at tuned values: the chosen rate is at an edge of its grid
 
     @property
     def mean(self) -> float:
@@ -253,8 +251,7 @@ def _measured(label: str, picked: pd.DataFrame, claim: Relation, rate: str) -> S
     values["value"] *= 100.0
     settle = settling(slim, y=claim.metric, at=claim.at).iloc[0]
     return Side(label, values.set_index("seed")[["diverged", "value"]], picked,
-                100.0 * float(settle["gain"]), bool(settle["settled"]), rate,
-                reach=100.0 * float(settle["reach"]))
+                100.0 * float(settle["gain"]), bool(settle["settled"]), rate)
 
 
 def compares_methods(claim: Relation) -> bool:
@@ -294,7 +291,17 @@ def _tuned(side: Side, tunings: Sequence[Tuning], claim: Relation,
             + (f"; untuned: {', '.join(missing)}" if missing else ""))
     template = str(picked["run_id"].iloc[0])
     fresh = side_of(side.label, picked[~seen], claim, rate, cache, template, tuned=not missing)
+    if at_edge(choice.iloc[0]):
+        rate += "; at an edge of its grid"
+        fresh = replace(fresh, edge=True, rate=rate)
     return fresh, name, side_of(side.label, picked[seen], claim, rate, cache, template)
+
+
+def at_edge(chosen: pd.Series, key: str = "lr_scale") -> bool:
+    """Whether the tuning's choice of ``key`` is the smallest or the largest value its cell
+    swept (fednorm.tuning.choices' ``edge``): the optimum may lie beyond, so it is not tuned
+    yet. (The methods' own keys end at natural bounds: no clipping, no smoothing.)"""
+    return any(e.split(":")[0] == key for e in str(chosen.get("edge", "")).split(",") if e)
 
 
 CELL_KEYS = tuple(k for k in FIELDS if k not in TUNING_FREE)  # what a tuning cell shares
@@ -513,57 +520,17 @@ def pools(units: Sequence[tuple[Comparison, Margins]]) -> dict[tuple[Any, ...], 
 
 def _test(unit: Comparison, m: Margins, claim: Relation, rule: Rule, fit: Fit,
           alpha: float) -> Test | None:
+    """The unit's t test on its contrast, its sd floored at the values' lattice
+    (fednorm.claims.rule.floored)."""
     if not m.values:
         return None
+    n = len(m.values)
+    se = float(floored(fit.se, n, sum(c * c for c in unit.coefs), rule.lattice))
     if claim.kind == "within":
         assert claim.delta is not None
-        return equivalence_test(fit.estimate, fit.se, fit.df, len(m.values),
-                                delta=claim.delta, alpha=alpha)
-    return sign_test(fit.estimate, fit.se, fit.df, len(m.values), slack=claim.slack,
-                     sesoi=rule.sesoi_of(claim), alpha=alpha)
-
-
-def _room(verdict: str, test: Test | None, claim: Relation, rule: Rule, alpha: float,
-          k: int) -> tuple[float, float]:
-    """How far (points) the unit's mean margin may fall and rise before its firm ``verdict``
-    would (fednorm.claims.vectorized.room, which the ledger's null calls over arrays)."""
-    code = {HOLDS: 1, CONTRADICTED: -1}.get(verdict, 0)
-    estimate, se, df = (test.estimate, test.se, test.df) if test else (math.nan, math.nan, 0.0)
-    down, up = margin_room(code, estimate, se, df, within=claim.kind == "within",
-                           slack=claim.slack, sesoi=rule.sesoi_of(claim),
-                           delta=claim.delta if claim.delta is not None else math.nan,
-                           alpha=alpha, k=k)
-    return float(down), float(up)
-
-
-def veto(verdict: str, unit: Comparison, test: Test | None, claim: Relation, rule: Rule,
-         alpha: float, k: int) -> tuple[bool, str]:
-    """Whether the unit's sides still climbing (settled False) could undo its firm
-    ``verdict``, and the detail that says so. A side with coefficient c that could still gain
-    ``reach`` (its gain's upper bound over one more window, :func:`fednorm.results.reach`) moves
-    the mean margin by c x reach; the climbing sides with c < 0 together could lower it by
-    Σ |c| reach, those with c > 0 raise it by Σ c reach. The verdict is vetoed (the unit
-    ``inconclusive``, needs: budget) when such a move reaches the room that way
-    (:func:`_room`); else it stands and the detail notes the climb. A side ahead that climbs
-    only widens its lead (its room is infinite)."""
-    down_room, up_room = _room(verdict, test, claim, rule, alpha, k)
-    climbing = [(c, s) for c, s in zip(unit.coefs, unit.sides, strict=True)
-                if s.settled is False]
-    found = []
-    for sign, room in ((-1.0, down_room), (1.0, up_room)):
-        movers = [(c, s) for c, s in climbing if c * sign > 0]
-        if movers and math.isfinite(room):
-            move = sum(abs(c) * (s.reach if math.isfinite(s.reach) else math.inf)
-                       for c, s in movers)
-            found.append((move >= room, move, room, ", ".join(s.label for _, s in movers)))
-    if not found:
-        return False, ("the side behind settled" if verdict in (HOLDS, CONTRADICTED)
-                       else "no firm verdict to rest on it")
-    blocks, move, room, labels = max(found, key=lambda f: (f[0], f[1] - f[2]))
-    could = f"{labels} could gain +{move:.1f} in one more window"
-    if blocks:
-        return True, f"else {verdict}: {could}, ≥ the {room:.1f} points its interval has to spare"
-    return False, f"{verdict} stands: {could}, < the {room:.1f} points its interval has to spare"
+        return equivalence_test(fit.estimate, se, fit.df, n, delta=claim.delta, alpha=alpha)
+    return sign_test(fit.estimate, se, fit.df, n, slack=claim.slack, sesoi=rule.sesoi_of(claim),
+                     alpha=alpha)
 
 
 def _values_text(sides: Sequence[Side]) -> str:
@@ -576,69 +543,66 @@ def _values_text(sides: Sequence[Side]) -> str:
     return "; ".join(parts)
 
 
-def _ps(m: Margins, test: Test | None, claim: Relation, rule: Rule, alpha: float
-        ) -> tuple[float, float]:
-    """A unit's (p_for, p_against) before Holm: its t tests where it has ``min_seeds`` margins;
-    else the exact sign test on its seeds, a diverged run counting as its seed's sign (the
-    margins' signs against 0 for, against −sesoi against; a near-equality: diverged runs
-    against alone), where it can fire at ``alpha`` (stats.sign_fires: 0.5^N ≤ α); else 1."""
-    if len(m.values) >= rule.min_seeds and test is not None:
-        return test.p_for, test.p_against
-    seeds = len(m.values) + m.n_for + m.n_against
-    if not sign_fires(seeds, alpha):
-        return 1.0, 1.0
-    if claim.kind == "within":
-        return 1.0, float(sign_count(0, m.n_against)[1])
-    shifted = np.asarray(m.values, dtype=float) + claim.slack
-    ups = int((shifted > 0).sum()) + m.n_for
-    downs = int((shifted < -rule.sesoi_of(claim)).sum()) + m.n_against
-    return (float(sign_count(ups, seeds - ups)[0]), float(sign_count(seeds - downs, downs)[1]))
+def _decided(units: Sequence[tuple[Comparison, Margins]], tests: Sequence[Test | None],
+             claim: Relation, rule: Rule, alpha: float
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(codes, p_for, Holm-adjusted p_against) of a claim's units by the rule's one function
+    (fednorm.claims.rule.decide), on arrays of its units."""
+    k = len(units)
+    nan = math.nan
+    estimate = np.array([t.estimate if t else nan for t in tests])
+    se = np.array([t.se if t else nan for t in tests])
+    df = np.array([t.df if t else 0.0 for t in tests])
+    n = np.array([len(m.values) for _, m in units])
+    sesoi = rule.sesoi_of(claim)
+    shifted = [np.asarray(m.values, dtype=float) + claim.slack for _, m in units]
+    n_for = np.array([m.n_for for _, m in units])
+    n_against = np.array([m.n_against for _, m in units])
+    ups = np.array([int((x > 0).sum()) for x in shifted]) + n_for
+    downs = np.array([int((x < -sesoi).sum()) for x in shifted]) + n_against
+    within = claim.kind == "within"
+    delta = claim.delta if claim.delta is not None else nan
+    return decide(estimate, se, df, n, ups, downs, claim=np.zeros(k, dtype=int),
+                  within=np.full(k, within), slack=np.full(k, claim.slack),
+                  sesoi=np.full(k, sesoi), delta=np.full(k, delta), alpha=alpha,
+                  min_seeds=rule.min_seeds, n_for=n_for, n_against=n_against)
 
 
-def _verdict(m: Margins, p_for: float, p_against: float, alpha: float) -> str:
-    """A unit's verdict before settling (see the module's docstring): a seed against (a
-    diverged run) forbids holds, a seed for forbids contradicted."""
-    if p_for <= alpha and not m.n_against:
-        return HOLDS
-    if p_against <= alpha and not m.n_for:
-        return CONTRADICTED
-    return INCONCLUSIVE
+VERDICT_OF = {HOLDS_CODE: HOLDS, CONTRADICTED_CODE: CONTRADICTED, 0: INCONCLUSIVE}
 
 
 def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
                 fit_of: dict[tuple[Any, ...], Fit], rule: Rule, alpha: float) -> list[Unit]:
     """Every unit of ``claim`` judged: tests of its contrast of its experiment's model
-    (:func:`pools`), Holm over the claim's units, then settling."""
+    (:func:`pools`), decided by the rule (fednorm.claims.rule.decide: Holm over the claim's
+    units)."""
     tests = [_test(u, m, claim, rule, fit_of.get(u.key, Fit()), alpha) if u.sides else None
              for u, m in units]
-    ps = [_ps(m, t, claim, rule, alpha) if u.sides else (1.0, 1.0)
-          for (u, m), t in zip(units, tests, strict=True)]
-    adjusted = holm([p for _, p in ps])
+    codes, p_for, p_against = _decided(units, tests, claim, rule, alpha)
     out = []
-    for (unit, m), test, (p_for, _), p_against in zip(units, tests, ps, adjusted, strict=True):
+    for i, ((unit, m), test) in enumerate(zip(units, tests, strict=True)):
         if not unit.sides:
             verdict = NOT_RUN if unit.reason.startswith("no run") else INCONCLUSIVE
             out.append(Unit(unit.label, verdict, reason=unit.reason))
             continue
-        verdict = _verdict(m, p_for, float(p_against), alpha)
+        verdict = VERDICT_OF[int(codes[i])]
+        needs = "seeds" if verdict == INCONCLUSIVE else ""
         climbing = [s for s in unit.sides if s.settled is False]
-        blocking, why = veto(verdict, unit, test, claim, rule, alpha, len(units))
-        unsettled = ""
-        if climbing:
-            gains = ", ".join(f"{s.label} +{s.gain:.1f}" for s in climbing)
-            unsettled = f"not settled: {gains} points over the last quarter of the budget; {why}"
-        final = INCONCLUSIVE if blocking else verdict
-        needs = "budget" if blocking else "seeds" if final == INCONCLUSIVE else ""
-        if final == CONTRADICTED and claim.own_method and compares_methods(claim) and (
+        unsettled = ("not settled: " + ", ".join(f"{s.label} +{s.gain:.1f}" for s in climbing)
+                     + " points over the last quarter of the budget" if climbing else "")
+        if verdict == CONTRADICTED and claim.own_method and compares_methods(claim) and (
                 not unit.tuned):
             # a paper's own method is contradicted against others only at its own tuned values,
             # judged on seeds the choice never saw; this margin stays in the detail (a claim
             # on the method alone, one setting against another, has nothing to tune)
-            final, needs = INCONCLUSIVE, "tuning"
+            verdict, needs = INCONCLUSIVE, "tuning"
             unsettled = "; ".join(t for t in (unsettled, UNTUNED) if t)
+        if verdict in (HOLDS, CONTRADICTED) and any(s.edge for s in unit.sides):
+            verdict, needs = INCONCLUSIVE, "tuning"
+            unsettled = "; ".join(t for t in (unsettled, EDGE) if t)
         measured = [s.settled for s in unit.sides if s.settled is not None]
-        out.append(Unit(unit.label, final, _values_text(unit.sides), test, p_for,
-                        float(p_against), m.n_for, m.n_against,
+        out.append(Unit(unit.label, verdict, _values_text(unit.sides), test, float(p_for[i]),
+                        float(p_against[i]), m.n_for, m.n_against,
                         sum(int(s.runs["diverged"].sum()) for s in unit.sides),
                         settled=all(measured) if measured else None, unsettled=unsettled,
                         rates="; ".join(f"{s.label}: {s.rate}" for s in unit.sides)
@@ -646,6 +610,8 @@ def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
     return out
 
 
+EDGE = ("a side's chosen rate is at an edge of its tuning grid: its optimum may lie beyond "
+        "(needs: tuning)")
 UNTUNED = ("contradicted at values not tuned on held-out data (a paper's own method is "
            "contradicted only at its tuned rate and keys, on fresh seeds)")
 
@@ -694,11 +660,10 @@ class Judged:
     p_against: float = math.nan
 
 
-def judge_compared(words: Words, compared: dict[str, list[Comparison]], looks: int = 1
-                   ) -> list[Judged]:
+def judge_compared(words: Words, compared: dict[str, list[Comparison]]) -> list[Judged]:
     """Every claim of ``words`` judged on its units ``compared`` (claim id -> its units) at
-    stats.per_look(α, ``looks``) a look, each unit a contrast of its experiment's model."""
-    alpha = per_look(words.rule.alpha, looks)
+    α (one look), each unit a contrast of its experiment's model."""
+    alpha = words.rule.alpha
     within = {c.id: c.kind == "within" for c in words.claims}
     measured = {cid: [(u, margins(u, within[cid]) if u.sides else Margins(()))
                       for u in units] for cid, units in compared.items()}
@@ -721,9 +686,9 @@ def compare_all(words: Words, summary: pd.DataFrame) -> dict[str, list[Compariso
     return {c.id: comparisons(c, summary, cache=cache, tunings=tunings) for c in words.claims}
 
 
-def judge(words: Words, summary: pd.DataFrame, looks: int = 1) -> list[Judged]:
-    """Every claim of ``words`` judged on ``summary`` at α / ``looks`` a look."""
-    return judge_compared(words, compare_all(words, summary), looks)
+def judge(words: Words, summary: pd.DataFrame) -> list[Judged]:
+    """Every claim of ``words`` judged on ``summary`` at α, one look."""
+    return judge_compared(words, compare_all(words, summary))
 
 
 def twin_comparisons(words: Words, compared: dict[str, list[Comparison]],

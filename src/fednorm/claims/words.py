@@ -9,6 +9,10 @@ The claims file's section ``qualitative:`` (beside the numeric ``claims:`` of
       sesoi: {default: 2, fixbn: 2}  # points: the smallest effect of interest, a number or per
                                      # paper (default: 2); a claim may set its own
       min_seeds: 2                   # seeds with a margin a firm verdict needs (2)
+      lattice: 0.2                   # points: the values' lattice (accuracies on a fixed test
+                                     # set), which floors a margin's sd (0: none)
+      noise: config/claims_noise.csv # optional: each claim's seed noise, measured on other
+                                     # seeds, that states its power before the runs
       tuning: [tuning, tuning_batch] # optional: the experiments that choose each method's
                                      # rate and own keys (a name or a list; default 'tuning';
                                      # null: every claim at the common recipe)
@@ -80,7 +84,7 @@ DIRECTIONS = ("increasing", "decreasing")
 SYMBOLIC = ("min", "max")
 TUNING = "tuning"  # the experiment whose learning rates, chosen on held-out data, method claims use
 SECTION = "qualitative"
-SECTION_KEYS = ("claims", "alpha", "sesoi", "min_seeds", "tuning")
+SECTION_KEYS = ("claims", "alpha", "sesoi", "min_seeds", "lattice", "noise", "tuning")
 _REQUIRED = ("id", "paper", "source", "words", "experiment", "relation")
 _OPTIONAL = {"where": {}, "for_each": None, "slack": 0.0, "metric": "test_accuracy",
              "at": "final", "sesoi": None, "note": ""}
@@ -136,6 +140,7 @@ class Rule:
     alpha: float = ALPHA  # one-sided error rate of each verdict
     sesoi: tuple[tuple[str, float], ...] = ()  # paper -> points ('default': the rest)
     min_seeds: int = MIN_SEEDS  # seeds with a margin a firm verdict needs
+    lattice: float = 0.0  # points: the values' lattice, which floors a margin's sd
 
     def sesoi_of(self, claim: Relation) -> float:
         """The claim's smallest effect of interest: its own, its paper's, the default."""
@@ -154,6 +159,7 @@ class Words:
     # the tuning experiments, searched in order for a side's cell; (): every claim at the
     # common recipe
     tuning: tuple[str, ...] = (TUNING,)
+    noise: str | None = None  # the noise table (fednorm.claims.power); None: power not stated
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,8 +295,12 @@ def parse_words(spec: Any, at: str = "final") -> Words:
     alpha = check(SECTION, "alpha", spec.get("alpha", ALPHA),
                   NumberIn(0, 0.5, low_open=True, high_open=True))
     rule = Rule(float(alpha), _sesoi(spec.get("sesoi", SESOI)),
-                check(SECTION, "min_seeds", spec.get("min_seeds", MIN_SEEDS), IntIn(2)))
-    return Words(claims, rule, tuple(tuning))
+                check(SECTION, "min_seeds", spec.get("min_seeds", MIN_SEEDS), IntIn(2)),
+                float(check(SECTION, "lattice", spec.get("lattice", 0.0), Finite(0))))
+    noise = spec.get("noise")
+    if noise is not None:
+        _text(SECTION, "noise", noise)
+    return Words(claims, rule, tuple(tuning), noise)
 
 
 def _sesoi(value: Any) -> tuple[tuple[str, float], ...]:

@@ -15,18 +15,12 @@ from typing import Any
 
 import pandas as pd
 
+from fednorm.metrics import DIVERGED_MARK, percent
 from fednorm.results import seed_stats
 
-DIVERGED_MARK = "†"
 DIVERGED_NOTE = f"{DIVERGED_MARK} some seeds diverged: mean over the others"
 STATS = ("mean", "std", "min", "max")
 Orders = Mapping[str, Sequence[Any]]  # column -> the order of its values along an axis
-
-
-def percent(y: str) -> bool:
-    """Whether ``y`` is shown in % (an accuracy, stored as a fraction in the summary; a
-    domain's too, ``test_accuracy_<domain>``)."""
-    return "accuracy" in y
 
 
 def value_label(y: str) -> str:
