@@ -2,7 +2,7 @@
 #   snakemake --cores N                                   (paper scale, needs CIFAR-10 and a GPU)
 #   snakemake --cores 2 --configfile config/quick.yaml    (CPU, offline, minutes)
 # then the HTML report of every figure and table: the same command with --report report.html
-from fednorm.claims import ledger_files, load_claims, null_file, prereg_file
+from fednorm.claims import calibration_file, ledger_files, load_claims, prereg_file
 from fednorm.inputs import user_errors
 from fednorm.plan import load_plan
 
@@ -44,6 +44,6 @@ rule all:
         PLAN.toy_files(),
         PLAN.paths.summary(),
         ledger_files(PLAN),
-        null_file(PLAN),
+        calibration_file(PLAN),
         prereg_file(PLAN),
         [entry.caption for entry in REPORT.values()],

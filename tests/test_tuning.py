@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from fednorm.figures import draw
+from fednorm.figures import draw, tuning_table
 from fednorm.plan import Figure
-from fednorm.tuning import choices, select_by_validation, tuning_table
+from fednorm.tuning import choices, select_by_validation
 
 
 def frame() -> pd.DataFrame:

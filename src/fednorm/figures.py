@@ -16,10 +16,27 @@ from fednorm.plots import (
     make_heatmap,
     make_parts_figure,
     make_table,
+    style,
 )
-from fednorm.plots.cells import value_label
+from fednorm.plots.cells import DIVERGED_NOTE, Orders, cell_stats, percent, value_label, value_text
+from fednorm.plots.save import save_table
+from fednorm.plots.table import NO_RUN, SEEDS, cell_text, escape_cell, extra_text
 from fednorm.results import in_experiments
-from fednorm.tuning import make_tuning_table, select_by_validation
+from fednorm.tuning import (
+    COMMON,
+    EDGES,
+    at_choice,
+    at_common,
+    choices,
+    chosen_text,
+    filled,
+    grid_text,
+    in_cell,
+    select_by_validation,
+    swept,
+    tuned_keys,
+    tuning_seeds,
+)
 
 log = logging.getLogger("fednorm.figures")
 _X_LABELS = {"gamma": "heterogeneity γ (1 = iid)", "dirichlet": "Dirichlet α (small = non-iid)"}
@@ -180,3 +197,112 @@ def draw_all(figures: Sequence[Figure], summary: pd.DataFrame, stems: Sequence[s
     if failed:
         raise RuntimeError("could not draw " + "; ".join(failed))
     return written
+
+
+# ---------------------------------------------------------------------------------------------
+# The tuning table: each method's choice beside its score at the common recipe.
+
+
+def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_accuracy",
+                 y: str = "test_accuracy", order: Orders | None = None,
+                 common: float = COMMON) -> pd.DataFrame:
+    """One row per combination of the ``cells`` columns (in axis order, fednorm.plots.cells):
+    the tuned keys' chosen values (:func:`choices`; ``chosen``: in words, ``grid``: what was
+    swept), ``by`` (its mean over the tuning seeds at that choice; NaN where every value is
+    ruled out), then ``y``'s ``mean``, ``std``, ``cell`` (the table's text) at the choice on
+    the tuning seeds (``tuned_*``), on the seeds beyond them (``fresh_*``: the seeds that
+    judge the claims) and at the common recipe on the tuning seeds (``common_*``), the chosen
+    runs' ``n_seeds`` and ``n_diverged`` on the tuning seeds, and ``edge``; only the
+    combinations that have runs. Accuracies in %."""
+    cells = list(cells)
+    rows = rows.reset_index(drop=True)
+    if y == "test_accuracy" and "domain_accuracy" in rows.columns:
+        # feature shift: the test as its claims read it, the mean over the domains (each
+        # through its clients' models), as the validation accuracy is scored there
+        rows = rows.assign(test_accuracy=rows["domain_accuracy"].where(
+            rows["domain_accuracy"].notna(), rows["test_accuracy"]))
+    over = tuned_keys(rows)
+    chosen = choices(rows, cells, by, over).rename(columns={"score": by})
+    chosen[by] = chosen[by].where(chosen[by] > float("-inf"))
+    if percent(by):
+        chosen[by] *= 100.0
+    cell_rows = [in_cell(rows, cells, c) for _, c in chosen.iterrows()]
+    chosen["chosen"] = [chosen_text(c, swept(part, over))
+                        for (_, c), part in zip(chosen.iterrows(), cell_rows, strict=True)]
+    chosen["grid"] = [grid_text(part, over) for part in cell_rows]
+    out = chosen[[*cells, *over, "chosen", "grid", by, "edge"]]
+    picked = at_choice(rows, chosen, cells, over)
+    tuning = tuning_seeds(filled(rows, over), cells, over)
+    seen = tuning.loc[picked.index].to_numpy()
+    parts = (("tuned", picked[seen]), ("fresh", picked[~seen]),
+             ("common", at_common(rows[tuning.to_numpy()], over, common)))
+    for name, part in parts:
+        out = out.merge(_stats(part, cells, name, y, order), on=cells, how="left")
+    # in the axes' order; a combination that no run has (a method not tuned in a setting) is
+    # left out: five settings by sixteen methods would be mostly empty rows
+    levels = cell_stats(rows, cells, y=by, order=order)[cells]
+    out = levels.merge(out, on=cells, how="inner")
+    for name in ("tuned", "fresh", "common"):
+        out[f"{name}_cell"] = out[f"{name}_cell"].fillna(NO_RUN)
+    for count in ("n_seeds", "n_diverged", "fresh_seeds"):
+        out[count] = out[count].fillna(0).astype(int)
+    out[["edge", "chosen", "grid"]] = out[["edge", "chosen", "grid"]].fillna("")
+    return out
+
+
+def _stats(part: pd.DataFrame, cells: Sequence[str], name: str, y: str,
+           order: Orders | None) -> pd.DataFrame:
+    """``name``_mean, _std, _cell per cell of ``part`` (the tuned part's seeds and diverged
+    counts as n_seeds, n_diverged; the fresh part's seeds as fresh_seeds)."""
+    columns = [*cells, f"{name}_mean", f"{name}_std", f"{name}_cell"]
+    counts = {"tuned": ["n_seeds", "n_diverged"], "fresh": ["fresh_seeds"]}.get(name, [])
+    if part.empty:
+        return pd.DataFrame(columns=[*columns, *counts])
+    stats = cell_stats(part, cells, y=y, order=order)
+    stats[f"{name}_cell"] = [cell_text(m, s, n, d, y=y) for m, s, n, d in zip(
+        stats["mean"], stats["std"], stats["n_seeds"], stats["n_diverged"], strict=True)]
+    stats = stats.rename(columns={"mean": f"{name}_mean", "std": f"{name}_std",
+                                  **({"n_seeds": "fresh_seeds"} if name == "fresh" else {})})
+    return stats[[*columns, *counts]]
+
+
+def tuning_markdown(data: pd.DataFrame, cells: Sequence[str], *, by: str = "val_accuracy",
+                    title: str = "") -> str:
+    """:func:`tuning_table` as a Markdown table: the ``cells`` columns (their values' labels),
+    what was swept, the chosen values (↑ / ↓: at the sweep's edge), ``by`` at them, the test
+    accuracy at them on the tuning seeds and on fresh seeds, at the common recipe, the
+    seeds."""
+    cells = list(cells)
+    header = [*(c.replace("_", " ") for c in cells), "swept", "chosen",
+              f"{by.replace('_', ' ')} (chosen)", "test (chosen, tuning seeds)",
+              "test (chosen, fresh seeds)", f"test (lr × {COMMON:g}, common recipe)", SEEDS]
+    lines = ["| " + " | ".join(map(escape_cell, header)) + " |",
+             "|" + "---|" * (len(cells) + 2) + "---:|" * (len(header) - len(cells) - 2)]
+    for row in data.itertuples(index=False):
+        values = row._asdict()
+        seeds = f"{values['n_seeds']} + {values['fresh_seeds']}"
+        line = [*(style.label(value_text(values[c])) for c in cells), values["grid"] or NO_RUN,
+                values["chosen"] or NO_RUN, extra_text(values[by], by), values["tuned_cell"],
+                values["fresh_cell"], values["common_cell"], seeds]
+        lines.append("| " + " | ".join(map(escape_cell, line)) + " |")
+    notes = [f"{DIVERGED_NOTE}."] if data["n_diverged"].any() else []
+    notes.append("Test: under feature shift the mean over the domains (domain_accuracy).")
+    notes.append(f"The values are chosen on {by.replace('_', ' ')} (images held out of the "
+                 "training set, scored as the test is), never on the test set, on the tuning "
+                 "seeds (seeds: tuning + fresh); the claims are judged on the fresh seeds, "
+                 "which the choice never saw.")
+    edges = sorted({e.split(":")[1] for es in data["edge"] for e in str(es).split(",") if e})
+    if edges:
+        notes.append("; ".join(f"{EDGES[e]}: the {'largest' if e == 'high' else 'smallest'} "
+                               f"value swept" for e in edges)
+                     + " (the best may lie beyond it: widen the sweep).")
+    head = [f"**{title}**", ""] if title else []
+    return "\n".join([*head, *lines, "", *notes]) + "\n"
+
+
+def make_tuning_table(rows: pd.DataFrame, stem: str | Path, *, cells: Sequence[str],
+                      by: str = "val_accuracy", order: Orders | None = None,
+                      title: str = "") -> list[Path]:
+    """Write ``stem``.csv (:func:`tuning_table`) and ``stem``.md (:func:`tuning_markdown`)."""
+    data = tuning_table(rows, cells, by=by, order=order)
+    return save_table(data, tuning_markdown(data, cells, by=by, title=title), stem)

@@ -18,22 +18,21 @@ of a table, the combination whose final validation accuracy is best.
 - A null tuned value (FedWon's λ: no clipping) is the limit λ → ∞ (:data:`NONE`).
 - A choice at the largest or smallest value of a numeric key's sweep is marked (``edge``): the
   best may lie beyond it, and the sweep should be widened before the choice is trusted.
+
+The choice decides verdicts (fednorm.claims), so nothing here draws: the tuning table is
+fednorm.figures'.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
-from pathlib import Path
 
 import pandas as pd
 
 from fednorm.config import RunConfig
 from fednorm.methods import RATE, SYMBOLS, TUNED_KEYS
-from fednorm.plots import style
-from fednorm.plots.cells import DIVERGED_NOTE, Orders, cell_stats, percent, value_text
-from fednorm.plots.save import save_table
-from fednorm.plots.table import NO_RUN, SEEDS, cell_text, escape_cell, extra_text
 from fednorm.results import matches, seed_stats
 
 OVER = RATE  # the hyper-parameter every method tunes
@@ -47,7 +46,7 @@ def tuned_keys(rows: pd.DataFrame) -> list[str]:
     return [k for k in TUNED_KEYS if k in rows.columns]
 
 
-def _filled(rows: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+def filled(rows: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """``rows`` with a null in a numeric tuned key read as :data:`NONE`."""
     out = rows.copy()
     for key in keys:
@@ -88,7 +87,7 @@ def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
     choice is its largest / smallest, joined by ','."""
     cells = list(cells)
     over = tuned_keys(rows) if over is None else list(over)
-    rows = _filled(rows, over)
+    rows = filled(rows, over)
     rows = rows[tuning_seeds(rows, cells, over)]
     stats = seed_stats(rows, [*cells, *over], y=by)
     ruled_out = (stats["n_diverged"] > 0) | (stats["n_seeds"] == 0)
@@ -106,7 +105,7 @@ def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
 def _edges(stats: pd.DataFrame, cells: Sequence[str], over: Sequence[str],
            choice: pd.Series) -> str:
     """The numeric keys whose choice is at an end of its cell's sweep: 'key:high,key:low'."""
-    mine = _in_cell(stats, cells, choice)
+    mine = in_cell(stats, cells, choice)
     out = []
     for key in over:
         values = mine[key]
@@ -119,16 +118,17 @@ def _edges(stats: pd.DataFrame, cells: Sequence[str], over: Sequence[str],
     return ",".join(out)
 
 
-def _words(value: object) -> str:
+def value_words(value: object) -> str:
     if value is None or value == NONE or (isinstance(value, float) and math.isnan(value)):
         return "none"
-    return value_text(value)
+    return f"{value:g}" if isinstance(value, numbers.Real) and not isinstance(value, bool) else (
+        str(value))
 
 
 def chosen_text(choice: pd.Series | dict, over: Sequence[str]) -> str:
     """A choice in words, each key's edge marked: 'lr × 4↑, λ 0.16' (NONE: 'none')."""
     edges = dict(e.split(":") for e in str(choice.get("edge", "") or "").split(",") if e)
-    return ", ".join(f"{SYMBOLS[k]} {_words(choice[k])}{EDGES.get(edges.get(k, ''), '')}"
+    return ", ".join(f"{SYMBOLS[k]} {value_words(choice[k])}{EDGES.get(edges.get(k, ''), '')}"
                      for k in over)
 
 
@@ -139,13 +139,13 @@ def swept(rows: pd.DataFrame, over: Sequence[str]) -> list[str]:
 
 def grid_text(rows: pd.DataFrame, over: Sequence[str]) -> str:
     """The values a cell swept, key by key: 'lr × 1, 4; λ 0.01 … 1.28, none (9)'."""
-    rows = _filled(rows, over)
+    rows = filled(rows, over)
     parts = []
     for key in over:
         values = sorted(rows[key].unique())
         if len(values) < 2:
             continue
-        words = [_words(v) for v in values]
+        words = [value_words(v) for v in values]
         text = ", ".join(words) if len(words) <= 3 else f"{words[0]} … {words[-1]} ({len(words)})"
         parts.append(f"{SYMBOLS[key]} {text}")
     return "; ".join(parts) or "–"
@@ -156,8 +156,8 @@ def at_choice(rows: pd.DataFrame, chosen: pd.DataFrame, cells: Sequence[str],
     """The rows (every evaluation point, every seed) of the runs at each cell's choice."""
     keys = [*cells, *over]
     rows = rows.reset_index(drop=True)
-    filled = _filled(rows, over)
-    kept = filled.reset_index().merge(chosen[keys], on=keys, how="inner")["index"]
+    full = filled(rows, over)
+    kept = full.reset_index().merge(chosen[keys], on=keys, how="inner")["index"]
     return rows.loc[sorted(kept)]
 
 
@@ -179,113 +179,8 @@ def at_common(rows: pd.DataFrame, over: Sequence[str], common: float = COMMON) -
     return rows[mask]
 
 
-def tuning_table(rows: pd.DataFrame, cells: Sequence[str], *, by: str = "val_accuracy",
-                 y: str = "test_accuracy", order: Orders | None = None,
-                 common: float = COMMON) -> pd.DataFrame:
-    """One row per combination of the ``cells`` columns (in axis order, fednorm.plots.cells):
-    the tuned keys' chosen values (:func:`choices`; ``chosen``: in words, ``grid``: what was
-    swept), ``by`` (its mean over the tuning seeds at that choice; NaN where every value is
-    ruled out), then ``y``'s ``mean``, ``std``, ``cell`` (the table's text) at the choice on
-    the tuning seeds (``tuned_*``), on the seeds beyond them (``fresh_*``: the seeds that
-    judge the claims) and at the common recipe on the tuning seeds (``common_*``), the chosen
-    runs' ``n_seeds`` and ``n_diverged`` on the tuning seeds, and ``edge``; only the
-    combinations that have runs. Accuracies in %."""
-    cells = list(cells)
-    rows = rows.reset_index(drop=True)
-    if y == "test_accuracy" and "domain_accuracy" in rows.columns:
-        # feature shift: the test as its claims read it, the mean over the domains (each
-        # through its clients' models), as the validation accuracy is scored there
-        rows = rows.assign(test_accuracy=rows["domain_accuracy"].where(
-            rows["domain_accuracy"].notna(), rows["test_accuracy"]))
-    over = tuned_keys(rows)
-    chosen = choices(rows, cells, by, over).rename(columns={"score": by})
-    chosen[by] = chosen[by].where(chosen[by] > float("-inf"))
-    if percent(by):
-        chosen[by] *= 100.0
-    cell_rows = [_in_cell(rows, cells, c) for _, c in chosen.iterrows()]
-    chosen["chosen"] = [chosen_text(c, swept(part, over))
-                        for (_, c), part in zip(chosen.iterrows(), cell_rows, strict=True)]
-    chosen["grid"] = [grid_text(part, over) for part in cell_rows]
-    out = chosen[[*cells, *over, "chosen", "grid", by, "edge"]]
-    picked = at_choice(rows, chosen, cells, over)
-    tuning = tuning_seeds(_filled(rows, over), cells, over)
-    seen = tuning.loc[picked.index].to_numpy()
-    parts = (("tuned", picked[seen]), ("fresh", picked[~seen]),
-             ("common", at_common(rows[tuning.to_numpy()], over, common)))
-    for name, part in parts:
-        out = out.merge(_stats(part, cells, name, y, order), on=cells, how="left")
-    # in the axes' order; a combination that no run has (a method not tuned in a setting) is
-    # left out: five settings by sixteen methods would be mostly empty rows
-    levels = cell_stats(rows, cells, y=by, order=order)[cells]
-    out = levels.merge(out, on=cells, how="inner")
-    for name in ("tuned", "fresh", "common"):
-        out[f"{name}_cell"] = out[f"{name}_cell"].fillna(NO_RUN)
-    for count in ("n_seeds", "n_diverged", "fresh_seeds"):
-        out[count] = out[count].fillna(0).astype(int)
-    out[["edge", "chosen", "grid"]] = out[["edge", "chosen", "grid"]].fillna("")
-    return out
-
-
-def _in_cell(rows: pd.DataFrame, cells: Sequence[str], choice: pd.Series) -> pd.DataFrame:
+def in_cell(rows: pd.DataFrame, cells: Sequence[str], choice: pd.Series) -> pd.DataFrame:
     mask = pd.Series(True, index=rows.index)
     for c in cells:
         mask &= matches(rows[c], choice[c])
     return rows[mask]
-
-
-def _stats(part: pd.DataFrame, cells: Sequence[str], name: str, y: str,
-           order: Orders | None) -> pd.DataFrame:
-    """``name``_mean, _std, _cell per cell of ``part`` (the tuned part's seeds and diverged
-    counts as n_seeds, n_diverged; the fresh part's seeds as fresh_seeds)."""
-    columns = [*cells, f"{name}_mean", f"{name}_std", f"{name}_cell"]
-    counts = {"tuned": ["n_seeds", "n_diverged"], "fresh": ["fresh_seeds"]}.get(name, [])
-    if part.empty:
-        return pd.DataFrame(columns=[*columns, *counts])
-    stats = cell_stats(part, cells, y=y, order=order)
-    stats[f"{name}_cell"] = [cell_text(m, s, n, d, y=y) for m, s, n, d in zip(
-        stats["mean"], stats["std"], stats["n_seeds"], stats["n_diverged"], strict=True)]
-    stats = stats.rename(columns={"mean": f"{name}_mean", "std": f"{name}_std",
-                                  **({"n_seeds": "fresh_seeds"} if name == "fresh" else {})})
-    return stats[[*columns, *counts]]
-
-
-def tuning_markdown(data: pd.DataFrame, cells: Sequence[str], *, by: str = "val_accuracy",
-                    title: str = "") -> str:
-    """:func:`tuning_table` as a Markdown table: the ``cells`` columns (their values' labels),
-    what was swept, the chosen values (↑ / ↓: at the sweep's edge), ``by`` at them, the test
-    accuracy at them on the tuning seeds and on fresh seeds, at the common recipe, the
-    seeds."""
-    cells = list(cells)
-    header = [*(c.replace("_", " ") for c in cells), "swept", "chosen",
-              f"{by.replace('_', ' ')} (chosen)", "test (chosen, tuning seeds)",
-              "test (chosen, fresh seeds)", f"test (lr × {COMMON:g}, common recipe)", SEEDS]
-    lines = ["| " + " | ".join(map(escape_cell, header)) + " |",
-             "|" + "---|" * (len(cells) + 2) + "---:|" * (len(header) - len(cells) - 2)]
-    for row in data.itertuples(index=False):
-        values = row._asdict()
-        seeds = f"{values['n_seeds']} + {values['fresh_seeds']}"
-        line = [*(style.label(value_text(values[c])) for c in cells), values["grid"] or NO_RUN,
-                values["chosen"] or NO_RUN, extra_text(values[by], by), values["tuned_cell"],
-                values["fresh_cell"], values["common_cell"], seeds]
-        lines.append("| " + " | ".join(map(escape_cell, line)) + " |")
-    notes = [f"{DIVERGED_NOTE}."] if data["n_diverged"].any() else []
-    notes.append("Test: under feature shift the mean over the domains (domain_accuracy).")
-    notes.append(f"The values are chosen on {by.replace('_', ' ')} (images held out of the "
-                 "training set, scored as the test is), never on the test set, on the tuning "
-                 "seeds (seeds: tuning + fresh); the claims are judged on the fresh seeds, "
-                 "which the choice never saw.")
-    edges = sorted({e.split(":")[1] for es in data["edge"] for e in str(es).split(",") if e})
-    if edges:
-        notes.append("; ".join(f"{EDGES[e]}: the {'largest' if e == 'high' else 'smallest'} "
-                               f"value swept" for e in edges)
-                     + " (the best may lie beyond it: widen the sweep).")
-    head = [f"**{title}**", ""] if title else []
-    return "\n".join([*head, *lines, "", *notes]) + "\n"
-
-
-def make_tuning_table(rows: pd.DataFrame, stem: str | Path, *, cells: Sequence[str],
-                      by: str = "val_accuracy", order: Orders | None = None,
-                      title: str = "") -> list[Path]:
-    """Write ``stem``.csv (:func:`tuning_table`) and ``stem``.md (:func:`tuning_markdown`)."""
-    data = tuning_table(rows, cells, by=by, order=order)
-    return save_table(data, tuning_markdown(data, cells, by=by, title=title), stem)

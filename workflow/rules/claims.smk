@@ -1,15 +1,15 @@
 rule claims:
     """The claims ledgers: each paper number beside ours, with a verdict (fednorm.claims), and
     each claim in words with a verdict that is a test of stated error rate
-    (fednorm.claims.verdicts), checked at twice the budget where the second stage trained it
-    (fednorm.claims.words_ledger), the ledger's own permutation null (fednorm.claims.null) and
-    its pre-registration: hashes of the claims file and of the deciding modules
-    (fednorm.claims.prereg)."""
+    (fednorm.claims.verdicts), each contradiction checked at twice the budget
+    (fednorm.claims.words_ledger), its calibration by a parametric bootstrap of the whole ledger
+    (fednorm.claims.calibration) and its pre-registration: hashes of the claims file, of the
+    deciding modules and of the design (fednorm.claims.prereg)."""
     input:
         unpack(claims_inputs),
     output:
         reported(ledger_files(PLAN)),
-        null=null_file(PLAN)[0],
+        calibration=calibration_file(PLAN)[0],
         prereg=prereg_file(PLAN)[0],
     params:
         claims=CLAIMS,

@@ -1,40 +1,40 @@
 """Snakemake script: the claims ledgers from the summary, the numbers' and the words' (logic in
-fednorm.claims and fednorm.claims.words_ledger; a summary cut short is removed and named, and
-the job fails: fednorm.integrity.read_summary), the words ledger's own null
-(fednorm.claims.null) and its pre-registration (fednorm.claims.prereg)."""
+fednorm.claims: judged in fednorm.claims.words_ledger, calibrated in
+fednorm.claims.calibration, written in fednorm.claims.render; a summary cut short is removed
+and named, and the job fails: fednorm.integrity.read_summary), and the pre-registration
+(fednorm.claims.prereg)."""
 import logging
 from pathlib import Path
 
 from fednorm.claims import write_ledger
-from fednorm.claims.null import expected_false_lines, null_lines, null_shares
+from fednorm.claims.calibration import calibrate, calibration_lines
+from fednorm.claims.power import design_seeds, powers
 from fednorm.claims.prereg import prereg_line, preregistration, write_prereg
+from fednorm.claims.render import write_words
 from fednorm.claims.stage2 import read_record
-from fednorm.claims.stats import per_look
-from fednorm.claims.words_ledger import staged_ledger, write_words
+from fednorm.claims.verdicts import compare_all
+from fednorm.claims.words_ledger import staged_ledger
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary
 from fednorm.io import write_csv
+from fednorm.plan import load_plan
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
 with user_errors():
+    plan = load_plan(snakemake.config)  # noqa: F821
     summary = read_summary(snakemake.input.summary, snakemake.params.runs)  # noqa: F821
 claims = snakemake.params.claims  # noqa: F821
 words = claims.words
 record = read_record(snakemake.input.plan) if "plan" in snakemake.input.keys() else None  # noqa: F821
-looks = int(record["looks"]) if record else 1
 paths = write_ledger(claims.numbers, summary, snakemake.params.stem)  # noqa: F821
-table = staged_ledger(words, summary, record)
-# the null on the first stage's runs (the second stage's were chosen by the real labels; a
-# run it asked for that the plan already trains is a first-stage run)
-added = {e["run_id"] for e in record["runs"] if not e["planned"]} if record else set()
-null = null_shares(words, summary[~summary["run_id"].isin(added)], looks=looks)
+table = staged_ledger(words, summary, record, powers(words, design_seeds(words, plan)))
+calibration = calibrate(words, compare_all(words, summary))
 prereg = preregistration(snakemake.input.claims)  # noqa: F821
-lines = [*null_lines(null, per_look(words.rule.alpha, looks), table["verdict"]), "",
-         *expected_false_lines(null, table, words.rule.alpha), "", prereg_line(prereg)]
-paths += write_words(table, words, snakemake.params.words_stem, looks=looks,  # noqa: F821
-                     null_lines=lines)
-write_csv(snakemake.output.null, null)  # noqa: F821
-paths += [Path(snakemake.output.null), write_prereg(prereg, snakemake.output.prereg)]  # noqa: F821
+header = [*calibration_lines(calibration, words.rule.alpha), "", prereg_line(prereg)]
+paths += write_words(table, words, snakemake.params.words_stem, header)  # noqa: F821
+write_csv(snakemake.output.calibration, calibration)  # noqa: F821
+paths += [Path(snakemake.output.calibration),  # noqa: F821
+          write_prereg(prereg, snakemake.output.prereg)]  # noqa: F821
 if sorted(map(str, paths)) != sorted(snakemake.output):  # noqa: F821
     raise RuntimeError(f"wrote {paths}, the rule declares {list(snakemake.output)}")  # noqa: F821
 logging.info("wrote %s", [str(p) for p in paths])

@@ -2,12 +2,14 @@
 makes in words judged on our runs with the seed noise.
 
 The rooms, each importing only those listed before it: ``stats`` (the tests, from
-scipy.stats), ``common`` (the papers, the runs a setting selects, values as a config writes
-them), ``numbers`` (the numeric ledger: the ``recipes`` and ``claims`` of a claims file),
-``words`` (its ``qualitative`` claims, read and checked), ``verdicts`` (their verdicts),
-``words_ledger`` (the words ledger and its files), ``null`` (the ledger's own permutation null),
-``stage2`` (the second stage: more seeds, twice the budget), ``prereg`` (the ledger's
-pre-registration: hashes of the claims file and of the deciding modules), then ``file``
+scipy.stats), ``rule`` (the verdict rule, once, over arrays), ``common`` (the papers, the runs a
+setting selects, values as a config writes them), ``numbers`` (the numeric ledger: the
+``recipes`` and ``claims`` of a claims file), ``words`` (its ``qualitative`` claims, read and
+checked), ``verdicts`` (their units and verdicts), ``power`` (each claim's power, stated
+before the runs), ``words_ledger`` (the words ledger, contradictions rechecked at twice the
+budget), ``calibration`` (a parametric bootstrap of the whole ledger), ``stage2`` (the second
+stage: the tuned methods' fresh seeds, twice the budget), ``render`` (the ledger's files,
+after judging), ``prereg`` (the ledger's pre-registration), then ``file``
 (:func:`load_claims`: a claims file read and checked, both ledgers at once, and the files they
 write). The numeric ledger's names and the file's are importable from ``fednorm.claims``.
 """
@@ -16,16 +18,16 @@ from __future__ import annotations
 
 from fednorm.claims.common import PAPERS, VARIANT_KEYS, Pairs, ambiguity, config_text, selects
 from fednorm.claims.file import (
+    CALIBRATION_NAME,
     EXTENSIONS,
     NAME,
-    NULL_NAME,
     PREREG_NAME,
     WORDS_NAME,
     Claims,
+    calibration_file,
     check_plan,
     ledger_files,
     load_claims,
-    null_file,
     prereg_file,
 )
 from fednorm.claims.numbers import (
@@ -53,13 +55,13 @@ from fednorm.claims.numbers import (
 )
 
 __all__ = [
+    "CALIBRATION_NAME",
     "DIFFERS",
     "EXTENSIONS",
     "LEDGER_COLUMNS",
     "NAME",
     "NOT_COMPARABLE",
     "NOT_RUN",
-    "NULL_NAME",
     "PAPERS",
     "PAPER_MARKERS",
     "PREREG_NAME",
@@ -75,6 +77,7 @@ __all__ = [
     "Claims",
     "Pairs",
     "ambiguity",
+    "calibration_file",
     "check_plan",
     "config_text",
     "ledger",
@@ -83,7 +86,6 @@ __all__ = [
     "ledger_row",
     "load_claims",
     "markdown",
-    "null_file",
     "parse_claim",
     "parse_claims",
     "prereg_file",

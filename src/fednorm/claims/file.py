@@ -23,7 +23,7 @@ from fednorm.plan import Plan
 EXTENSIONS = ("csv", "md", "pdf", "png")
 NAME = "claims"  # the ledger's files: <figures>/claims.<ext>
 WORDS_NAME = "claims_words"  # the qualitative claims': <figures>/claims_words.<ext>
-NULL_NAME = "claims_null"  # the words ledger's own permutation null: <figures>/claims_null.csv
+CALIBRATION_NAME = "claims_calibration"  # the words ledger's bootstrap: <figures>/<name>.csv
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,10 @@ def ledger_files(plan: Plan) -> list[str]:
     return [plan.paths.figure(name, ext) for name in (NAME, WORDS_NAME) for ext in EXTENSIONS]
 
 
-def null_file(plan: Plan) -> list[str]:
-    """The words ledger's permutation null (fednorm.claims.null), none without a claims file."""
-    return [plan.paths.figure(NULL_NAME, "csv")] if plan.claims else []
+def calibration_file(plan: Plan) -> list[str]:
+    """The words ledger's calibration (fednorm.claims.calibration), none without a claims
+    file."""
+    return [plan.paths.figure(CALIBRATION_NAME, "csv")] if plan.claims else []
 
 
 def prereg_file(plan: Plan) -> list[str]:

@@ -10,36 +10,30 @@ seeds as blocks (:func:`pools`, :func:`fednorm.claims.stats.fit_contrasts`), tes
 margins (the paired t: exact whatever it shares with other units and whatever each setting's
 noise; stats' docstring says why, by simulation); a unit that two claims share enters once.
 
-A unit **holds** when its p_for ≤ α and no seed counts against it; it is **contradicted** when
-its Holm-adjusted p_against (over the claim's units) ≤ α and no seed counts for it; a unit with
-fewer than ``min_seeds`` seeds with a margin gets no t test (and, on one seed, no
-interval). **A diverged run** has no value: in a sign relation a diverged run on the side the
-claim says is better is a seed *against* the claim, one on the worse side a seed *for* it;
-in ``within`` and in a trend of three values or more, a diverged run is a seed against. Seeds
-with no margin at all are judged by the exact sign test, where it can fire (0.5^N ≤ α).
+A unit's verdict is the rule's (:func:`fednorm.claims.rule.decide`, one look at α): it
+**holds** when its p_for ≤ α and no seed counts against it; it is **contradicted** when its
+Holm-adjusted p_against (over the claim's units) ≤ α and no seed counts for it; a unit with
+fewer than ``min_seeds`` seeds with a margin gets no t test. **A diverged run** has no value:
+in a sign relation a diverged run on the side the claim says is better is a seed *against* the
+claim, one on the worse side a seed *for* it; in ``within`` and in a trend of three values or
+more, a diverged run is a seed against. Seeds with no margin at all are judged by the exact
+sign test, where it can fire (0.5^N ≤ α). Whether each side settled (a test of its gain over
+the last quarter of the budget, :func:`fednorm.results.settling`) is reported, never a veto:
+the one budget check is the recheck of a contradiction at twice the budget
+(fednorm.claims.words_ledger).
 
-**Settled runs** (:func:`fednorm.results.settling`, a test of the gain over the last quarter of
-the budget), a veto only where it could matter: a side still climbing blocks a firm verdict
-when the gain it could still make in one more window (its ``reach``, the gain's upper
-bound) could move the margin across the verdict's threshold, from the bound of its interval
-(:func:`veto`: ``holds`` rests on the worse sides, ``contradicted`` on the side the claim says
-is better, ``within`` on both; a side ahead that climbs only widens its lead). Blocked, the
-unit is ``inconclusive`` and its detail names the group, its gain, what it could gain and the
-verdict it would have had; not blocked, the detail notes the climb and why it cannot close
-the margin.
-
-**Each method at its own rate**: a claim whose compared groups name a METHOD_KEYS key is judged,
-unit by unit, on the ``tuning`` experiment's runs at each side's ``lr_scale`` chosen on
-validation accuracy (:func:`fednorm.tuning.choices`), where every side of the unit has a tuning
-cell; else at the common rate, said in ``rates``. The common rate's outcome stays in the detail.
+**Each method at its own values**: a claim whose compared groups name a METHOD_KEYS key is
+judged, unit by unit, at each side's rate and keys chosen on validation accuracy in a
+``tuning`` experiment (:func:`fednorm.tuning.choices`), on fresh seeds the choice never saw,
+where every side of the unit has a tuning cell; else at the common rate, said in ``rates``. A
+side whose chosen rate is at an edge of its grid is not tuned yet: its unit is ``inconclusive``
+(needs: tuning). A paper's own method is contradicted only at its tuned values.
 
 A claim's verdict: ``not run`` when no unit has runs; ``inconclusive`` (refused) when a group's
-runs differ in more than their seed; else ``contradicted`` when any unit is, ``holds`` when
+runs differ in more than their seed; else ``contradicted`` when any unit is,
+``budget-limited`` when a unit was contradicted but not at twice the budget, ``holds`` when
 every unit holds, ``inconclusive`` otherwise. Its ``p_for`` is the largest unit p_for (the
-intersection-union test), its ``p_against`` the smallest Holm-adjusted one; the ledger's
-Benjamini–Hochberg q-values are over each of the two (fednorm.claims.words_ledger). A
-two-stage ledger (:mod:`fednorm.claims.stage2`) judges each look at stats.per_look(α, 2) = α / 2,
-which benchmarks/claims_calibration.py checks through both stages and the 2× recheck.
+intersection-union test), its ``p_against`` the smallest Holm-adjusted one.
 """
 
 from __future__ import annotations
@@ -65,6 +59,7 @@ from fednorm.claims.stats import (
     trend_contrast,
 )
 from fednorm.claims.words import (
+    BUDGET_LIMITED,
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
@@ -188,9 +183,11 @@ class Unit:
     unsettled: str = ""  # the sides still climbing and what that does to the verdict
     rates: str = ""  # the learning rate each side used
     common: str = ""  # at tuned rates: the outcome at the common recipe's rate
-    # stage 2 (fednorm.claims.stage2): what a decision would need: 'seeds' (an interval that
-    # straddles it), 'budget' (a side behind still climbing), '' (decided or not measurable)
+    # what a decision would need: 'seeds' (an interval that straddles it), 'tuning' (a side
+    # not at its tuned, interior values), 'budget' (a contradiction not rechecked at twice the
+    # budget), '' (decided or not measurable)
     needs: str = ""
+    recheck: str = ""  # a contradiction at twice the budget (fednorm.claims.words_ledger)
 
     @property
     def n_seeds(self) -> int:
@@ -625,6 +622,8 @@ def claim_verdict(units: Sequence[Unit]) -> str:
         return INCONCLUSIVE  # refused: a selection that is not the seeds of one setting
     if CONTRADICTED in verdicts:
         return CONTRADICTED
+    if BUDGET_LIMITED in verdicts:
+        return BUDGET_LIMITED  # contradicted at 1x, not at twice the budget
     return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
 
 

@@ -78,7 +78,9 @@ from fednorm.summarize import config_columns
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "holds", "contradicted", "inconclusive", "not run"
 # a contradiction of a paper's own method that twice the budget does not confirm
 BUDGET_LIMITED = "budget-limited"
-VERDICTS = (HOLDS, CONTRADICTED, BUDGET_LIMITED, INCONCLUSIVE, NOT_RUN)
+# inconclusive where the power stated before the runs said its design could not decide it
+UNDECIDABLE = "undecidable"
+VERDICTS = (HOLDS, CONTRADICTED, BUDGET_LIMITED, INCONCLUSIVE, UNDECIDABLE, NOT_RUN)
 RELATIONS = ("greater", "best", "trend", "within")
 DIRECTIONS = ("increasing", "decreasing")
 SYMBOLIC = ("min", "max")

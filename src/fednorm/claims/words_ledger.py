@@ -1,6 +1,7 @@
 """The ledger of the claims in words: one row per claim with its estimate, interval, seeds,
-degrees of freedom, p, q and verdict (:mod:`fednorm.claims.verdicts`), written as .csv, .md
-(counts, the ledger's own permutation null, then one table per paper) and .pdf/.png.
+degrees of freedom, p, q, its power stated before the runs and its verdict
+(:mod:`fednorm.claims.verdicts`), each contradicted unit rechecked at twice the budget
+(:func:`rechecked`). :mod:`fednorm.claims.render` writes it as .csv, .md and .pdf/.png.
 
 Across the ledger two q-values stand beside each verdict, each over the ledger's claims and
 computed separately for p_for and p_against: Benjamini–Hochberg's (``q``), whose false
@@ -16,19 +17,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
-from fednorm.claims.common import PAPERS, config_text
-from fednorm.claims.stats import bh, per_look
+from fednorm.claims.common import config_text
+from fednorm.claims.power import Power
+from fednorm.claims.stats import bh
 from fednorm.claims.verdicts import (
     Judged,
     Unit,
+    claim_p,
+    claim_verdict,
     compare_all,
     deciding,
     judge,
@@ -38,25 +39,20 @@ from fednorm.claims.verdicts import (
 from fednorm.claims.words import (
     BUDGET_LIMITED,
     CONTRADICTED,
-    HOLDS,
     INCONCLUSIVE,
     NOT_RUN,
-    VERDICTS,
+    UNDECIDABLE,
     Group,
     Relation,
     Words,
 )
-from fednorm.io import write_csv, write_text
-from fednorm.plots.cells import value_label
-from fednorm.plots.save import PNG_DPI, save_together
-from fednorm.plots.table import escape_cell
-from fednorm.results import AT
 
 WORDS_COLUMNS = ("id", "paper", "source", "words", "experiment", "where", "relation", "metric",
                  "at", "rates", "ours", "margin", "low", "high", "se", "df", "n_units",
                  "n_seeds", "n_diverged", "sesoi", "delta", "p", "q", "q_by", "p_for",
                  "q_for", "q_by_for", "p_against", "q_against", "q_by_against", "settled",
-                 "own_method", "needs", "verdict", "detail", "note")
+                 "own_method", "design_seeds", "noise_sd", "detectable", "needs", "verdict",
+                 "detail", "note")
 
 
 def relation_text(claim: Relation) -> str:
@@ -111,7 +107,7 @@ def outcome(unit: Unit) -> str:
     if unit.n_diverged:
         parts.append(f"{unit.n_diverged} run{'s' if unit.n_diverged > 1 else ''} diverged "
                      f"({unit.n_against} seed(s) against, {unit.n_for} for)")
-    notes = [n for n in (unit.unsettled, unit.common) if n]
+    notes = [n for n in (unit.recheck, unit.unsettled, unit.common) if n]
     return (head + ", ".join(parts) + f": {unit.verdict}"
             + (f" ({'; '.join(notes)})" if notes else ""))
 
@@ -131,8 +127,10 @@ def _with_q(table: pd.DataFrame) -> pd.DataFrame:
     return _verdict_side(table)
 
 
-def _row(judged: Judged, sesoi: float) -> dict[str, Any]:
-    """The ledger's row of one judged claim (see WORDS_COLUMNS)."""
+def _row(judged: Judged, sesoi: float, power: Power | None) -> dict[str, Any]:
+    """The ledger's row of one judged claim (see WORDS_COLUMNS); ``power``: its power stated
+    before the runs (fednorm.claims.power), an inconclusive claim that could not be decided at
+    its design ``undecidable``."""
     claim, units = judged.claim, judged.units
     shown = deciding(units, judged.verdict)
     test = shown.test if shown else None
@@ -142,6 +140,9 @@ def _row(judged: Judged, sesoi: float) -> dict[str, Any]:
     values = "; ".join(f"{u.label}: {u.values}" if u.label else u.values
                        for u in units if u.values)
     needs = sorted({u.needs for u in units if u.needs})
+    verdict = judged.verdict
+    if verdict == INCONCLUSIVE and power is not None and not power.decidable:
+        verdict = UNDECIDABLE
     return {
         "id": claim.id, "paper": claim.paper, "source": claim.source, "words": claim.words,
         "experiment": ", ".join(claim.experiments),
@@ -157,15 +158,21 @@ def _row(judged: Judged, sesoi: float) -> dict[str, Any]:
         "delta": math.nan if claim.delta is None else claim.delta,
         "p_for": judged.p_for, "p_against": judged.p_against, "settled": _settled_text(units),
         "own_method": claim.own_method,
-        "needs": "" if judged.verdict in (HOLDS, CONTRADICTED, NOT_RUN) else ",".join(needs),
-        "verdict": judged.verdict, "detail": "; ".join(outcome(u) for u in units),
+        "design_seeds": power.seeds if power else math.nan,
+        "noise_sd": power.sigma if power else math.nan,
+        "detectable": power.detectable if power else math.nan,
+        "needs": "" if verdict not in (INCONCLUSIVE, UNDECIDABLE) else ",".join(needs),
+        "verdict": verdict, "detail": "; ".join(outcome(u) for u in units),
         "note": claim.note,
     }
 
 
-def ledger_of(words: Words, judged: Sequence[Judged]) -> pd.DataFrame:
-    """One row per judged claim, in file order, with the ledger's q-values."""
-    rows = [_row(j, words.rule.sesoi_of(j.claim)) for j in judged]
+def ledger_of(words: Words, judged: Sequence[Judged],
+              powers: Mapping[str, Power] | None = None) -> pd.DataFrame:
+    """One row per judged claim, in file order, with the ledger's q-values and each claim's
+    power (``powers``: claim id -> its power stated before the runs)."""
+    powers = powers or {}
+    rows = [_row(j, words.rule.sesoi_of(j.claim), powers.get(j.claim.id)) for j in judged]
     return _with_q(pd.DataFrame(rows, columns=list(WORDS_COLUMNS)))
 
 
@@ -179,179 +186,53 @@ def _verdict_side(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def words_ledger(words: Words, summary: pd.DataFrame, looks: int = 1) -> pd.DataFrame:
-    """One row per qualitative claim, in file order, judged at α / ``looks``."""
-    return ledger_of(words, judge(words, summary, looks))
+def words_ledger(words: Words, summary: pd.DataFrame,
+                 powers: Mapping[str, Power] | None = None) -> pd.DataFrame:
+    """One row per qualitative claim, in file order, judged at α (one stage)."""
+    return ledger_of(words, judge(words, summary), powers)
 
 
-def budget_checked(first: pd.DataFrame, doubled: pd.DataFrame) -> pd.DataFrame:
-    """``first`` with its verdicts checked at a multiple of the budget (``doubled``: the same
-    claims judged on the runs at that budget, where the second stage trained them):
-
-    - a ``contradicted`` claim stays so only where the doubled runs contradict it too, else
-      it is ``budget-limited``, both margins in its detail; with no doubled runs it keeps its
-      verdict, and its detail says it was not rechecked, unless it is about its paper's own
-      method: that one is ``inconclusive`` (needs budget) until twice the budget confirms it;
-    - an ``inconclusive`` claim that waited on a side still climbing (``needs`` budget) takes
-      the doubled runs' verdict where that is firm.
-
-    The q-values (BH's and BY's) are computed again over the final p's."""
-    out = first.copy()
-    again = doubled.set_index("id")
-    for i, row in out.iterrows():
-        other = again.loc[row["id"]] if row["id"] in again.index else None
-        rechecked = other is not None and other["verdict"] != NOT_RUN
-        margins = (f"at 1× the budget: {_number(row['margin'], '+.1f')}, {row['verdict']}; at "
-                   f"2×: {_number(other['margin'], '+.1f')}, {other['verdict']}"
-                   if rechecked else "")
-        if row["verdict"] == CONTRADICTED:
-            if not rechecked and row["own_method"]:
-                out.loc[i, ["verdict", "needs"]] = [INCONCLUSIVE, "budget"]
-                out.loc[i, "detail"] = (f"contradicted at 1× the budget, not rechecked at twice "
-                                        f"it (a paper's own method): {row['detail']}")
-                continue
-            if not rechecked:
-                out.loc[i, "detail"] = f"{row['detail']} (not rechecked at twice the budget)"
-                continue
-            if other["verdict"] != CONTRADICTED:
-                out.loc[i, "verdict"] = BUDGET_LIMITED
-            out.loc[i, "detail"] = f"{margins} ({other['detail']}); 1×: {row['detail']}"
-        elif (row["verdict"] == INCONCLUSIVE and "budget" in str(row["needs"]) and rechecked
-              and other["verdict"] in (HOLDS, CONTRADICTED)):
-            for column in ("margin", "low", "high", "se", "df", "n_seeds", "p_for", "p_against",
-                           "settled", "verdict", "needs"):
-                out.loc[i, column] = other[column]
-            out.loc[i, "detail"] = f"{margins} ({other['detail']}); 1×: {row['detail']}"
-    return _with_q(out)
+def rechecked(judged: Judged, doubled: Judged | None) -> Judged:
+    """``judged`` with each contradicted unit checked on its runs at twice the budget
+    (``doubled``: the same claim judged on the twins, unit for unit): it stays contradicted
+    only where the twins contradict it too, else it is ``budget-limited``; a unit without twins
+    keeps its verdict ('not rechecked'), unless its claim is about its paper's own method: then
+    it is ``inconclusive`` (needs budget). A recheck only ever removes a contradiction: it
+    never adds a verdict."""
+    twins = {u.label: u for u in doubled.units} if doubled is not None else {}
+    units = []
+    for unit in judged.units:
+        if unit.verdict != CONTRADICTED:
+            units.append(unit)
+            continue
+        twin = twins.get(unit.label)
+        if twin is None or twin.verdict == NOT_RUN or twin.test is None:
+            if judged.claim.own_method:
+                units.append(replace(unit, verdict=INCONCLUSIVE, needs="budget",
+                                     recheck="contradicted at 1×, not rechecked at twice the "
+                                             "budget (a paper's own method)"))
+            else:
+                units.append(replace(unit, recheck="not rechecked at twice the budget"))
+            continue
+        at_2x = f"at twice the budget {twin.estimate:+.1f}, {twin.verdict}"
+        units.append(replace(unit, recheck=at_2x) if twin.verdict == CONTRADICTED else
+                     replace(unit, verdict=BUDGET_LIMITED, recheck=at_2x))
+    return replace(judged, units=tuple(units), verdict=claim_verdict(units),
+                   p_for=claim_p(units)[0], p_against=claim_p(units)[1])
 
 
 def staged_ledger(words: Words, summary: pd.DataFrame,
-                  record: Mapping[str, Any] | None = None) -> pd.DataFrame:
+                  record: Mapping[str, Any] | None = None,
+                  powers: Mapping[str, Power] | None = None) -> pd.DataFrame:
     """The ledger of a one-stage plan (``record`` None), or of a two-stage one: every claim
-    judged on both stages' runs at α / looks, its contradictions and its waits on a side still
-    climbing checked on the second stage's runs at a multiple of the budget
-    (:func:`budget_checked`; fednorm.claims.stage2 has the record)."""
-    if record is None:
-        return words_ledger(words, summary)
-    looks = int(record["looks"])
-    twins = {e["source"]: e["run_id"] for e in record["runs"] if e.get("source")}
+    judged on both stages' runs at α (one look), each contradicted unit rechecked on the
+    second stage's runs at a multiple of the budget (:func:`rechecked`;
+    fednorm.claims.stage2 has the record)."""
     compared = compare_all(words, summary)  # no claim selects an '@x' twin
-    first = ledger_of(words, judge_compared(words, compared, looks))
-    twinned = twin_comparisons(words, compared, summary, twins, f"@x{record['budget']}")
-    doubled = ledger_of(words, judge_compared(words, twinned, looks))
-    return budget_checked(first, doubled)
-
-
-# ---------------------------------------------------------------------------------------------
-# Writing it: .csv, .md (counts first, the null, then one table per paper), .pdf/.png.
-
-
-def counts_text(table: pd.DataFrame) -> list[str]:
-    """Markdown lines: the count of each verdict, in all and per paper."""
-    lines = ["| paper | claims | " + " | ".join(VERDICTS) + " |",
-             "|---|---:|" + "---:|" * len(VERDICTS)]
-    for paper in [*PAPERS, "all"]:
-        part = table if paper == "all" else table[table["paper"] == paper]
-        counts = part["verdict"].value_counts()
-        name = "**all**" if paper == "all" else PAPERS[paper].split(":")[0]
-        lines.append(f"| {name} | {len(part)} | "
-                     + " | ".join(str(counts.get(v, 0)) for v in VERDICTS) + " |")
-    return lines
-
-
-def _number(x: float, spec: str) -> str:
-    return "–" if isinstance(x, float) and math.isnan(x) else format(x, spec)
-
-
-def words_markdown(table: pd.DataFrame, words: Words, looks: int = 1,
-                   null_lines: Sequence[str] = ()) -> str:
-    counts = table["verdict"].value_counts()
-    alpha = words.rule.alpha
-    per = per_look(alpha, looks)
-    look = f" (α = {per:g} a look, {looks} looks)" if looks > 1 else ""
-    lines = [
-        "# Claims in words", "",
-        "What the papers state in words, judged on our runs: each verdict a test at one-sided "
-        f"α = {alpha:g}{look}, runs paired by seed, each unit tested on its own margins (the "
-        "paired t: exact whatever the settings' noise and whatever runs units share; "
-        "docs/claims.md, The rule). **holds**: the claim's opposite is rejected; "
-        "**contradicted**: the claim is rejected by at least its smallest effect of interest "
-        "(sesoi; near-equalities: the interval outside ±δ); **budget-limited**: contradicted, "
-        "but not at twice the budget; **inconclusive**: neither (`needs`: more seeds, or more "
-        "budget for a side still climbing); **not run**: no runs. The interval is the "
-        f"{100 * (1 - 2 * per):g} % t interval of the deciding unit's margin; q: "
-        "Benjamini–Hochberg over the ledger, q BY: Benjamini–Yekutieli (claims share runs and "
-        "point both ways: BY's rate holds under any dependence).", "",
-        "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".", "",
-        *counts_text(table), "", *null_lines,
-    ]
-    header = ["id", "source", "the paper's words", "relation (where)", "lr", "ours",
-              "margin [interval]", "seeds", "p", "q", "q BY", "settled", "verdict", "detail"]
-    for paper, part in table.groupby("paper", sort=False):
-        lines += ["", f"## {PAPERS[paper]}", "", "| " + " | ".join(header) + " |",
-                  "|" + "---|" * 6 + "---:|" * 5 + "---|---|---|"]
-        for r in part.itertuples(index=False):
-            margin = _number(r.margin, "+.1f")
-            if not math.isnan(r.low):
-                margin += f" [{r.low:+.1f}, {r.high:+.1f}]"
-            relation = r.relation + (f" ({r.where})" if r.where else "")
-            relation += f"; {AT.get(r.at, r.at)} {value_label(r.metric)}"
-            cells = [r.id, r.source, f"“{r.words}”", relation, r.rates or "–", r.ours or "–",
-                     margin, r.n_seeds, _number(r.p, ".2g"), _number(r.q, ".2g"),
-                     _number(r.q_by, ".2g"), r.settled or "–", f"**{r.verdict}**", r.detail]
-            lines.append("| " + " | ".join(escape_cell(str(c)) for c in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-WORD_COLOURS = {HOLDS: "#2ca02c", CONTRADICTED: "#d62728", BUDGET_LIMITED: "#9467bd",
-                INCONCLUSIVE: "#ff7f0e", NOT_RUN: "#999999"}
-
-
-def words_figure(table: pd.DataFrame) -> Figure:
-    """One row per claim: the deciding margin and its interval, against 0 (a sign relation)
-    or the ±δ band (within), coloured by verdict; claims without a margin are named at 0,
-    hollow."""
-    n = max(len(table), 1)
-    fig = Figure(figsize=(7.0, 1.2 + 0.22 * n), layout="constrained")
-    ax = fig.subplots()
-    ax.axvline(0, color="#444444", lw=0.8)
-    for y, r in enumerate(table.itertuples(index=False)):
-        colour = WORD_COLOURS[r.verdict]
-        if not math.isnan(r.delta):
-            ax.plot([-r.delta, r.delta], [y, y], color=colour, lw=6, alpha=0.2,
-                    solid_capstyle="butt")
-        if math.isnan(r.margin):
-            ax.plot(0, y, marker="o", mfc="none", color=colour, ms=5)
-        elif math.isnan(r.low):
-            ax.plot(r.margin, y, marker="o", mfc="none", color=colour, ms=4)
-        else:
-            ax.errorbar(r.margin, y, xerr=[[r.margin - r.low], [r.high - r.margin]],
-                        marker="o", color=colour, capsize=2, lw=0.8, ms=4)
-    ax.set_yticks(range(len(table)), [f"{r.id} ({r.paper})" for r in
-                                      table.itertuples(index=False)], fontsize=5)
-    ax.set_ylim(n - 0.5, -0.5)
-    ax.set_xlabel("margin the claim says is > 0 (within: |margin| ≤ δ, band), points")
-    ax.grid(axis="x", alpha=0.3)
-    handles = [Line2D([], [], ls="none", marker="o", color=c, label=v)
-               for v, c in WORD_COLOURS.items()]
-    ax.legend(handles=handles, fontsize="small", loc="lower right")
-    held = int(table["verdict"].eq(HOLDS).sum())
-    ax.set_title(f"Claims in words: {held} of {len(table)} hold (estimate, t interval)",
-                 fontsize="medium")
-    if table.empty:
-        ax.text(0.5, 0.5, "no qualitative claims", ha="center", va="center",
-                transform=ax.transAxes)
-    return fig
-
-
-def write_words(table: pd.DataFrame, words: Words, stem: str | Path, *, looks: int = 1,
-                null_lines: Sequence[str] = ()) -> list[Path]:
-    """Write ``stem``.csv, .md, .pdf and .png of a ledger ``table``, all or none."""
-    fig = words_figure(table)
-    return save_together(stem, {
-        ".csv": lambda path: write_csv(path, table),
-        ".md": lambda path: write_text(path, words_markdown(table, words, looks, null_lines)),
-        ".pdf": lambda path: fig.savefig(path, metadata={"CreationDate": None}),
-        ".png": lambda path: fig.savefig(path, dpi=PNG_DPI),
-    })
-
+    judged = judge_compared(words, compared)
+    if record is not None:
+        twins = {e["source"]: e["run_id"] for e in record["runs"] if e.get("source")}
+        twinned = twin_comparisons(words, compared, summary, twins, f"@x{record['budget']}")
+        judged = [rechecked(j, d) for j, d in zip(judged, judge_compared(words, twinned),
+                                                    strict=True)]
+    return ledger_of(words, judged, powers)

@@ -18,12 +18,12 @@ recorded with its traceback, the others still run, the report rewritten after ea
 5. ``quick_dag``: ``snakemake --profile workflow/profiles/gpu-quick`` (config/quick.yaml's
    DAG on the real digits at 8 seeds, one training job on the GPU at a time: ``--resources
    gpu=1``), then from its outputs: each run.json's device and arithmetic (counted), the words
-   ledger's verdicts (figures/gpu_quick/claims_words.csv: counts) and the ledger's own
-   permutation null (claims_null.csv: each permutation's firm share).
+   ledger's verdicts (figures/gpu_quick/claims_words.csv: counts) and its calibration
+   (claims_calibration.csv: each claim's false holds and contradictions under the bootstrap).
 
 ``--smoke``: the same steps at tiny sizes on the CPU (bundles of 1, 2, 4; 1 and 2 processes;
 the DAG on .test/config.yaml's synthetic runs, its FBN experiments alone at 2 seeds, up to the
-claims ledgers and their null). The check needs PyTorch, PyYAML, pandas, SciPy and
+claims ledgers and their calibration). The check needs PyTorch, PyYAML, pandas, SciPy and
 Matplotlib on the machine; Snakemake and mlxtend come from the wheelhouse.
 """
 
@@ -238,7 +238,7 @@ def quick_dag(smoke: bool, out: Path, timeout_s: float) -> Result:
     """The DAG through the gpu-quick profile (smoke: up to the claims ledgers, on one core),
     then what its outputs say (:func:`dag_outputs`), also when Snakemake failed or was stopped
     at ``timeout_s`` (``exit``: its status, None when stopped); its log in ``out``/dag.log."""
-    from fednorm.claims import ledger_files, null_file
+    from fednorm.claims import calibration_file, ledger_files
     from fednorm.plan import load_plan, merged_config
 
     out.mkdir(parents=True, exist_ok=True)
@@ -247,7 +247,7 @@ def quick_dag(smoke: bool, out: Path, timeout_s: float) -> Result:
     cmd = [sys.executable, "-m", "snakemake", "--profile", PROFILE]
     if smoke:
         cmd += ["--cores", "1", "--configfile", *configs, "--",
-                *ledger_files(plan), *null_file(plan)]
+                *ledger_files(plan), *calibration_file(plan)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(Path("src").resolve()), os.environ.get("PYTHONPATH")) if p)}
     began = time.perf_counter()
@@ -257,8 +257,8 @@ def quick_dag(smoke: bool, out: Path, timeout_s: float) -> Result:
               "seconds": time.perf_counter() - began, **dag_outputs(plan)}
     runs = result["runs"]
     result["summary"] = (f"exit {code}, {runs['complete']} of {runs['planned']} runs, devices "
-                         f"{runs['devices']}; ledger {result['ledger']}; null firm shares "
-                         f"{[r['firm_share'] for r in result['null']]}")
+                         f"{runs['devices']}; ledger {result['ledger']}; calibration: "
+                         f"{len(result['calibration'])} claims")
     if code != 0:  # the step fails (main) with what the DAG wrote counted, and its log's end
         result["text"] = text[-4000:]
     return result
@@ -285,10 +285,10 @@ def stopped_at(cmd: list[str], env: dict[str, str], timeout_s: float) -> tuple[i
 
 def dag_outputs(plan: Any) -> dict[str, Any]:
     """What the DAG wrote: its runs' run.json counted by device, device name and arithmetic;
-    the words ledger's verdicts counted; its null's rows (those that exist)."""
+    the words ledger's verdicts counted; its calibration's rows (those that exist)."""
     import pandas as pd
 
-    from fednorm.claims import NULL_NAME, WORDS_NAME
+    from fednorm.claims import CALIBRATION_NAME, WORDS_NAME
 
     metas = [json.loads(p.read_text()) for p in
              (Path(plan.paths.run_dir(r)) / "run.json" for r in plan.runs) if p.is_file()]
@@ -299,16 +299,16 @@ def dag_outputs(plan: Any) -> dict[str, Any]:
             "cuda_graph": dict(Counter(m.get("math", {}).get("cuda_graph") for m in metas)),
             "status": dict(Counter(m["status"] for m in metas))}
     words = Path(plan.paths.figure(WORDS_NAME, "csv"))
-    null = Path(plan.paths.figure(NULL_NAME, "csv"))
+    calibration = Path(plan.paths.figure(CALIBRATION_NAME, "csv"))
     ledger = (dict(Counter(pd.read_csv(words)["verdict"])) if words.is_file() else None)
-    rows = pd.read_csv(null).to_dict("records") if null.is_file() else []
-    return {"runs": runs, "ledger": ledger, "null": rows,
-            "ledger_file": str(words), "null_file": str(null),
+    rows = pd.read_csv(calibration).to_dict("records") if calibration.is_file() else []
+    return {"runs": runs, "ledger": ledger, "calibration": rows,
+            "ledger_file": str(words), "calibration_file": str(calibration),
             "tables": {"runs (run.json)": [{"what": k, "counts": str(v)}
                                            for k, v in runs.items()],
                        "the words ledger's verdicts": [{"verdict": k, "claims": v}
                                                       for k, v in (ledger or {}).items()],
-                       "its own null (permuted labels)": rows}}
+                       "its calibration (parametric bootstrap)": rows}}
 
 
 def summary(check: Check, smoke: bool) -> dict[str, Any]:

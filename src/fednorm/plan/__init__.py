@@ -48,7 +48,7 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  ``tuning``    per ``rows`` x ``cols`` cell, the ``lr_scale`` chosen on the
                                validation accuracy (``select``, the only choice), its test
                                accuracy, and the test accuracy at lr_scale 1 (the common
-                               recipe), as .csv and .md (fednorm.tuning.tuning_table);
+                               recipe), as .csv and .md (fednorm.figures.tuning_table);
                  ``parts``     ``parts: [figure, ...]``: figures of kinds curves, final_vs or
                                bars side by side in one file, one axes each (no panels), each
                                with its own experiment (default the parent's), where, y, title.

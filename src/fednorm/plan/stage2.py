@@ -1,27 +1,20 @@
 """The claims' second stage as a plan sees it: its settings (the config's ``stage2`` section),
-the runs it may add (more seeds of a setting; a setting at a multiple of its budget), and the
+the runs it may add (fresh seeds of a setting; a setting at a multiple of its budget), and the
 plan extended by them. Which runs it adds is the claims' business (fednorm.claims.stage2);
 here are only the runs' configs and where they go.
 
 ``stage2`` (null or absent: one stage, the ledger judges its runs at α)::
 
     stage2:
-      seeds: [100, 101]     # the seeds a setting gains where a verdict needs more (plus the
-                            # config's seed_offset, so that disjoint seed sets stay disjoint)
-      budget: 2             # the factor on the budget of a rechecked setting (steps and the
-                            # learning-rate milestones; the schedule's fractions kept)
-      share: 0.4            # its training time at most this share of the first stage's, both
-                            # modelled from the configs (fednorm.plan.costs: steps x a committed
-                            # table's seconds per step of the run's shape; never a clock, so
-                            # that the stage's plan is the same on any machine at any load):
-                            # each added run costs what the run it copies does (twice that at
-                            # twice the budget); rechecks first, then claims by
-                            # their chance of a firm verdict per second
-                            # (fednorm.claims.stage2)
-      step_costs: null      # the cost table, a CSV that benchmarks/step_costs.py writes (null:
-                            # the committed fednorm/plan/step_costs.csv)
-      jobs: 4               # training jobs it is cut into, of about equal time (a multiple of
-                            # the cores or GPUs that run them side by side)
+      seeds: [102, 103]     # the fresh seeds that judge each method at its tuned values (plus
+                            # the config's seed_offset, so that disjoint seed sets stay disjoint)
+      budget: 2             # the factor on the budget of a rechecked contradiction (steps and
+                            # the learning-rate milestones; the schedule's fractions kept)
+      step_costs: null      # the cost table that balances its jobs, a CSV that
+                            # benchmarks/step_costs.py writes (null: the committed
+                            # fednorm/plan/step_costs.csv; a model of the configs, never a clock)
+      jobs: 4               # training jobs it is cut into, of about equal modelled time (a
+                            # multiple of the cores or GPUs that run them side by side)
 """
 
 from __future__ import annotations
@@ -35,7 +28,6 @@ from fednorm.config import (
     IntIn,
     ListOf,
     Nullable,
-    NumberIn,
     RunConfig,
     check,
     checked_section,
@@ -44,7 +36,7 @@ from fednorm.config import (
 )
 from fednorm.plan.costs import StepCosts, load_step_costs
 
-STAGE2_KEYS = ("seeds", "budget", "share", "jobs", "step_costs")
+STAGE2_KEYS = ("seeds", "budget", "jobs", "step_costs")
 DOUBLED = "@x{factor}"  # an experiment's name suffix for its runs at a multiple of the budget
 
 
@@ -54,7 +46,6 @@ class Stage2:
 
     seeds: tuple[int, ...] = (100, 101)
     budget: int = 2
-    share: float = 0.4
     jobs: int = 4
     step_costs: str | None = None  # the cost table's path (None: fednorm.plan.costs.TABLE)
 
@@ -77,8 +68,6 @@ def load_stage2(spec: Any, offset: int = 0) -> Stage2 | None:
     table = check("stage2", "step_costs", spec.get("step_costs"), Nullable(_path))
     stage2 = Stage2(tuple(s + offset for s in seeds),
                     check("stage2", "budget", spec.get("budget", default.budget), IntIn(2, 16)),
-                    float(check("stage2", "share", spec.get("share", default.share),
-                                NumberIn(0, 16, low_open=True))),
                     check("stage2", "jobs", spec.get("jobs", default.jobs), IntIn(1, 4096)),
                     None if table is None else str(table))
     stage2.costs()  # the table read and checked: a bad one fails before any job starts
