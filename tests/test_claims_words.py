@@ -9,7 +9,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from fednorm.claims import stats as stats_mod
 from fednorm.claims.file import load_claims
+from fednorm.claims.render import write_words
+from fednorm.claims.verdicts import Judged, Unit
 from fednorm.claims.words import (
     BUDGET_LIMITED,
     CONTRADICTED,
@@ -20,7 +23,7 @@ from fednorm.claims.words import (
     check_plan,
     parse_words,
 )
-from fednorm.claims.words_ledger import WORDS_COLUMNS, budget_checked, words_ledger, write_words
+from fednorm.claims.words_ledger import WORDS_COLUMNS, rechecked, words_ledger
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan
 from fednorm.summarize import config_columns
@@ -67,9 +70,9 @@ def _bare():
     return {k: v for k, v in _claim().items() if k not in ("a", "b")}
 
 
-def _judge(runs, rule=None, looks=1, **claim):
+def _judge(runs, rule=None, **claim):
     words = parse_words({"claims": [_claim(**claim)], **(rule or {})})
-    return words_ledger(words, _summary(runs), looks).iloc[0]
+    return words_ledger(words, _summary(runs)).iloc[0]
 
 
 def _interval(margins, alpha=ALPHA):
@@ -291,94 +294,6 @@ def test_a_claim_that_holds_by_the_sign_test_reports_its_p():
     assert (row.verdict, row.p) == (HOLDS, pytest.approx(1 / 32))
 
 
-def test_a_climb_that_cannot_close_the_margin_does_not_veto_and_one_that_can_does():
-    """BN (behind) gains 1.5 points over the last quarter on every seed (above the 1-point
-    floor: it is climbing): a 20-point lead stands. A 3-point climb vetoes a 1-point lead:
-    the would-be holds waits on budget. The runs are exact lines, so BN's reach (its gain's
-    upper bound over one more window) is its gain; the room is the lower bound's distance to
-    0 (scipy's paired t interval)."""
-    lead = _judge(_pairs(FBN, BN, [70, 70.5, 69.5], [50, 50, 50], rise_b=1.5))
-    assert (lead.verdict, lead.needs, lead.settled) == (HOLDS, "", "no")
-    room = _interval([20, 20.5, 19.5])[0]
-    assert (f"not settled: normalizer=bn +1.5 points over the last quarter of the budget; holds "
-            f"stands: normalizer=bn could gain +1.5 in one more window, < the {room:.1f} points"
-            ) in lead.detail
-    close = _judge(_pairs(FBN, BN, [51, 51.1, 50.9], [50, 50, 50], rise_b=3))
-    assert 0 < _interval([1, 1.1, 0.9])[0] < 3
-    assert (close.verdict, close.needs, close.settled) == (INCONCLUSIVE, "budget", "no")
-    assert "else holds: normalizer=bn could gain +3.0 in one more window, ≥ the 0.8" in (
-        close.detail)
-    # the side ahead climbing only widens its lead; a gain under the 1-point floor is settled
-    ahead = _judge(_pairs(FBN, BN, [51, 51.1, 50.9], [50, 50, 50], rise_a=5))
-    assert (ahead.verdict, ahead.needs) == (HOLDS, "") and "the side behind settled" in (
-        ahead.detail)
-    assert _judge(_pairs(FBN, BN, [51, 51.1, 50.9], [50, 50, 50], rise_b=0.5)).verdict == HOLDS
-
-
-def test_a_contradiction_is_vetoed_only_by_a_climb_of_the_better_side_that_could_undo_it():
-    """FBN (the side the claim says is better) 11 points under BN: contradicted, its upper
-    bound −9.3 lies 7.3 points under −sesoi (−2). FBN climbing 3 points cannot undo it, 8 can;
-    BN climbing only deepens it."""
-    bn = [60, 61, 62]
-    high = _interval([-10, -11, -12])[1]
-    assert -2 - high == pytest.approx(7.31, abs=0.01)
-    assert _judge(_pairs(FBN, BN, [50] * 3, bn, rise_a=3)).verdict == CONTRADICTED
-    row = _judge(_pairs(FBN, BN, [50] * 3, bn, rise_a=8))
-    assert (row.verdict, row.needs) == (INCONCLUSIVE, "budget") and "else contradicted" in (
-        row.detail)
-    assert _judge(_pairs(FBN, BN, [50] * 3, bn, rise_b=20)).verdict == CONTRADICTED
-
-
-def test_a_near_equality_is_vetoed_by_a_climb_of_either_side_that_could_leave_delta():
-    """|FBN − BN| ≤ 3 holds by TOST with the interval [−0.17, +0.17]: 2.83 points to spare
-    each way; a 2-point climb of either side leaves it standing, a 4-point climb vetoes it."""
-    near = {"relation": "within", "delta": 3}
-    fbn, bn = [50.1, 50, 49.9], [50, 50, 50]
-    low, high, _ = _interval([0.1, 0, -0.1])
-    assert 3 - high == pytest.approx(low + 3) and 2 < 3 - high < 4
-    for rise in ("rise_a", "rise_b"):
-        assert _judge(_pairs(FBN, BN, fbn, bn, **{rise: 2}), **near).verdict == HOLDS
-        row = _judge(_pairs(FBN, BN, fbn, bn, **{rise: 4}), **near)
-        assert (row.verdict, row.needs) == (INCONCLUSIVE, "budget")
-
-
-def _bn_reach(rows):
-    """BN's reach by hand: the least-squares slope over its window points (steps 16, 20) with
-    one intercept per run (numpy), its gain over the 4-step window plus t_{0.95, df} standard
-    errors, in points."""
-    window = rows[(rows.normalizer == "bn") & (rows.step >= 15)]
-    runs = sorted(window.run_id.unique())
-    design = np.c_[np.stack([(window.run_id == r).to_numpy(float) for r in runs], axis=1),
-                   window.step.to_numpy(float)]
-    y = window.test_accuracy.to_numpy(float)
-    beta, rss, *_ = np.linalg.lstsq(design, y, rcond=None)
-    df = len(y) - len(runs) - 1
-    se = math.sqrt(rss[0] / df * np.linalg.inv(design.T @ design)[-1, -1])
-    return 100 * 4 * (beta[-1] + stats.t.ppf(1 - ALPHA, df) * se)
-
-
-@pytest.mark.parametrize("spare", [0.5, -0.3])
-def test_the_veto_compares_the_reach_with_the_room_recomputed_by_hand(spare):
-    """BN climbs 4 points with noise on its window points, so its reach exceeds its gain; FBN,
-    flat, leads by reach + ``spare`` (± 0.05 over seeds): the lower bound lies ``spare`` −
-    0.08 points from the reach: above it the verdict stands, below it is vetoed."""
-    rng = np.random.default_rng(7)
-    bn = _summary(_pairs(FBN, BN, [], [50, 50, 50], rise_b=4))
-    inside = bn.step >= 15
-    bn.loc[inside, "test_accuracy"] += rng.normal(0, 0.003, int(inside.sum()))
-    reach = _bn_reach(bn)
-    finals = 100 * bn[bn.step == 20].sort_values("seed").test_accuracy.to_numpy()
-    margins = reach + spare + np.array([-0.05, 0, 0.05])
-    fbn = _summary(_pairs(FBN, BN, list(finals + margins), []))
-    words = parse_words({"claims": [_claim()]})
-    row = words_ledger(words, pd.concat([fbn, bn], ignore_index=True)).iloc[0]
-    low = _interval(margins)[0]
-    assert row.low == pytest.approx(low, abs=1e-9) and reach > 4
-    assert f"could gain +{reach:.1f} in one more window" in row.detail
-    assert row.verdict == (HOLDS if low > reach else INCONCLUSIVE)
-    assert (low > reach) == (spare > 0)
-
-
 def test_the_claims_file_states_its_estimand_for_claims_without_their_own_at(tmp_path):
     words = parse_words({"claims": [_claim(), _claim(id="d", at="max")]}, at="window")
     assert [c.at for c in words.claims] == ["window", "max"]
@@ -426,45 +341,44 @@ def test_q_is_benjamini_hochberg_over_the_ledgers_p():
     assert math.isnan(table.q[3])
 
 
-def test_two_looks_judge_each_at_half_alpha():
+def test_one_look_judges_at_alpha():
     margins = [1.0, 3.0, 2.0]
     p = stats.ttest_1samp(margins, 0, alternative="greater").pvalue
     assert ALPHA / 2 < p < ALPHA
-    runs = _pairs(FBN, BN, [51, 53, 52], [50, 50, 50])
-    assert _judge(runs).verdict == HOLDS
-    row = _judge(runs, looks=2)
-    assert (row.verdict, row.p) == (INCONCLUSIVE, pytest.approx(p, abs=1e-12))
-    low, _, _ = _interval(margins, ALPHA / 2)
+    row = _judge(_pairs(FBN, BN, [51, 53, 52], [50, 50, 50]))
+    assert (row.verdict, row.p) == (HOLDS, pytest.approx(p, abs=1e-12))
+    low, _, _ = _interval(margins, ALPHA)
     assert row.low == pytest.approx(low, abs=1e-12)
 
 
-def _row(id, verdict, margin, needs="", detail="d"):
-    row = dict.fromkeys(WORDS_COLUMNS, "")
-    return {**row, "id": id, "verdict": verdict, "margin": margin, "needs": needs,
-            "detail": detail, "own_method": False,
-            "p_for": 0.01 if verdict == HOLDS else 0.4,
-            "p_against": 0.01 if verdict == CONTRADICTED else 0.4}
+def _unit(label, verdict, estimate):
+    test = stats_mod.sign_test(estimate, 1.0, 5.0, 6)
+    return Unit(label, verdict, test=test, p_for=0.4, p_against=0.01 if verdict == CONTRADICTED
+                else 0.4)
 
 
-def test_a_contradiction_stands_only_where_twice_the_budget_confirms_it():
-    first = pd.DataFrame([_row("a", CONTRADICTED, -5.0), _row("b", CONTRADICTED, -5.0),
-                          _row("c", CONTRADICTED, -5.0), _row("d", CONTRADICTED, -5.0),
-                          _row("e", INCONCLUSIVE, 3.0, "budget"),
-                          _row("f", INCONCLUSIVE, 1.0, "seeds")], columns=list(WORDS_COLUMNS))
-    doubled = pd.DataFrame([_row("a", CONTRADICTED, -6.0), _row("b", HOLDS, 4.0),
-                            _row("c", INCONCLUSIVE, -1.0), _row("e", HOLDS, 5.0),
-                            _row("f", HOLDS, 5.0)], columns=list(WORDS_COLUMNS))
-    out = budget_checked(first, doubled).set_index("id")
-    assert out.verdict.tolist() == [CONTRADICTED, BUDGET_LIMITED, BUDGET_LIMITED, CONTRADICTED,
-                                    HOLDS, INCONCLUSIVE]
-    assert out.loc["b", "detail"].startswith("at 1× the budget: -5.0, contradicted; at 2×: "
-                                             "+4.0, holds")
-    assert "at 2×: -1.0, inconclusive" in out.loc["c", "detail"]
-    assert out.loc["d", "detail"] == "d (not rechecked at twice the budget)"
-    assert (out.loc["e", "margin"], out.loc["f", "margin"]) == (5.0, 1.0)
-    for side in ("for", "against"):
-        assert out[f"q_{side}"].to_numpy() == pytest.approx(
-            stats.false_discovery_control(out[f"p_{side}"].astype(float).to_numpy()))
+def test_a_contradiction_stands_only_where_twice_the_budget_confirms_it_unit_by_unit():
+    """Each contradicted unit is judged again on its twins: confirmed, it stays; not, it is
+    budget-limited; without twins it keeps its verdict, unless its claim is about a paper's own
+    method. A unit that was not contradicted is never touched: the recheck adds no verdict."""
+    spec = {k: v for k, v in _claim(relation="best", others=[BN, GN]).items() if k != "b"}
+    claim = parse_words({"claims": [spec]}).claims[0]
+    first = Judged(claim, (_unit("a", CONTRADICTED, -5.0), _unit("b", CONTRADICTED, -5.0),
+                           _unit("c", INCONCLUSIVE, -1.0), _unit("d", CONTRADICTED, -5.0)))
+    twins = Judged(claim, (_unit("a", CONTRADICTED, -6.0), _unit("b", HOLDS, 4.0),
+                           _unit("c", HOLDS, 9.0)))
+    out = rechecked(first, twins)
+    assert [u.verdict for u in out.units] == [CONTRADICTED, BUDGET_LIMITED, INCONCLUSIVE,
+                                              CONTRADICTED]
+    assert out.verdict == CONTRADICTED
+    assert out.units[1].recheck == "at twice the budget +4.0, holds"
+    assert out.units[3].recheck == "not rechecked at twice the budget"
+    only_b = rechecked(Judged(claim, first.units[1:3]), twins)
+    assert only_b.verdict == BUDGET_LIMITED
+    own = parse_words({"claims": [_claim(paper="fbn")]}).claims[0]
+    assert own.own_method
+    alone = rechecked(Judged(own, (first.units[3],)), None)
+    assert (alone.verdict, alone.units[0].needs) == (INCONCLUSIVE, "budget")
 
 
 def _tuned_summary(common, tuned):
@@ -491,26 +405,32 @@ def test_a_method_claim_is_judged_at_each_methods_chosen_rate_on_fresh_seeds():
     winner's curse); on the fresh seeds 2, 3 of the chosen rates FBN wins by 10.5: holds, on
     those seeds alone, the common rate's verdict in the detail."""
     common = {"fbn": [40, 41], "bn": [50, 50]}
-    fbn = {1: _seeds(40, 41), 4: {0: 90, 1: 91, 2: 60, 3: 61}}
-    bn = {1: _seeds(50, 50, 50, 50), 4: _seeds(30, 30)}
+    fbn = {1: _seeds(40, 41), 4: {0: 90, 1: 91, 2: 60, 3: 61}, 16: _seeds(20, 20)}
+    bn = {0.25: _seeds(30, 30), 1: _seeds(50, 50, 50, 50), 4: _seeds(30, 30)}
     words = parse_words({"claims": [_claim()]})
     row = words_ledger(words, _tuned_summary(common, {"fbn": fbn, "bn": bn})).iloc[0]
     assert (row.verdict, row.margin, row.n_seeds) == (HOLDS, pytest.approx(10.5), 2)
-    assert row.rates == ("normalizer=fbn: lr × 4↑ (chosen on seeds 0, 1; judged on 2, 3); "
-                         "normalizer=bn: lr × 1↓ (chosen on seeds 0, 1; judged on 2, 3)")
+    assert row.rates == ("normalizer=fbn: lr × 4 (chosen on seeds 0, 1; judged on 2, 3); "
+                         "normalizer=bn: lr × 1 (chosen on seeds 0, 1; judged on 2, 3)")
+    # a choice at an edge of its grid is not tuned yet: no firm verdict (needs tuning)
+    edge = {"fbn": {1: fbn[1], 4: fbn[4]}, "bn": {1: bn[1], 4: bn[4]}}
+    row = words_ledger(words, _tuned_summary(common, edge)).iloc[0]
+    assert (row.verdict, row.needs) == (INCONCLUSIVE, "tuning")
+    assert "lr × 4↑" in row.rates and "at an edge of its grid" in row.rates
     assert "at the common recipe: -9.5 [" in row.detail and ": contradicted" in row.detail
     assert row.ours == "normalizer=fbn: 60.5; normalizer=bn: 50.0"
     # before the fresh seeds: no verdict from the choice's own seeds (needs seeds)
-    seen = {"fbn": {1: fbn[1], 4: {0: 90, 1: 91}}, "bn": {1: _seeds(50, 50), 4: bn[4]}}
+    seen = {"fbn": {1: fbn[1], 4: {0: 90, 1: 91}, 16: fbn[16]},
+            "bn": {0.25: bn[0.25], 1: _seeds(50, 50), 4: bn[4]}}
     row = words_ledger(words, _tuned_summary(common, seen)).iloc[0]
     assert (row.verdict, row.needs, row.n_seeds) == (INCONCLUSIVE, "seeds", 0)
     assert "no fresh seed yet" in row.rates
     # a fresh seed far below at the chosen rate does not move the choice; a seed that every
     # rate has is a tuning seed, and does
-    low = {"fbn": {1: fbn[1], 4: {**fbn[4], 2: 0}}, "bn": bn}
+    low = {"fbn": {**fbn, 4: {**fbn[4], 2: 0}}, "bn": bn}
     assert words_ledger(words, _tuned_summary(common, low)).rates[0].startswith(
-        "normalizer=fbn: lr × 4↑ (chosen on seeds 0, 1;")
-    every = {"fbn": {1: {**fbn[1], 2: 100}, 4: {**fbn[4], 2: 0}},
+        "normalizer=fbn: lr × 4 (chosen on seeds 0, 1;")
+    every = {"fbn": {1: {**fbn[1], 2: 100}, 4: {**fbn[4], 2: 0}, 16: {**fbn[16], 2: 0}},
              "bn": {**bn, 4: _seeds(*[30] * 4)}}
     assert words_ledger(words, _tuned_summary(common, every)).rates[0].startswith(
         "normalizer=fbn: lr × 1↓ (chosen on seeds 0, 1, 2;")
@@ -537,11 +457,11 @@ def test_a_papers_own_method_is_contradicted_only_at_its_tuned_values_on_fresh_s
     row = words_ledger(own, untuned).iloc[0]
     assert (row.verdict, row.needs, row.margin) == (INCONCLUSIVE, "tuning", pytest.approx(-9.5))
     assert "contradicted at values not tuned on held-out data" in row.detail
-    tuned = {"fbn": {1: {0: 45, 1: 46, 2: 40, 3: 41}, 4: _seeds(20, 20)},
-             "bn": {1: _seeds(50, 50, 50, 50), 4: _seeds(30, 30)}}
+    tuned = {"fbn": {0.25: _seeds(20, 20), 1: {0: 45, 1: 46, 2: 40, 3: 41}, 4: _seeds(20, 20)},
+             "bn": {0.25: _seeds(30, 30), 1: _seeds(50, 50, 50, 50), 4: _seeds(30, 30)}}
     row = words_ledger(own, _tuned_summary(common, tuned)).iloc[0]
     assert (row.verdict, row.margin) == (CONTRADICTED, pytest.approx(-9.5))
-    assert row.rates.startswith("normalizer=fbn: lr × 1↓ (chosen on seeds 0, 1; judged on 2, 3)")
+    assert row.rates.startswith("normalizer=fbn: lr × 1 (chosen on seeds 0, 1; judged on 2, 3)")
 
 
 def test_runs_that_differ_in_more_than_the_seed_are_refused():
@@ -556,16 +476,18 @@ def test_runs_that_differ_in_more_than_the_seed_are_refused():
 def test_the_ledger_is_written_with_counts_per_verdict_and_paper(tmp_path):
     words = parse_words({"claims": [_claim(paper="fbn"), _claim(id="d", b=GN)]})
     table = words_ledger(words, _summary(_pairs(FBN, BN, [60, 61], [50, 50])))
-    paths = write_words(table, words, tmp_path / "claims_words", looks=2,
-                        null_lines=["The null: 0 of 2 claims hold."])
+    paths = write_words(table, words, tmp_path / "claims_words",
+                        ["The calibration: 0 of 2 claims hold."])
     assert [p.name for p in paths] == [f"claims_words.{e}" for e in ("csv", "md", "pdf", "png")]
     written = pd.read_csv(paths[0])
     assert list(written.columns) == list(WORDS_COLUMNS)
-    assert list(written.verdict) == [HOLDS, NOT_RUN]  # p 0.015 < α / 2
+    assert list(written.verdict) == [HOLDS, NOT_RUN]  # p 0.015 < α
     md = paths[1].read_text()
-    assert "Verdicts: 1 holds, 0 contradicted, 0 budget-limited, 0 inconclusive, 1 not run." in md
-    assert "| FBN | 1 | 1 | 0 | 0 | 0 | 0 |" in md and "| FixBN | 1 | 0 | 0 | 0 | 0 | 1 |" in md
-    assert "(α = 0.025 a look, 2 looks)" in md and "\nThe null: 0 of 2 claims hold.\n" in md
+    assert ("Verdicts: 1 holds, 0 contradicted, 0 budget-limited, 0 inconclusive, "
+            "0 undecidable, 1 not run.") in md
+    assert "| FBN | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in md
+    assert "| FixBN | 1 | 0 | 0 | 0 | 0 | 0 | 1 |" in md
+    assert "α = 0.05, one look" in md and "\nThe calibration: 0 of 2 claims hold.\n" in md
     assert "| c | §4 | “FBN beats BN.” |" in md
     assert paths[2].stat().st_size > 0 and paths[3].stat().st_size > 0
     empty = write_words(words_ledger(Words(), pd.DataFrame()), Words(), tmp_path / "none")
@@ -611,9 +533,11 @@ def test_a_malformed_claim_is_refused_naming_the_claim_the_key_and_the_value(cha
     ({"sesoi": {"fbn": -1}}, r"qualitative, sesoi: key 'fbn' has value -1; allowed: a finite"),
     ({"min_seeds": 1}, r"qualitative: key 'min_seeds' has value 1; allowed: an integer >= 2"),
     ({"single_seed_spread": 5}, r"qualitative: unknown key 'single_seed_spread'; allowed keys: "
-                                r"\['claims', 'alpha', 'sesoi', 'min_seeds', 'tuning'\]"),
+                                r"\['claims', 'alpha', 'sesoi', 'min_seeds', 'lattice', 'noise', "
+                                r"'tuning'\]"),
     ({"family_wise": True}, r"qualitative: unknown key 'family_wise'"),
-    (None, r"a mapping of \['claims', 'alpha', 'sesoi', 'min_seeds', 'tuning'\]"),
+    (None, r"a mapping of \['claims', 'alpha', 'sesoi', 'min_seeds', 'lattice', 'noise', "
+           r"'tuning'\]"),
 ])
 def test_a_malformed_rule_is_refused_naming_the_key_and_the_value(section, expected):
     with pytest.raises(ConfigError, match=expected):
