@@ -4,6 +4,7 @@ rule's false holds stay within α + 3 Monte Carlo SE, and the bootstrap of a sma
 ledger puts each unit on its boundary and finds every family within α + 3 SE."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -129,6 +130,9 @@ def test_a_claims_settings_are_its_distinct_runs_and_a_unit_without_margins_is_l
     assert np.isnan(values).sum() == 1
     values, contrasts, left_out = cal.design_of(compared["greater"], 2)
     assert (len(contrasts), left_out, len(values)) == (2, 1, 4)
+    tuned = replace(compared["best"][0], pool=("tuning",))  # the same runs in another pool
+    values, contrasts, _ = cal.design_of([tuned, *compared["best"][1:]], 2)
+    assert values.shape == (4, 6) and contrasts.shape == (3, 4)
 
 
 @pytest.mark.parametrize("name", ["greater", "best", "trend", "within"])

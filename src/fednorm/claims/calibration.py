@@ -51,23 +51,14 @@ RATES = ("holds", "contradicted")
 
 def design_of(units: Sequence[Comparison], min_seeds: int
               ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(values settings × seeds, contrasts units × settings, units left out) of a claim's judged
-    ``units``: each experiment and measure's :func:`model_of`, block-diagonal (a unit's margins
-    never reach another's columns); only units with ``min_seeds`` seeds with a margin, and the
-    settings they involve."""
-    groups: dict[tuple, list[Comparison]] = {}
-    for unit in units:
-        if unit.sides:
-            groups.setdefault(unit.group, []).append(unit)
-    blocks = [model_of(found) for found in groups.values()]
-    values = np.full((sum(v.shape[0] for v, _ in blocks), sum(v.shape[1] for v, _ in blocks)),
-                     math.nan)
-    contrasts = np.zeros((sum(len(c) for _, c in blocks), len(values)))
-    k = s = u = 0
-    for v, c in blocks:
-        values[k:k + v.shape[0], s:s + v.shape[1]] = v
-        contrasts[u:u + len(c), k:k + v.shape[0]] = c
-        k, s, u = k + v.shape[0], s + v.shape[1], u + len(c)
+    """(values settings × seeds, contrasts units × settings, units left out) of a claim's
+    ``units`` with sides (:func:`model_of`: one measure, the claim's; a setting is its runs,
+    whatever pool its unit joins, so runs stay shared across pools too), keeping the units
+    with ``min_seeds`` seeds with a margin and the settings they involve."""
+    judged = [u for u in units if u.sides]
+    if not judged:
+        return np.zeros((0, 0)), np.zeros((0, 0)), 0
+    values, contrasts = model_of(judged)
     both = (np.isfinite(values)[None] | (contrasts == 0)[:, :, None]).all(axis=1)
     drawn = both.sum(axis=1) >= max(min_seeds, 1)
     used = (contrasts[drawn] != 0).any(axis=0)
