@@ -161,6 +161,7 @@ def test_the_bootstrap_of_a_ledger_keeps_every_family_within_alpha():
     table = cal.calibrate(words, compared, replicates=2000)
     assert table["family"].tolist() == ["greater", "best", "trend", "within"]
     assert table["units"].tolist() == [2, 3, 1, 2] and table["left_out"].tolist() == [1, 0, 0, 0]
+    assert table["exact"].all()
     for kind in cal.RATES:
         rate, se = table[f"false_{kind}"], table[f"se_{kind}"]
         assert (rate <= ALPHA + 3 * se).all(), table[["id", f"false_{kind}", f"se_{kind}"]]
@@ -172,6 +173,19 @@ def test_the_bootstrap_of_a_ledger_keeps_every_family_within_alpha():
     lines = cal.calibration_lines(table, ALPHA)
     assert 3 <= len(lines) <= 6 and "0.1-point lattice" in lines[0]
     assert "every family within α + 3 SE" in lines[0]
+
+
+def test_a_boundary_no_means_reach_is_flagged():
+    """Three settings, every pair within δ, fitted margins all positive: the pairs' margins
+    m01 + m12 = m02 cannot all be δ at once."""
+    words, compared = _ledger()
+    s = [_side(f"t{j}", 60.0 - 1.5 * j + np.r_[0.0, 0.3, -0.2, 0.1, 0.0, -0.1] * j)
+         for j in range(3)]
+    compared["within"] = [_unit(f"t{a}-t{b}", (s[a], s[b]), (1.0, -1.0))
+                          for a, b in ((0, 1), (1, 2), (0, 2))]
+    table = cal.calibrate(words, compared, replicates=50).set_index("id")
+    assert not table.loc["within", "exact"] and table.drop(index="within")["exact"].all()
+    assert "1 claim whose units no means put" in cal.calibration_lines(table, ALPHA)[0]
 
 
 def test_a_claim_without_a_judged_unit_has_no_rates():
