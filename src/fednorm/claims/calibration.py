@@ -51,6 +51,11 @@ SEED = 20250555  # with each claim's index, the seed of its draws: the same tabl
 RATES = ("holds", "contradicted")
 
 
+def seeds_of(values: np.ndarray, contrasts: np.ndarray) -> np.ndarray:
+    """Per unit: the seeds on which every setting it involves has a value (its margins)."""
+    return (np.isfinite(values)[None] | (contrasts == 0)[:, :, None]).all(axis=1).sum(axis=1)
+
+
 def design_of(units: Sequence[Comparison], min_seeds: int
               ) -> tuple[np.ndarray, np.ndarray, int]:
     """(values settings × seeds, contrasts units × settings, units left out) of a claim's
@@ -61,8 +66,7 @@ def design_of(units: Sequence[Comparison], min_seeds: int
     if not judged:
         return np.zeros((0, 0)), np.zeros((0, 0)), 0
     values, contrasts = model_of(judged)
-    both = (np.isfinite(values)[None] | (contrasts == 0)[:, :, None]).all(axis=1)
-    drawn = both.sum(axis=1) >= max(min_seeds, 1)
+    drawn = seeds_of(values, contrasts) >= max(min_seeds, 1)
     used = (contrasts[drawn] != 0).any(axis=0)
     return values[used], contrasts[np.ix_(drawn, used)], int((~drawn).sum())
 
@@ -168,10 +172,9 @@ def calibrate(words: Words, compared: dict[str, list[Comparison]],
         if len(contrasts):
             rng = np.random.default_rng([seed, index])
             rates = claim_rates(claim, values, contrasts, rule, replicates, rng, fallback)
-        both = (np.isfinite(values)[None] | (contrasts == 0)[:, :, None]).all(axis=1)
         rows.append({"id": claim.id, "paper": claim.paper, "family": claim.kind,
                      "units": len(contrasts), "left_out": left_out, "settings": len(values),
-                     "seeds": int(both.sum(axis=1).min()) if len(contrasts) else 0,
+                     "seeds": int(seeds_of(values, contrasts).min()) if len(contrasts) else 0,
                      "replicates": replicates, "lattice": rule.lattice,
                      "false_holds": rates[0], "se_holds": mc_se(rates[0], rule.alpha, replicates),
                      "false_contradicted": rates[1],
