@@ -1,9 +1,10 @@
 """The claims' verdicts' error rates by simulation, through the rule's own code
-(fednorm.claims.vectorized.verdict_codes, which tests/test_claims_calibration.py checks unit by
-unit against fednorm.claims.verdicts.judge_claim), where the rule is strained: units that share
-settings, a setting noisier than the others, two looks and the 2× recheck.
+(fednorm.claims.rule.verdict_codes, which tests/test_claims_calibration.py checks unit by unit
+against fednorm.claims.verdicts.judge_claim), where the rule is strained: units that share
+settings and a setting noisier than the others, one look at α. (The ledger's own bootstrap, at
+its claims' boundaries on its designs: fednorm.claims.calibration.)
 
-    python benchmarks/claims_calibration.py                    # about a minute on one core
+    python benchmarks/claims_calibration.py                    # about 12 s on one core
     python benchmarks/claims_calibration.py --replicates 20000
 
 An *experiment* is K = 4 settings × n seeds: run x_js = b_s + μ_j + σ_j ε_js, a seed's common
@@ -23,39 +24,30 @@ within: δ apart); the rate is reported for the units on the boundary. Rates are
 over the replicates, with their Monte Carlo standard error sqrt(max(rate, α)(1 − ·)/R); ``ok``:
 every unit's rate ≤ α + 3 SE.
 
-Looks: one look at α (2 or 3 seeds), and the *two-look design* (fednorm.claims.stage2) at
-stats.per_look(α, 2) a look: the first on 2 seeds; the settings of every unit not firm get 2
-more seeds; every unit judged again on all its seeds; then the *2× route*
-(fednorm.claims.words_ledger.budget_checked): a unit ``contradicted`` stays so only where the
-same runs at twice the budget contradict it too; a unit whose side is still climbing (each
-unit with probability ``climbing``) has its firm verdict held back and takes the 2× runs'
-verdict where that is firm. The 2× runs share the seed's part and a share ρ of each run's
-noise with the 1× runs: x2 = b_s + μ_j + σ_j (ρ ε_js + √(1 − ρ²) ε'_js).
-
-Then the variance models compared (the choice: stats' docstring): each unit's own margins (the
-rule), each setting's variance from the model's residuals (Welch–Satterthwaite), one variance
-(the equal-variance model) and limma's moderated per-setting variances, on all pairs with
-setting 0 at 3σ, and the power of each at a margin of 4 σ-units; last, the rule's power at
-stats.detectable's margin.
+One look at α on n seeds (2, 3 and the design's 6). Then the variance models compared (the
+choice: stats' docstring): each unit's own margins (the rule), each setting's variance from the
+model's residuals (Welch–Satterthwaite), one variance (the equal-variance model) and limma's
+moderated per-setting variances, on all pairs with setting 0 at 3σ, and the power of each at a
+margin of 4 σ-units (each model's one-sided t of a pair: stats.fit_contrasts, stats.sign_ps);
+last, the rule's power at stats.detectable's margin.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from fednorm.claims.stats import ALPHA, SESOI, detectable, per_look, trend_contrast
-from fednorm.claims.vectorized import CONTRADICTED, HOLDS, verdict_codes
+from fednorm.claims.rule import CONTRADICTED, HOLDS, verdict_codes
+from fednorm.claims.stats import ALPHA, SESOI, detectable, fit_contrasts, sign_ps, trend_contrast
 
 DELTA = 3.0  # points: a near-equality's δ
 SETTINGS = 4
 BLOCK = 10.0  # points: the spread of a seed's common part
 NOISY = 3.0  # the strained setting's σ over the others'
-LOOKS = 2
+SEEDS = (2, 3, 6)  # one look on each: the fewest a t test takes, and the design's
 
 
 @dataclass(frozen=True)
@@ -119,39 +111,19 @@ def draw(rng: np.random.Generator, replicates: int, seeds: int, means: np.ndarra
     return block + means[:, None] + sigma[:, None] * noise, block, noise
 
 
-def judge(design: Design, values: np.ndarray, alpha: float, variances: str = "unit"
-          ) -> np.ndarray:
-    """Verdict codes (replicates, units) of ``values`` by the rule's vectorized code."""
+def judge(design: Design, values: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """Verdict codes (replicates, units) of ``values`` by the rule's code, one look at
+    ``alpha``."""
     return verdict_codes(values, design.contrasts, design.claim, within=design.within,
-                         delta=DELTA, sesoi=SESOI, alpha=alpha, variances=variances).codes
+                         delta=DELTA, sesoi=SESOI, alpha=alpha).codes
 
 
-def one_look(design: Design, values: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
-    return judge(design, values, alpha)
-
-
-def two_looks(design: Design, rng: np.random.Generator, means: np.ndarray, sigma: np.ndarray,
-              replicates: int, climbing: float = 0.5, rho: float = 0.5,
-              alpha: float = ALPHA) -> np.ndarray:
-    """Final verdict codes (replicates, units) of the two-look design with the 2× route (the
-    module's docstring), each look at stats.per_look(``alpha``, 2)."""
-    look = per_look(alpha, LOOKS)
-    runs, block, noise = draw(rng, replicates, 4, means, sigma)
-    first = judge(design, runs[..., :2], look)
-    # the settings of every unit not firm at the first look get seeds 3 and 4
-    wanting = (first == 0)[..., None] & (design.contrasts != 0)[None]
-    extended = wanting.any(axis=1)  # (replicates, settings)
-    final_runs = runs.copy()
-    final_runs[..., 2:] = np.where(extended[..., None], runs[..., 2:], np.nan)
-    final = judge(design, final_runs, look)
-    fresh = rng.standard_normal(noise.shape)
-    twice = block + means[:, None] + sigma[:, None] * (rho * noise
-                                                       + math.sqrt(1 - rho**2) * fresh)
-    twin = judge(design, np.where(np.isnan(final_runs), np.nan, twice), look)
-    held = rng.uniform(size=final.shape) < climbing
-    unheld = np.where(final == CONTRADICTED, np.where(twin == CONTRADICTED, CONTRADICTED, 0),
-                      final)
-    return np.where(held, np.where(final != 0, twin, 0), unheld)
+def held(design: Design, values: np.ndarray, variances: str, alpha: float = ALPHA
+         ) -> np.ndarray:
+    """Whether each sign unit (replicates, units) holds by the one-sided t of ``variances``'s
+    standard error (stats.fit_contrasts): the rule's test with another variance model."""
+    fit = fit_contrasts(values, design.contrasts, variances=variances)
+    return sign_ps(fit.estimate, fit.se, fit.df, 0.0, SESOI)[0] <= alpha
 
 
 @dataclass(frozen=True)
@@ -178,16 +150,12 @@ class Rate:
 
 
 def errors(design: Design, rng: np.random.Generator, replicates: int, sigma: np.ndarray,
-           looks: str, **route: float) -> tuple[Rate, Rate]:
-    """(false holds, false contradicted) per unit on each null's boundary: ``looks`` 'one:n'
-    (one look on n seeds at α) or 'two' (the two-look design with the 2× route)."""
+           seeds: int) -> tuple[Rate, Rate]:
+    """(false holds, false contradicted) per unit on each null's boundary, one look at α on
+    ``seeds`` seeds."""
     out = []
     for means, code in ((design.holds_null, HOLDS), (design.contradicted_null, CONTRADICTED)):
-        if looks == "two":
-            codes = two_looks(design, rng, means, sigma, replicates, **route)
-        else:
-            seeds = int(looks.split(":")[1])
-            codes = one_look(design, draw(rng, replicates, seeds, means, sigma)[0])
+        codes = judge(design, draw(rng, replicates, seeds, means, sigma)[0])
         out.append(Rate.of(codes == code, design.boundary(means, code)))
     return out[0], out[1]
 
@@ -206,25 +174,24 @@ def models(rng: np.random.Generator, replicates: int, seeds: int, strained: bool
     onto = np.array([p[1] == 3 for p in pairs])
     out = {}
     for variances in ("unit", "setting", "equal", "moderated"):
-        held = judge(design, values, ALPHA, variances) == HOLDS
+        holds = held(design, values, variances)
         if shift:
-            out[variances] = (float(held[:, onto & touching].mean()),
-                              float(held[:, onto & ~touching].mean()))
+            out[variances] = (float(holds[:, onto & touching].mean()),
+                              float(holds[:, onto & ~touching].mean()))
         else:
-            out[variances] = (float(held[:, touching].mean()), float(held[:, ~touching].mean()))
+            out[variances] = (float(holds[:, touching].mean()), float(holds[:, ~touching].mean()))
     return out
 
 
 def power(rng: np.random.Generator, replicates: int, seeds: int, sigma: float = 5.0
           ) -> tuple[float, float]:
     """(margin, holds rate) of a pair at stats.detectable's margin for ``seeds`` seeds on
-    seeds − 1 df at per_look(α, 2): one look, the other settings equal."""
-    truth = detectable(seeds, 2.0, sigma, seeds - 1, per_look(ALPHA, LOOKS))
+    seeds − 1 df at α: one look, the other settings equal."""
+    truth = detectable(seeds, 2.0, sigma, seeds - 1, ALPHA)
     means = np.zeros(SETTINGS)
     means[1] = -truth
     design = designs()["pairs"]
-    codes = judge(design, draw(rng, replicates, seeds, means, sigmas(sigma, False))[0],
-                  per_look(ALPHA, LOOKS))
+    codes = judge(design, draw(rng, replicates, seeds, means, sigmas(sigma, False))[0])
     return truth, float((codes[:, 0] == HOLDS).mean())
 
 
@@ -234,36 +201,28 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng, r = np.random.default_rng(args.seed), args.replicates
-    print(f"α {ALPHA} one-sided (two looks: {per_look(ALPHA, LOOKS)} a look), sesoi {SESOI}, "
-          f"δ {DELTA} points; {SETTINGS} settings; {r} replicates a row; per unit on the "
-          "boundary: the largest rate ± its MC SE (and the mean over units)")
-    print(f"{'design':<8}{'σ':>4} {'noise':<10}{'looks':<20}{'false holds':<44}"
+    print(f"α {ALPHA} one-sided, one look, sesoi {SESOI}, δ {DELTA} points; {SETTINGS} "
+          f"settings; {r} replicates a row; per unit on the boundary: the largest rate ± its "
+          "MC SE (and the mean over units)")
+    print(f"{'design':<8}{'σ':>4} {'noise':<10}{'seeds':<7}{'false holds':<44}"
           "false contradicted")
     for name, design in designs().items():
         for sigma in ((1.0, 5.0) if design.within else (5.0,)):
             for strained in (False, True):
-                spread = sigmas(sigma, strained)
-                for looks, route in (("one:2", {}), ("one:3", {}),
-                                     ("two", {"climbing": 0.0}),
-                                     ("two", {"climbing": 0.5, "rho": 0.5}),
-                                     ("two", {"climbing": 1.0, "rho": 0.0})):
-                    holds, contradicted = errors(design, rng, r, spread, looks, **route)
-                    label = (looks if looks != "two" else
-                             f"2→4, 2× {route['climbing']:g}"
-                             + (f" ρ {route['rho']:g}" if "rho" in route else ""))
+                for seeds in SEEDS:
+                    holds, contradicted = errors(design, rng, r, sigmas(sigma, strained), seeds)
                     print(f"{name:<8}{sigma:>4g} {'3σ on 0' if strained else 'equal':<10}"
-                          f"{label:<20}{holds!s:<44}{contradicted}")
+                          f"{seeds:<7}{holds!s:<44}{contradicted}")
     print("\nThe variance models, all pairs, one look at α: holds on the pairs touching setting 0"
           " / on the others")
-    for seeds in (2, 3, 6):
+    for seeds in SEEDS:
         for strained in (False, True):
             null = models(rng, r, seeds, strained)
             moved = models(rng, r, seeds, strained, shift=4.0)
             print(f"  {seeds} seeds, {'setting 0 at 3σ' if strained else 'equal σ'}: "
                   + "; ".join(f"{k} {v[0]:.3f} / {v[1]:.3f} (power at 4σ {moved[k][0]:.2f} / "
                               f"{moved[k][1]:.2f})" for k, v in null.items()))
-    print(f"\nPower: a pair holds at stats.detectable's margin (σ 5, df seeds − 1, "
-          f"α {per_look(ALPHA, LOOKS)} a look)")
+    print(f"\nPower: a pair holds at stats.detectable's margin (σ 5, df seeds − 1, α {ALPHA})")
     for seeds in (2, 3, 4, 6):
         truth, rate = power(rng, r, seeds)
         print(f"  {seeds} seeds, margin {truth:.2f} points: {rate:.3f}")
