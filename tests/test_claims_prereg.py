@@ -3,20 +3,24 @@ deciding modules and of each profile's design), checked against the committed re
 `fednorm across-seeds` refusing two ledgers judged under different ones. Every rule folder
 here is a temporary one with fake modules, never the package's own list."""
 
+import datetime
 import hashlib
 import json
 
 import pandas as pd
 import pytest
 
+from fednorm.claims import prereg
 from fednorm.claims.across import preregistrations
 from fednorm.claims.file import load_claims
 from fednorm.claims.prereg import (
     beside,
     check,
     design,
+    fixed,
     prereg_line,
     preregistration,
+    read_prereg,
     rule_sha256,
     verified,
     write_prereg,
@@ -176,6 +180,38 @@ def test_the_config_key_is_a_path_or_null():
     assert load_plan({**BASE, "claims_prereg": "p.json"}).claims_prereg == "p.json"
     with pytest.raises(ConfigError, match="key 'claims_prereg' has value 3; allowed: the path"):
         load_plan({**BASE, "claims_prereg": 3})
+
+
+def test_the_cli_writes_then_checks_and_names_each_difference(tree, monkeypatch, capsys):
+    more = tree / "more.yaml"
+    more.write_text("stage2: {seeds: [100, 101, 102]}\n")
+    monkeypatch.setattr(prereg, "PROFILES", {"paper": [tree / "config.yaml"],
+                                             "more": [tree / "config.yaml", more]})
+    monkeypatch.setattr(prereg, "PACKAGE", tree / "rule")
+    monkeypatch.setattr(prereg, "RULE_FILES", FILES)
+    assert main(["prereg"]) == 1 and "no record" in capsys.readouterr().out
+    assert main(["prereg", "--write"]) == 0
+    written = read_prereg(tree / "prereg.json")
+    assert written["fixed_on"] == datetime.date.today().isoformat()
+    assert set(written["designs"]) == {"paper", "more"}
+    assert written["designs"]["more"] != written["designs"]["paper"]
+    assert main(["prereg"]) == 0
+    assert capsys.readouterr().out.endswith(f"as fixed on {written['fixed_on']}\n")
+    with open(tree / "rule/claims/judge.py", "a") as f:
+        f.write("# an edit\n")
+    more.write_text("stage2: {seeds: [100, 101, 102, 103]}\n")
+    assert main(["prereg"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["rule file claims/judge.py",
+                                                      "design of profile more"]
+
+
+def test_committed_prereg_matches_tree():
+    """config/claims_prereg.json is what the tree gives now (`fednorm prereg --write` after a
+    change to a deciding module, the claims file or a profile's design)."""
+    path, now = fixed()
+    committed = read_prereg(path)
+    assert committed is not None and check(now, committed) == []
 
 
 def _ledger_dir(tmp_path, name, record):
