@@ -68,7 +68,8 @@ def rule_sha256(folder: str | Path = PACKAGE, files: Sequence[str] = RULE_FILES
     return _sha("".join(f"{name} {sha or '-'}\n" for name, sha in each.items())), each
 
 
-def design(plan: Plan, claims: Claims, data: Sequence[str | Path] = ()) -> dict[str, Any]:
+def design(plan: Plan, claims: Claims, data: Sequence[str | Path] = DATA_FILES
+           ) -> dict[str, Any]:
     """What the plan fixes before the runs, with its ``sha256`` over canonical JSON: ``seeds``,
     each experiment a claim in words names and each tuning experiment -> the distinct seeds of
     its planned runs (0 where it plans none: an experiment a profile dropped); ``stage2``, the
