@@ -6,7 +6,8 @@ resume point it left in DIR (fednorm.fl.resume).
 Other commands: ``fednorm plan CONFIG`` validates a pipeline configuration (its claims file
 included) and prints what it would train and draw; ``fednorm download-cifar10 --root DIR``
 fetches the dataset once; ``fednorm across-seeds A B`` compares two claims-in-words ledgers
-of the same claims on disjoint seeds (fednorm.claims.across).
+of the same claims on disjoint seeds (fednorm.claims.across); ``fednorm prereg [--write]``
+checks the committed pre-registration against the tree, or rewrites it (fednorm.claims.prereg).
 
 A bad configuration, a config file that is missing or not valid YAML, and an output folder that
 cannot be created are each one line on stderr and exit 2 (fednorm.inputs.user_errors); the
@@ -156,6 +157,23 @@ def cmd_across_seeds(args: argparse.Namespace) -> int:
     return int((table.change == "flipped").any() or differ)
 
 
+def cmd_prereg(args: argparse.Namespace) -> int:
+    """Print each difference between the committed pre-registration and the tree, a line each,
+    and exit 1 where there is one; with --write, rewrite the record, dated today."""
+    import datetime
+
+    from fednorm.claims.prereg import check, fixed, read_prereg, write_prereg
+
+    path, now = fixed()
+    if args.write:
+        print(f"wrote {write_prereg({'fixed_on': datetime.date.today().isoformat(), **now}, path)}")
+        return 0
+    committed = read_prereg(path)
+    differ = check(now, committed) if committed else [f"{path}: no record (--write writes it)"]
+    print("\n".join(differ) or f"{path}: the tree is as fixed on {committed['fixed_on']}")
+    return int(bool(differ))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fednorm", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -190,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     across.add_argument("first", help="e.g. figures/quick/claims_words.csv")
     across.add_argument("second", help="the same claims on other seeds (seed_offset)")
     across.set_defaults(func=cmd_across_seeds)
+    prereg = sub.add_parser("prereg", parents=[common],
+                            help="check the committed pre-registration against the tree")
+    prereg.add_argument("--write", action="store_true", help="rewrite it, dated today")
+    prereg.set_defaults(func=cmd_prereg)
     args = parser.parse_args(argv)
     try:
         with user_errors(debug=args.debug):

@@ -2,14 +2,15 @@
 fednorm.claims: judged in fednorm.claims.words_ledger, calibrated in
 fednorm.claims.calibration, written in fednorm.claims.render; a summary cut short is removed
 and named, and the job fails: fednorm.integrity.read_summary), and the pre-registration
-(fednorm.claims.prereg)."""
+(fednorm.claims.prereg), checked against the committed one: the job fails where the rule, the
+claims file or the design differ from it."""
 import logging
 from pathlib import Path
 
 from fednorm.claims import write_ledger
 from fednorm.claims.calibration import calibrate, calibration_lines
 from fednorm.claims.power import design_seeds, powers
-from fednorm.claims.prereg import prereg_line, preregistration, write_prereg
+from fednorm.claims.prereg import design, prereg_line, preregistration, verified, write_prereg
 from fednorm.claims.render import write_words
 from fednorm.claims.stage2 import read_record
 from fednorm.claims.verdicts import compare_all
@@ -20,16 +21,17 @@ from fednorm.io import write_csv
 from fednorm.plan import load_plan
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
-with user_errors():
-    plan = load_plan(snakemake.config)  # noqa: F821
-    summary = read_summary(snakemake.input.summary, snakemake.params.runs)  # noqa: F821
 claims = snakemake.params.claims  # noqa: F821
 words = claims.words
+with user_errors():  # the rule, the claims file and the design as committed before the runs
+    plan = load_plan(snakemake.config)  # noqa: F821
+    prereg = verified(preregistration(snakemake.input.claims,  # noqa: F821
+                                      plan_design=design(plan, claims)), plan.claims_prereg)
+    summary = read_summary(snakemake.input.summary, snakemake.params.runs)  # noqa: F821
 record = read_record(snakemake.input.plan) if "plan" in snakemake.input.keys() else None  # noqa: F821
 paths = write_ledger(claims.numbers, summary, snakemake.params.stem)  # noqa: F821
 table = staged_ledger(words, summary, record, powers(words, design_seeds(words, plan)))
 calibration = calibrate(words, compare_all(words, summary))
-prereg = preregistration(snakemake.input.claims)  # noqa: F821
 header = [*calibration_lines(calibration, words.rule.alpha), "", prereg_line(prereg)]
 paths += write_words(table, words, snakemake.params.words_stem, header)  # noqa: F821
 write_csv(snakemake.output.calibration, calibration)  # noqa: F821

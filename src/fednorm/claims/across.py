@@ -7,7 +7,7 @@ judged. Between two ledgers a claim *keeps* its verdict, *moves* between a firm 
 what seed noise must never do.
 
 The two ledgers confirm each other only under one pre-registration: the same claims file and
-the same deciding code (fednorm.claims.prereg; :func:`preregistrations` reads the
+the same deciding code and design (fednorm.claims.prereg; :func:`preregistrations` reads the
 claims_prereg.json beside each ledger). Each ledger's Benjamini–Yekutieli q (``q_by``) stands
 beside its verdict where both have one.
 
@@ -80,7 +80,7 @@ def compare_files(a: str | Path, b: str | Path) -> pd.DataFrame:
 def preregistrations(a: str | Path, b: str | Path) -> tuple[str, bool]:
     """One line on the pre-registrations of two ledgers (claims_words.csv files: the
     claims_prereg.json beside each), and whether they differ: both recorded, and a different
-    claims file or rule (then the second ledger does not confirm the first)."""
+    claims file, rule or design (then the second ledger does not confirm the first)."""
     records = [read_prereg(beside(p)) for p in (a, b)]
     if any(r is None for r in records):
         missing = [str(beside(p)) for p, r in zip((a, b), records, strict=True) if r is None]
@@ -90,8 +90,8 @@ def preregistrations(a: str | Path, b: str | Path) -> tuple[str, bool]:
     if first["sha256"] == second["sha256"]:
         return (f"pre-registration: the same in both ({first['sha256'][:12]}: claims file "
                 f"{first['claims_sha256'][:12]}, rule {first['rule_sha256'][:12]})"), False
-    parts = [name for name, key in (("claims file", "claims_sha256"), ("rule", "rule_sha256"))
-             if first[key] != second[key]]
+    parts = [name for name, key in (("claims file", "claims_sha256"), ("rule", "rule_sha256"),
+                                    ("design", "design")) if first.get(key) != second.get(key)]
     files = [f for f in first["rule_files"] if first["rule_files"][f] !=
              second["rule_files"].get(f)]
     return (f"pre-registration differs: {' and '.join(parts)}"

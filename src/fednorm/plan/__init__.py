@@ -58,7 +58,10 @@ The configuration has four top-level sections (see ``config/config.yaml``):
 ``toy``          the FBN paper's 2-D normalization toy (Figs 1, 2): ``settings`` (ToyConfig keys),
                  ``gammas``, ``seeds``, ``figures`` (the folder under ``paths.figures``);
 ``claims``       the path of the claims ledger's file (each paper number beside ours), or null
-                 for none; the file itself is read and checked by ``fednorm.claims``.
+                 for none; the file itself is read and checked by ``fednorm.claims``;
+``claims_prereg`` the path of the committed pre-registration the ledger is checked against
+                 (config/claims_prereg.json: ``fednorm prereg``, fednorm.claims.prereg), or null
+                 for no check.
 
 A run that two experiments need is planned (and trained) once: runs are keyed by their run_id,
 which derives from the run's config alone. Runs train in bundles, which derive from the config

@@ -41,7 +41,7 @@ from fednorm.plan.jobs import (
 from fednorm.plan.stage2 import Stage2, load_stage2
 
 TOP_KEYS = ("paths", "execution", "run", "experiments", "figures", "toy", "claims",
-            "seed_offset", "stage2")
+            "claims_prereg", "seed_offset", "stage2")
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
 # each written atomically; run.json last
 RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
@@ -76,6 +76,9 @@ class Plan:
     stage2: Stage2 | None = None
     # the cost table the jobs are balanced with (stage2.step_costs; None: the committed one)
     step_costs_table: str | None = None
+    # the committed pre-registration the ledger is checked against (fednorm.claims.prereg);
+    # None: not checked
+    claims_prereg: str | None = None
 
     def step_costs(self) -> StepCosts:
         """The cost model's table that prices this plan's runs (fednorm.plan.costs)."""
@@ -269,10 +272,11 @@ def _toy(spec: Any) -> ToyPlan | None:
                    str(spec.get("figures", "fbn")))
 
 
-def _claims_path(value: Any) -> str | None:
+def _claims_path(value: Any, key: str = "claims",
+                 example: str = "a claims file (e.g. config/claims.yaml)") -> str | None:
     if value is not None and not (isinstance(value, str) and value):
-        raise ConfigError(f"config: key 'claims' has value {value!r}; allowed: the path of a "
-                          "claims file (e.g. config/claims.yaml) or null")
+        raise ConfigError(f"config: key '{key}' has value {value!r}; allowed: the path of "
+                          f"{example} or null")
     return value
 
 
@@ -333,4 +337,6 @@ def load_plan(config: Mapping[str, Any]) -> Plan:
         dropped=frozenset(k for k, v in (config.get("experiments") or {}).items() if v is None),
         stage2=stage2 if claims_path else None,  # it serves the claims: none without them
         step_costs_table=table,
+        claims_prereg=_claims_path(config.get("claims_prereg"), "claims_prereg",
+                                   "a committed pre-registration (config/claims_prereg.json)"),
     )
