@@ -64,7 +64,7 @@ quick-other-seeds: install
 	$(PYTHON) -m fednorm.cli across-seeds figures/quick/claims_words.csv \
 	    figures/quick_other_seeds/claims_words.csv
 
-# A third disjoint seed set (config/quick_third_seeds.yaml, seeds 4, 5), then the share of
+# A third disjoint seed set (config/quick_third_seeds.yaml, every seed moved by 16), then the share of
 # claims that keep their verdict over the three pairs of seed sets and over the 27 pairs of
 # two-seed sets that the six seeds give (after make quick and make quick-other-seeds;
 # benchmarks/verdict_stability.py, docs/claims.md)

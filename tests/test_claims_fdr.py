@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fednorm.claims.null import expected_false, expected_false_lines
 from fednorm.claims.words import CONTRADICTED, HOLDS, INCONCLUSIVE, NOT_RUN
-from fednorm.claims.words_ledger import WORDS_COLUMNS, budget_checked, q_by
+from fednorm.claims.words_ledger import WORDS_COLUMNS, q_by, with_q
 
 
 def _by(p):
@@ -48,7 +47,7 @@ def test_the_ledger_has_bys_q_of_each_side_and_of_its_verdicts_side():
             _row("c", INCONCLUSIVE, 0.2, 0.3), _row("d", HOLDS, 0.01, 0.7),
             _row("e", NOT_RUN, math.nan, math.nan)]
     table = pd.DataFrame(rows, columns=list(WORDS_COLUMNS))
-    out = budget_checked(table, table.iloc[:0]).set_index("id")
+    out = with_q(table).set_index("id")
     for side in ("for", "against"):
         p = out[f"p_{side}"].astype(float).to_numpy()
         assert out[f"q_by_{side}"].to_numpy()[:4] == pytest.approx(_by(p[:4]), abs=1e-12)
@@ -56,30 +55,3 @@ def test_the_ledger_has_bys_q_of_each_side_and_of_its_verdicts_side():
     assert out.loc["b", "q_by"] == out.loc["b", "q_by_against"]
     assert out.loc["a", "q_by"] == out.loc["a", "q_by_for"]
     assert (out["q_by"].iloc[:4] >= out["q"].iloc[:4]).all()
-
-
-NULL = pd.DataFrame({"permutation": [0, 1, 2], "judged": [50, 50, 50], "holds": [2, 1, 3],
-                     "contradicted": [1, 0, 1], "firm_share": [0.06, 0.02, 0.08]})
-
-
-def test_the_expected_false_count_is_the_null_share_times_the_judged_claims():
-    """Shares 0.06, 0.02, 0.08 of three permutations, 40 judged here: 40 × their mean 0.0533,
-    the interval 40 × the t interval over the three (2 df), its low end clipped at 0."""
-    mean, low, high = expected_false(NULL, 40)
-    shares = NULL["firm_share"].to_numpy()
-    half = stats.t.ppf(0.975, 2) * shares.std(ddof=1) / math.sqrt(3)
-    assert mean == pytest.approx(40 * shares.mean())
-    assert low == pytest.approx(40 * max(shares.mean() - half, 0.0))
-    assert high == pytest.approx(40 * (shares.mean() + half))
-    assert all(math.isnan(x) for x in expected_false(NULL.iloc[:0], 40))
-
-
-def test_the_expected_false_line_counts_firm_verdicts_and_those_with_a_small_by_q():
-    table = pd.DataFrame({"verdict": [HOLDS, HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN],
-                          "q_by": [0.01, 0.2, 0.04, 0.01, math.nan]})
-    [line] = expected_false_lines(NULL, table, 0.05)
-    mean, low, high = expected_false(NULL, 4)
-    assert line == (f"**Expected false**: of the 3 firm verdicts of 4 judged, {mean:.1f} "
-                    f"expected false under the ledger's null (its firm share × 4; 95 % interval "
-                    f"{low:.1f}–{high:.1f}); 2 firm with a Benjamini–Yekutieli q ≤ 0.05.")
-    assert expected_false_lines(NULL.iloc[:0], table, 0.05) == []

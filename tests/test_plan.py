@@ -677,14 +677,14 @@ def test_a_new_field_at_its_default_changes_no_run_id(monkeypatch):
 
 
 def test_a_seed_offset_asks_the_same_questions_on_disjoint_seeds():
-    """seed_offset: 2 over the quick profile: every run as before but for its seed (0 -> 2,
-    1 -> 3), no run id shared, the same figures and bundles count; a bad offset names itself."""
+    """seed_offset: 8 over the quick profile: every run as before but for its seed (0 -> 8,
+    2 -> 10), no run id shared, the same figures and bundles count; a bad offset names itself."""
     quick = _config("config/config.yaml", "config/quick.yaml")
-    plan, other = load_plan(quick), load_plan({**quick, "seed_offset": 2})
+    plan, other = load_plan(quick), load_plan({**quick, "seed_offset": 8})
     assert not set(plan.runs) & set(other.runs)
-    moved = sorted(dataclasses.replace(c, seed=c.seed + 2).run_id for c in plan.runs.values())
+    moved = sorted(dataclasses.replace(c, seed=c.seed + 8).run_id for c in plan.runs.values())
     assert moved == sorted(other.runs)
-    assert {c.seed for c in plan.runs.values()} == {0, 1}
+    assert {c.seed for c in plan.runs.values()} == {0, 2, 3, 4, 5, 6, 7}
     assert plan.figures.keys() == other.figures.keys()
     assert len(plan.bundles) == len(other.bundles)
     for bad in (-1, 1.5, True, "2"):
@@ -701,7 +701,7 @@ def test_the_quick_seed_sets_are_disjoint():
     seeds = [{c.seed for c in load_plan(_config(*quick, *more)).runs.values()}
              for more in ((), ("config/quick_other_seeds.yaml",),
                           ("config/quick_third_seeds.yaml",))]
-    assert seeds[0] == {0, 1}
+    assert seeds[0] == {0, 2, 3, 4, 5, 6, 7}  # the tuning seed, the six judged seeds
     for a, b in itertools.combinations(seeds, 2):
         assert not a & b
 

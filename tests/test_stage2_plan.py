@@ -51,7 +51,7 @@ def test_no_claims_file_is_no_second_stage_but_its_section_is_checked():
 
 def test_an_empty_section_takes_the_defaults():
     stage = load_stage2({})
-    assert stage == Stage2(seeds=(100, 101), budget=2, share=0.4, jobs=4)
+    assert stage == Stage2(seeds=(100, 101), budget=2, jobs=4)
     assert load_plan({**CONFIG, "stage2": {}}).stage2 == stage
     assert set(STAGE2_KEYS) == {f.name for f in dataclasses.fields(Stage2)}
 
@@ -70,15 +70,14 @@ def test_the_stages_seeds_move_by_the_configs_offset():
     assert load_stage2({"seeds": [5, 7]}, offset=3).seeds == (8, 10)
 
 
-def test_given_values_are_kept_and_the_share_is_a_float():
-    stage = load_stage2({"seeds": [7], "budget": 3, "share": 1, "jobs": 6})
-    assert stage == Stage2(seeds=(7,), budget=3, share=1.0, jobs=6)
-    assert isinstance(stage.share, float)
+def test_given_values_are_kept():
+    stage = load_stage2({"seeds": [7], "budget": 3, "jobs": 6})
+    assert stage == Stage2(seeds=(7,), budget=3, jobs=6)
 
 
 @pytest.mark.parametrize(("key", "value"), [
     ("seeds", []), ("seeds", [-1]), ("seeds", 100), ("budget", 1), ("budget", 2.0),
-    ("share", 0), ("share", 17), ("jobs", 0), ("jobs", True)])
+    ("jobs", 0), ("jobs", True)])
 def test_a_bad_value_names_the_section_the_key_and_the_value(key, value):
     with pytest.raises(ConfigError) as err:
         load_plan({**CONFIG, "stage2": {key: value}})

@@ -92,9 +92,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
               + f"; all {hours['all']:.3g} (each run once)")
     _print_bundles(plan)
     if plan.stage2:
-        print(f"claims' second stage (a checkpoint): the claims at tuned values on fresh seeds "
-              f"{list(plan.stage2.seeds)}, then at most {plan.stage2.share:.0%} of the first "
-              f"stage's modelled training time (fednorm.plan.costs) on those seeds and at "
+        print(f"claims' second stage (a checkpoint): the claims at tuned values on the fresh "
+              f"seeds {list(plan.stage2.seeds)}, each contradicted unit at "
               f"{plan.stage2.budget}x the budget, in {plan.stage2.jobs} jobs")
     if plan.claims:
         claims = load_claims(plan.claims, plan)

@@ -17,7 +17,6 @@ from fednorm.claims.stats import (
     fit_contrasts,
     holm,
     moderated_prior,
-    per_look,
     sign_count,
     sign_fires,
     sign_test,
@@ -194,13 +193,6 @@ def test_the_moderated_prior_is_limmas_moment_fit(seed):
                                rel=1e-7)
     d0, _ = moderated_prior(np.full(5, 2.0), np.full(5, 3.0))
     assert d0 == math.inf
-
-
-def test_a_look_of_two_is_half_alpha_and_looks_are_counted():
-    assert per_look(0.05, 1) == 0.05 and per_look(0.05, 2) == 0.025
-    assert per_look(0.05, 4) == pytest.approx(0.0125)
-    with pytest.raises(ValueError, match="looks: 0; allowed"):
-        per_look(0.05, 0)
 
 
 # ---------------------------------------------------------------------------------------------

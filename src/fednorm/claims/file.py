@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fednorm.claims.numbers import Claim, parse_claims, parse_estimand
-from fednorm.claims.prereg import PREREG_NAME
 from fednorm.claims.words import Words, parse_words
 from fednorm.claims.words import check_plan as check_words
 from fednorm.config import ConfigError, fail
@@ -23,6 +22,7 @@ from fednorm.plan import Plan
 EXTENSIONS = ("csv", "md", "pdf", "png")
 NAME = "claims"  # the ledger's files: <figures>/claims.<ext>
 WORDS_NAME = "claims_words"  # the qualitative claims': <figures>/claims_words.<ext>
+PREREG_NAME = "claims_prereg"  # <figures>/claims_prereg.json, beside claims_words.csv
 CALIBRATION_NAME = "claims_calibration"  # the words ledger's bootstrap: <figures>/<name>.csv
 
 

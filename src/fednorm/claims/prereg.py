@@ -24,23 +24,20 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from fednorm.claims.file import PREREG_NAME, Claims, load_claims
 from fednorm.config import ConfigError
 from fednorm.io import write_text
 from fednorm.plan import Plan, load_plan, merged_config
 
-if TYPE_CHECKING:
-    from fednorm.claims.file import Claims
-
-PREREG_NAME = "claims_prereg"  # <figures>/claims_prereg.json, beside claims_words.csv
 # every module of this package that decides a verdict, relative to the fednorm package:
 # results.py decides a run's value (the estimand) and settling, tuning.py a method's values
 RULE_FILES = ("claims/common.py", "claims/rule.py", "claims/stats.py", "claims/verdicts.py",
               "claims/words.py", "claims/words_ledger.py", "claims/stage2.py",
               "claims/calibration.py", "claims/power.py", "results.py", "tuning.py")
 # the data files a verdict reads (relative to the repository's root), hashed with the design
-DATA_FILES: tuple[str, ...] = ()
+DATA_FILES: tuple[str, ...] = ("config/claims_noise.csv",)
 # the profiles whose designs the committed record fixes: their config files, merged in order
 PROFILES = {"paper": ("config/config.yaml",),
             "hour": ("config/config.yaml", "config/hour.yaml"),
@@ -105,7 +102,6 @@ def fixed(profiles: Mapping[str, Sequence[str]] | None = None,
     """What the committed record would hold now, but its date, and where it is (the first
     profile's ``claims_prereg``): its claims file's hash, the rule's, and each profile's design
     (the default arguments: PROFILES, DATA_FILES, PACKAGE, RULE_FILES)."""
-    from fednorm.claims.file import load_claims  # fednorm.claims.file imports this module
 
     plans = {name: load_plan(merged_config(paths))
              for name, paths in (PROFILES if profiles is None else profiles).items()}

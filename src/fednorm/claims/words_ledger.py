@@ -118,7 +118,7 @@ def q_by(p: Sequence[float]) -> np.ndarray:
     return bh(p, "by")
 
 
-def _with_q(table: pd.DataFrame) -> pd.DataFrame:
+def with_q(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` with its q-values over its p_for and p_against (BH's and BY's), then those of
     each verdict's side (:func:`_verdict_side`)."""
     for side in ("for", "against"):
@@ -173,7 +173,7 @@ def ledger_of(words: Words, judged: Sequence[Judged],
     power (``powers``: claim id -> its power stated before the runs)."""
     powers = powers or {}
     rows = [_row(j, words.rule.sesoi_of(j.claim), powers.get(j.claim.id)) for j in judged]
-    return _with_q(pd.DataFrame(rows, columns=list(WORDS_COLUMNS)))
+    return with_q(pd.DataFrame(rows, columns=list(WORDS_COLUMNS)))
 
 
 def _verdict_side(table: pd.DataFrame) -> pd.DataFrame:
