@@ -20,7 +20,7 @@ def reason(old: pd.Series, new: pd.Series) -> str:
     if new.verdict == "budget-limited":
         return "contradicted at 1× the budget, not at 2× (detail: both margins)"
     if new.verdict in FIRM:
-        return (f"the one-sided test rejects at α/looks on {new.n_seeds} seeds, p = {new.p:.2g}"
+        return (f"the one-sided test rejects at α on {new.n_seeds} seeds, p = {new.p:.2g}"
                 + (" (the second stage's runs)" if new.n_seeds > old.n_seeds else ""))
     needs = str(new.needs) if isinstance(new.needs, str) else ""
     if old.verdict in FIRM and old.n_seeds <= 1 and new.n_seeds <= 1:
@@ -29,7 +29,7 @@ def reason(old: pd.Series, new: pd.Series) -> str:
     if "budget" in needs:
         return "a side behind still climbs (the settled test)"
     p = "–" if math.isnan(new.p) else f"{new.p:.2g}"
-    return f"not significant at α/looks (p = {p}, {new.n_seeds} seeds)"
+    return f"not significant at α (p = {p}, {new.n_seeds} seeds)"
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Across the ledger: Benjamini–Yekutieli q-values beside each verdict
 (fednorm.claims.words_ledger) and the firm verdicts expected false under the ledger's own null
-(fednorm.claims.null), each against a reference written another way."""
+, each against a reference written another way."""
 
 import math
 

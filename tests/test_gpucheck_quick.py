@@ -2,7 +2,7 @@
 of the repository: the wheelhouse step (here without a wheelhouse: the installed Snakemake),
 images/s with and without the graph and under each precision, concurrent jobs, and the DAG
 through the gpu-quick profile, whose report counts what its run.json files, its words ledger
-and its null say; and config/gpu_quick.yaml puts every quick experiment but the tuning grids
+and its calibration say; and config/gpu_quick.yaml puts every quick experiment but the tuning grids
 at 8 seeds."""
 
 import importlib.metadata
@@ -14,8 +14,7 @@ import torch
 import yaml
 from dag import ROOT, work_copy
 
-from fednorm.claims import NULL_NAME, WORDS_NAME
-from fednorm.claims.null import PERMUTATIONS
+from fednorm.claims import CALIBRATION_NAME, WORDS_NAME
 from fednorm.gpucheck import quick
 from fednorm.plan import load_plan, merge, merged_config
 
@@ -77,8 +76,9 @@ def test_the_smoke_check_runs_every_step_and_the_dag_and_reports_what_it_wrote(
     assert dag["ledger"] == words["verdict"].value_counts().to_dict()
     claims = yaml.safe_load((work / ".test/claims.yaml").read_text())
     assert sum(dag["ledger"].values()) == len(claims["qualitative"]["claims"])
-    null = pd.read_csv(plan.paths.figure(NULL_NAME, "csv"))
-    assert dag["null"] == null.to_dict("records") and len(dag["null"]) == PERMUTATIONS
+    calibration = pd.read_csv(plan.paths.figure(CALIBRATION_NAME, "csv"))
+    assert dag["calibration"] == calibration.to_dict("records")
+    assert len(dag["calibration"]) == len(claims["qualitative"]["claims"])
 
     # the small JSON: the device, versions, each step's status and numbers
     summary = json.loads(summary_path.read_text())

@@ -206,7 +206,7 @@ def rechecked(judged: Judged, doubled: Judged | None) -> Judged:
             units.append(unit)
             continue
         twin = twins.get(unit.label)
-        if twin is None or twin.verdict == NOT_RUN or twin.test is None:
+        if twin is None or twin.verdict == NOT_RUN or twin.reason:
             if judged.claim.own_method:
                 units.append(replace(unit, verdict=INCONCLUSIVE, needs="budget",
                                      recheck="contradicted at 1×, not rechecked at twice the "
@@ -214,7 +214,8 @@ def rechecked(judged: Judged, doubled: Judged | None) -> Judged:
             else:
                 units.append(replace(unit, recheck="not rechecked at twice the budget"))
             continue
-        at_2x = f"at twice the budget {twin.estimate:+.1f}, {twin.verdict}"
+        shown = "–" if math.isnan(twin.estimate) else f"{twin.estimate:+.1f}"
+        at_2x = f"at twice the budget {shown}, {twin.verdict}"
         units.append(replace(unit, recheck=at_2x) if twin.verdict == CONTRADICTED else
                      replace(unit, verdict=BUDGET_LIMITED, recheck=at_2x))
     return replace(judged, units=tuple(units), verdict=claim_verdict(units),
