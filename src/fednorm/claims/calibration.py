@@ -5,12 +5,11 @@ rule's one function (:func:`fednorm.claims.rule.verdict_codes`).
 experiments (:func:`fednorm.claims.verdicts.model_of`: a setting two units share is one row, so
 their shared runs stay shared in every draw). Setting j of seed s is drawn x_js = b_s + μ_j +
 σ_j ε_js on the seeds the ledger has for it (a missing or diverged run stays missing), then
-rounded to the values' lattice h: μ_j is the setting's mean over its seeds, σ_j its own sd over
-seeds (unequal noise kept; it includes the seed's common part, so on average it overstates a
-setting's own noise, which hides ties at small σ: tests/test_claims_bootstrap.py draws those
-directly), floored at the rounding sd h / √12; a setting with one seed takes the median σ of
-its claim's other settings, else of the ledger's. b_s ~ N(0, median σ²) is a seed's common part: it
-cancels in every margin, and a rule that failed to pair would see it.
+rounded to the values' lattice h: μ_j is the setting's mean over its seeds, σ_j its own sd
+from the residuals of settings + seeds (unequal noise kept, the seed's common part removed:
+:func:`spreads`), floored at the rounding sd h / √12; a setting with one seed takes the median
+σ of its claim's other settings, else of the ledger's. b_s ~ N(0, median σ²) is a seed's
+common part: it cancels in every margin, and a rule that failed to pair would see it.
 
 **The boundaries.** *False holds*: each unit in turn is moved to the boundary of its ``holds``
 null, the least-norm shift of the means along its contrast c, μ' = μ + c (b − c·μ) / |c|² (sign
@@ -72,13 +71,30 @@ def design_of(units: Sequence[Comparison], min_seeds: int
 
 
 def spreads(values: np.ndarray, lattice: float, fallback: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each setting's (mean, sd) over its seeds; the sd of a setting with one seed the median
-    of the others' (else ``fallback``), every sd floored at the rounding sd lattice / √12."""
+    """Each setting's (mean, sd) over its seeds, the sd from the residuals of settings + seeds
+    (the seed's common part removed): r_js = x_js − x̄_j − ḡ_s, ḡ_s the seed's mean deviation
+    over the K settings, v_j = Σ_s r_js² / (n_j − 1). E v_j = (1 − 2/K) σ_j² + Σ_i σ_i² / K²,
+    solved for each σ_j² (unequal noise kept; K = 2 cannot tell the two apart and splits their
+    sum equally, which keeps a pair's margin variance); a setting with one seed takes the
+    median of the others' (else ``fallback``), every sd floored at the rounding sd
+    lattice / √12."""
     seen = np.isfinite(values)
+    k = len(values)
     n = seen.sum(axis=1)
     means = np.where(seen, values, 0.0).sum(axis=1) / np.maximum(n, 1)
-    squares = np.where(seen, np.square(values - means[:, None]), 0.0).sum(axis=1)
-    sds = np.sqrt(squares / np.maximum(n - 1, 1))
+    centred = np.where(seen, values - means[:, None], 0.0)
+    if k > 1:
+        block = centred.sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
+        centred = np.where(seen, centred - block[None], 0.0)
+    v = np.square(centred).sum(axis=1) / np.maximum(n - 1, 1)
+    if k > 2:
+        total = v.sum() / (1 - 1 / k)
+        variances = (v - total / k**2) / (1 - 2 / k)
+    elif k == 2:
+        variances = np.full(2, v.sum() / (1 - 1 / k) / 2)
+    else:
+        variances = v
+    sds = np.sqrt(np.maximum(variances, 0.0))
     own = n > 1
     sds = np.where(own, sds, np.median(sds[own]) if own.any() else fallback)
     return means, np.maximum(np.nan_to_num(sds), lattice / math.sqrt(12.0))
