@@ -231,7 +231,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
                    "scenario", "seed", "step", "test_accuracy", "test_loss", "train_loss",
                    "status"):
         assert column in summary.columns
-    # .test/config.yaml's grids: FBN 7 + 3 + 12 + 4; FixBN 8 (bn, gn x 2 splits x 2 E) + 4
+    # .test/config.yaml's grids: FBN 42 (6 + 1 settings at six seeds) + 3 + 12 + 4; FixBN 8 (bn, gn x 2 splits x 2 E) + 4
     # fixed rounds (E = 4 is the epochs run) + 2 fixbn + 5 momentum (bn global, fixbn reset at
     # E = 1 and global) + 2 (fixbn local, centralized) + 4 Table 1
     # + 7 for the other analyses: fixbn on IID at E = 1, 4 normalizers of Table 4, GN with 4
@@ -247,7 +247,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     # fixbn + 3 momentum (fixbn reset at E = 1, global at E = 1 and 4)
     # + 2: the small batches (bn, fedwon at batch 2); + 3: ImageNet-shaped (Table 2: gn, bn,
     # fixbn); + 2: feature shift on Digits-Five-shaped files (bn, fedbn)
-    assert summary["run_id"].nunique() == (7 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
+    assert summary["run_id"].nunique() == (42 + 3 + 12 + 4 + (8 + 4 + 2 + 5 + 2 + 4) + 7 + 5 + 2
                                            + 16 + 9 + 4 + 6 + 17 + 2 + 3 + 2)
     shifted = summary[(summary.dataset == "digits5") & (summary.step > 0)]
     assert shifted.run_id.nunique() == 2 and (shifted.status == "ok").all()

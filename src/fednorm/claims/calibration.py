@@ -65,7 +65,8 @@ def design_of(units: Sequence[Comparison], min_seeds: int
     if not judged:
         return np.zeros((0, 0)), np.zeros((0, 0)), 0
     values, contrasts = model_of(judged)
-    drawn = seeds_of(values, contrasts) >= max(min_seeds, 1)
+    # a unit whose sides are one setting (its margin 0 by construction) has nothing to draw
+    drawn = (seeds_of(values, contrasts) >= max(min_seeds, 1)) & (contrasts != 0).any(axis=1)
     used = (contrasts[drawn] != 0).any(axis=0)
     return values[used], contrasts[np.ix_(drawn, used)], int((~drawn).sum())
 
