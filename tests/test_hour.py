@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from dag import snakemake
+from dag import env_without_torch, snakemake
 
 from fednorm.data.cifar import CACHE_NAME
 from fednorm.plan import load_plan, merge
@@ -56,8 +56,10 @@ def test_the_hour_plans_all_three_papers_and_the_comparison_within_its_budget(ho
     assert hour.paths.results != paper.paths.results
 
 
-def test_the_hour_profile_dry_runs_one_job_per_bundle(hour):
-    out = snakemake("--profile", "workflow/profiles/hour", "--dry-run", "--quiet", "rules")
+def test_the_hour_profile_dry_runs_one_job_per_bundle_without_torch(hour, tmp_path):
+    """The DAG's dry run imports no PyTorch (a login node without it)."""
+    out = snakemake("--profile", "workflow/profiles/hour", "--dry-run", "--quiet", "rules",
+                    env=env_without_torch(tmp_path))
     assert out.returncode == 0, out.stderr[-2000:]
     trains = {line.split()[0] for line in out.stdout.splitlines()
               if line.startswith("train_") and len(line.split()) == 2}

@@ -8,6 +8,9 @@ included) and prints what it would train and draw; ``fednorm download-cifar10 --
 fetches the dataset once; ``fednorm across-seeds A B`` compares two claims-in-words ledgers
 of the same claims on disjoint seeds (fednorm.claims.across).
 
+PyTorch is imported by the commands that train or download only, so that ``fednorm plan`` (and
+the workflow's dry run) works on a login node without it.
+
 A bad configuration, a config file that is missing or not valid YAML, and an output folder that
 cannot be created are each one line on stderr and exit 2 (fednorm.inputs.user_errors); the
 option ``--debug`` of every command shows the traceback instead.
@@ -21,11 +24,8 @@ import sys
 from collections import Counter
 from collections.abc import Mapping
 
-import torch
-
 from fednorm.config import CHECKPOINT_MINUTES, DATA_WORKERS, ConfigError, run_config
-from fednorm.data.cifar import DatasetUnavailable
-from fednorm.inputs import read_yaml, user_errors, writable_folder
+from fednorm.inputs import DatasetUnavailable, read_yaml, user_errors, writable_folder
 
 
 def _load_yaml(path: str) -> dict:
@@ -35,6 +35,8 @@ def _load_yaml(path: str) -> dict:
 def cmd_run(args: argparse.Namespace) -> int:
     """Train one run; stopped by SIGTERM or SIGUSR1, it saves its state in DIR and exits
     128 + the signal's number, and the same command run again continues from there."""
+    import torch
+
     from fednorm.fl.resume import Interrupted
     from fednorm.run import train_and_evaluate
 
@@ -47,7 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--data-workers has value {args.data_workers}; allowed: an "
                           "integer >= 0 (0: decode in the training process)")
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # progress lines
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     try:
         status = train_and_evaluate(cfg, args.out, data_dir=args.data_dir, device=args.device,
                                     checkpoint_minutes=args.checkpoint_minutes,
@@ -167,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", required=True, help="directory for metrics.csv and run.json")
     run.add_argument("--data-dir", default="data", help="CIFAR-10 cache directory")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    run.add_argument("--threads", type=int, default=torch.get_num_threads())
+    run.add_argument("--threads", type=int, default=None,
+                     help="CPU threads (default: PyTorch's own choice)")
     run.add_argument("--checkpoint-minutes", type=float, default=CHECKPOINT_MINUTES,
                      help="minutes between saves of the run's state to DIR/resume.pt "
                      "(also saved on SIGTERM and SIGUSR1; run again to resume)")

@@ -24,6 +24,11 @@ DEBUG_VARIABLE = "FEDNORM_DEBUG"  # set (to anything but '' or 0): keep the trac
 USAGE_EXIT = 2  # a bad configuration, file or folder: what the user must change
 
 
+class DatasetUnavailable(RuntimeError):
+    """A dataset is not on disk (or its package is missing) and cannot be had here; the message
+    says what to do (raised by fednorm.data's loaders)."""
+
+
 class InputError(ValueError):
     """A file or folder the user named cannot be read, parsed or written. The message names
     the path (with the YAML line and column where they apply) and what to do."""

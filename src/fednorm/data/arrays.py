@@ -10,10 +10,9 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from fednorm.inputs import DatasetUnavailable  # re-exported: the loaders raise it
 
-class DatasetUnavailable(RuntimeError):
-    """A dataset is not on disk (or its package is missing) and cannot be had here; the message
-    says what to do."""
+__all__ = ["Arrays", "DatasetUnavailable"]
 
 
 @dataclass(frozen=True)
