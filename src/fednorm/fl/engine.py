@@ -1013,7 +1013,11 @@ class FedTAN(FedAvg):
     (all clients then hold the global weights), the other E - 1 steps naive BN on each
     client's own batch (FedAvg's per-client vmap), the running statistics averaged with the
     weights at the round's end: 3L + 1 exchanges per round, the count FixBN's Table 5 quotes
-    (580K = 10K rounds x 58 for ResNet-20's L = 19).
+    (580K = 10K rounds x 58 for ResNet-20's L = 19). Its SGD restarts after the union step
+    (``FedTAN.py`` line 203 builds a fresh optimizer for the E - 1 naive steps): the momenta of
+    ``client_momentum: reset`` runs are zeroed again there, so step 2's momentum is its own
+    gradient, as a fresh torch.optim.SGD's first step; ``local`` and ``global`` runs (modes the
+    authors' code has not) keep theirs.
     """
 
     def round(self, first_step: int) -> Tensor:
@@ -1035,6 +1039,7 @@ class FedTAN(FedAvg):
             stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
             local = self.gradient_step(("clients", "naive BN"), lambda: over_clients(
                 self.grad_fn(BatchStats(), 1)))
+            self.start_round()  # the authors' fresh SGD after the union step
             self._step_views(params, stats, self.n)
             self._client_keys(None)
             for e in range(1, E):
