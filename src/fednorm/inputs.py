@@ -91,6 +91,24 @@ def writable_folder(path: str | os.PathLike[str], option: str) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def reading(path: str | os.PathLike[str], what: str, fix: str) -> Iterator[None]:
+    """Around the code that reads one input file: whatever a malformed file makes it raise (a
+    truncated archive, a wrong count, an HTML page saved under the file's name, a short line)
+    becomes one InputError line naming ``what`` and ``path``, the problem, and ``fix`` (what to
+    do); errors that already name their file (InputError, DatasetUnavailable) pass as
+    raised."""
+    try:
+        yield
+    except (InputError, DatasetUnavailable):
+        raise
+    except Exception as err:
+        problem = (_os_problem(err) if isinstance(err, OSError) and not str(err).strip()
+                   else " ".join(str(err).split()) or type(err).__name__)
+        raise InputError(f"{what} {path} cannot be read ({type(err).__name__}: {problem}); "
+                         f"{fix}") from err
+
+
 def debugging() -> bool:
     """Whether ``FEDNORM_DEBUG`` asks for tracebacks."""
     return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
