@@ -78,8 +78,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     given = args.images_per_second or plan.execution.images_per_second
     if given and not args.images_per_second and plan.execution.by_bundle_size:
         hours = plan.gpu_hours_in_bundles(plan.execution.rate)
-        print("GPU-hours in its own bundles, each at its bundle size's images/s "
-              "(execution.images_per_second's curves; training images only): "
+        print("GPU-hours at execution.images_per_second (given, not the table's), each "
+              "bundle at its size's rate, training images only: "
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
     elif given:
@@ -88,10 +88,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         hours = plan.gpu_hours(rate)
         rates = f"{given:,.0f}" if not isinstance(given, Mapping) else ", ".join(
             f"{'/'.join(p)} {rate(p):,.0f}" for p in plan.images_by_part())
-        print(f"GPU-hours at {rates} images/s (training images only; a small bundle trains "
-              f"slower: make gpu-check prices each bundle at its size): "
+        print(f"GPU-hours at {rates} images/s (given, not measured; training images only, "
+              f"every bundle at one rate): "
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
+    if plan.execution.device != "cpu":
+        _print_price(plan)
     _print_bundles(plan)
     if plan.stage2:
         print(f"claims' second stage (a checkpoint): the claims at tuned values on fresh seeds "
@@ -107,11 +109,38 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_price(plan) -> None:
+    """The plan's GPU-hours at the committed table of measured rates (fednorm.plan.prices):
+    training, evaluation and the claims' second stage, each part, the device named, what rests
+    on assumed rates said."""
+    from fednorm.plan.prices import plan_price
+
+    price = plan_price(plan)
+    parts = price.parts
+    every = parts["all"]
+    print(f"GPU-hours on one {price.rates.label}, each run at its bundle's measured "
+          f"images/s (src/fednorm/plan/gpu_rates.csv):")
+    print("  training: " + ", ".join(f"{p} {h.training:.3g}" for p, h in parts.items()
+                                     if p != "all")
+          + f"; all {every.training:.3g} h, of which {every.assumed:.3g} h at assumed rates "
+          f"(shapes the table lacks, priced at its nearest measured shape)")
+    print(f"  evaluation: {every.evaluation:.3g} h (assumed: each test image a third of a "
+          f"training image's time)")
+    if plan.stage2:
+        print(f"  claims' second stage, at most: {price.stage2:.3g} h (the tuned methods' "
+              f"fresh seeds {price.fresh.total:.3g} h, estimated at their first grid point, "
+              f"plus its cap, {price.share:.0%} of the first stage's training)")
+    print(f"  total: {price.total:.3g} GPU-hours on one {price.rates.device}")
+
+
 def _print_bundles(plan) -> None:
     """How full the plan's bundles are (each model's median run's bundle size) and what one
-    more seed of every setting costs (fednorm.plan.seeds): modelled hours by the cost model,
-    GPU-hours at execution.images_per_second when the config gives it."""
+    more seed of every setting costs (fednorm.plan.seeds): on a CPU plan in modelled CPU-hours
+    by the committed CPU cost table (fednorm.plan.costs), on a GPU plan in GPU-hours at the
+    committed table of measured rates (fednorm.plan.prices)."""
     from fednorm.plan import seed_price
+    from fednorm.plan.prices import load_rates, plan_price
+    from fednorm.plan.seeds import with_one_more_seed
 
     price = seed_price(plan)
     (runs, more_runs), (packed, more_packed) = price.runs, price.bundles
@@ -119,21 +148,28 @@ def _print_bundles(plan) -> None:
     print(f"median run's bundle size (runs of one model, cap "
           f"{plan.execution.planned_bundle_size}): " + ", ".join(
               f"{model} {r} ({counts[model]} runs)" for model, r in price.medians[0].items()))
-    costs = plan.step_costs()
-    lacking = sum(not costs.covers(cfg) for cfg in plan.runs.values())
-    by_images = f"; {lacking} of {runs} runs' shapes not in it, priced by training images" \
-        if lacking else ""
-    (before, after), (h0, h1) = price.seconds, price.gpu_hours or (0.0, 0.0)
-    hours = "" if price.gpu_hours is None else (
-        f"; +{h1 - h0:.3g} GPU-hours at execution.images_per_second ("
-        f"{'each bundle at its size' if plan.execution.by_bundle_size else 'one rate'}: "
-        f"{h0:.3g} -> {h1:.3g})")
-    print(f"one more seed of every setting: +{more_runs - runs} runs, {packed} -> {more_packed} "
-          f"bundles (median run's bundle then "
-          + ", ".join(f"{model} {r}" for model, r in price.medians[1].items())
-          + f"); price +{(after - before) / 3600:.3g} modelled hours by fednorm.plan.costs (its "
-          f"table's machine{by_images}: {before / 3600:.3g} -> {after / 3600:.3g}, "
-          f"+{(after - before) / before:.0%})" + hours)
+    head = (f"one more seed of every setting: +{more_runs - runs} runs, {packed} -> "
+            f"{more_packed} bundles (median run's bundle then "
+            + ", ".join(f"{model} {r}" for model, r in price.medians[1].items()) + ")")
+    if plan.execution.device == "cpu":
+        costs = plan.step_costs()
+        lacking = sum(not costs.covers(cfg) for cfg in plan.runs.values())
+        by_images = f"; {lacking} of {runs} runs' shapes not in it, priced by training " \
+            "images" if lacking else ""
+        (before, after), (h0, h1) = price.seconds, price.gpu_hours or (0.0, 0.0)
+        given = "" if price.gpu_hours is None else (
+            f"; +{h1 - h0:.3g} GPU-hours at execution.images_per_second ("
+            f"{'each bundle at its size' if plan.execution.by_bundle_size else 'one rate'}: "
+            f"{h0:.3g} -> {h1:.3g})")
+        print(f"{head}; price +{(after - before) / 3600:.3g} CPU-hours of one thread by the "
+              f"committed CPU cost table (fednorm.plan.costs{by_images}: {before / 3600:.3g} "
+              f"-> {after / 3600:.3g}, +{(after - before) / before:.0%})" + given)
+        return
+    rates = load_rates()
+    before = plan_price(plan, rates).parts["all"]
+    after = plan_price(with_one_more_seed(plan), rates).parts["all"]
+    print(f"{head}; price +{after.total - before.total:.3g} GPU-hours on one {rates.device} "
+          f"(training and evaluation: {before.total:.3g} -> {after.total:.3g})")
 
 
 def cmd_download(args: argparse.Namespace) -> int:

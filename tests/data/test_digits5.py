@@ -16,7 +16,6 @@ from PIL import Image
 from scipy.io import loadmat, savemat
 
 from fednorm.data.arrays import DatasetUnavailable
-from fednorm.inputs import InputError
 from fednorm.data.digits5 import (
     DOMAINS,
     FILES,
@@ -28,6 +27,7 @@ from fednorm.data.digits5 import (
     to_float,
     write_sample_archives,
 )
+from fednorm.inputs import InputError
 
 PER_CLASS = 3
 
