@@ -92,7 +92,7 @@ def train_bundle(
     cfgs: Sequence[RunConfig], data: Data, device: str | torch.device = "cpu",
     on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
     resume: ResumeStore | None = None, size: int | None = None,
-    precision: str = "float32", cuda_graph: str = "auto",
+    precision: str = "float32", cuda_graph: str = "off",
 ) -> list[TrainResult]:
     """Train the runs ``cfgs`` together; ``on_finish(i, result)`` is called the moment run i
     finishes (diverged, or at the last step). Returns the results in the order of ``cfgs``.
