@@ -1,4 +1,4 @@
-"""``make gpu-quick``: the quick DAG on a lent GPU at 8 seeds, and what it rests on, in one
+"""``make gpu-quick``: the quick DAG on a GPU at 8 seeds, and what it rests on, in one
 prepared command (``python -m fednorm.gpucheck.quick``; docs/speed.md, GPU check).
 
 Steps, each timed and recorded as ``make gpu-check``'s are (fednorm.gpucheck.steps: a failure
@@ -54,7 +54,7 @@ BUDGET_S = 420  # no step starts after this; benchmarks/gpu/run.sh stops everyth
 PROFILE = "workflow/profiles/gpu-quick"
 WHEELHOUSE = Path(".wheelhouse")  # make wheelhouse: the wheels for CPython 3.11 and 3.12
 NEEDED = {"snakemake": "snakemake", "mlxtend": "mlxtend"}  # import name -> pip name
-SUMMARY = Path("benchmarks/gpu/gpu_quick.json")
+SUMMARY = Path("results/gpu-quick/summary.json")  # outputs outside the tracked tree
 
 
 @dataclasses.dataclass(frozen=True)
