@@ -109,6 +109,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hours(x: float) -> str:
+    """Hours in three figures, without an exponent: 0.452, 15.8, 1,190."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _print_price(plan) -> None:
     """The plan's GPU-hours at the committed table of measured rates (fednorm.plan.prices):
     training, evaluation and the claims' second stage, each part, the device named, what rests
@@ -120,17 +125,17 @@ def _print_price(plan) -> None:
     every = parts["all"]
     print(f"GPU-hours on one {price.rates.label}, each run at its bundle's measured "
           f"images/s (src/fednorm/plan/gpu_rates.csv):")
-    print("  training: " + ", ".join(f"{p} {h.training:.3g}" for p, h in parts.items()
+    print("  training: " + ", ".join(f"{p} {_hours(h.training)}" for p, h in parts.items()
                                      if p != "all")
-          + f"; all {every.training:.3g} h, of which {every.assumed:.3g} h at assumed rates "
-          f"(shapes the table lacks, priced at its nearest measured shape)")
-    print(f"  evaluation: {every.evaluation:.3g} h (assumed: each test image a third of a "
+          + f"; all {_hours(every.training)} h, of which {_hours(every.assumed)} h at assumed "
+          f"rates (shapes the table lacks, priced at its nearest measured shape)")
+    print(f"  evaluation: {_hours(every.evaluation)} h (assumed: each test image a third of a "
           f"training image's time)")
     if plan.stage2:
         print(f"  claims' second stage, at most: {price.stage2:.3g} h (the tuned methods' "
-              f"fresh seeds {price.fresh.total:.3g} h, estimated at their first grid point, "
+              f"fresh seeds {_hours(price.fresh.total)} h, estimated at their first grid point, "
               f"plus its cap, {price.share:.0%} of the first stage's training)")
-    print(f"  total: {price.total:.3g} GPU-hours on one {price.rates.device}")
+    print(f"  total: {_hours(price.total)} GPU-hours on one {price.rates.device}")
 
 
 def _print_bundles(plan) -> None:
@@ -168,8 +173,9 @@ def _print_bundles(plan) -> None:
     rates = load_rates()
     before = plan_price(plan, rates).parts["all"]
     after = plan_price(with_one_more_seed(plan), rates).parts["all"]
-    print(f"{head}; price +{after.total - before.total:.3g} GPU-hours on one {rates.device} "
-          f"(training and evaluation: {before.total:.3g} -> {after.total:.3g})")
+    print(f"{head}; price +{_hours(after.total - before.total)} GPU-hours on one "
+          f"{rates.device} (training and evaluation: {_hours(before.total)} -> "
+          f"{_hours(after.total)})")
 
 
 def cmd_download(args: argparse.Namespace) -> int:
