@@ -65,7 +65,7 @@ class StreamedBatches(ClientBatches):
     and ``y`` (R, n*b). ``read_ahead`` (training): ``workers`` processes (torch's DataLoader)
     each decode a whole step, ``prefetch`` steps each, while the engine trains; a step requested out
     of order (calibration's step -1, a restart) starts the read-ahead again from it. Without
-    (the probe, requesting one step per evaluation point): the step requested is decoded alone, split
+    (the probe, one step per evaluation point): the step requested is decoded alone, split
     among the ``workers``, nothing beyond it. ``workers = 0`` decodes in the calling thread.
     """
 
