@@ -1,8 +1,9 @@
 # fednorm-repro. `make test` installs, lints (the code, then the workflow) and runs the tests;
 # `make quick` runs the whole pipeline on CPU, offline; `make hour` every paper's claims on
-# CIFAR-10 in one GPU-hour; `make figures` runs the paper scale (CIFAR-10, a GPU);
-# `make gpu-check` proves a lent GPU in one command and `make gpu-quick` runs the quick DAG on it
-# at 8 seeds, from the wheels of `make wheelhouse` (docs/speed.md, GPU check).
+# CIFAR-10 (about 16 H100-hours: `fednorm plan config/config.yaml config/hour.yaml` prices it);
+# `make figures` runs the paper scale (CIFAR-10, a GPU); on a GPU machine without network,
+# `bash benchmarks/gpu/run.sh OUT` measures the GPU and runs the quick DAG on it at 8 seeds,
+# from the wheels of `make wheelhouse` (docs/speed.md, GPU check).
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 CORES ?= 2
@@ -124,14 +125,15 @@ wheelhouse:
 	done
 	@du -sh $(WHEELHOUSE)
 
-# Issue 51's GPU script in one command, at most 9 minutes on one H100 or H200: Snakemake and
-# mlxtend from $(WHEELHOUSE), images/s at 1, 16 and 64 runs a bundle with the CUDA graph and
-# without and under each precision, 1, 2 and 4 jobs on the GPU, then the quick DAG on the real
-# digits at 8 seeds (workflow/profiles/gpu-quick): report.md and report.json in $(QUICK_OUT),
-# the numbers in $(QUICK_SUMMARY) (docs/speed.md, GPU check). `make gpu-quick DEVICE=cpu SMOKE=1
-# QUICK_OUT=dir QUICK_SUMMARY=file`: the same steps at tiny sizes on a CPU (tests/test_gpucheck_quick.py).
+# The quick DAG on a GPU at 8 seeds and what it rests on (fednorm.gpucheck.quick) in the
+# current Python: images/s at 1, 16 and 64 runs a bundle with the CUDA graph and without (and
+# whether the two end bit for bit equal) and under each precision, 1, 2 and 4 jobs on the GPU,
+# then the quick DAG (workflow/profiles/gpu-quick). On a GPU machine prefer
+# `bash benchmarks/gpu/run.sh OUT` (preflight, its own environment, everything under OUT).
+# `make gpu-quick DEVICE=cpu SMOKE=1 QUICK_OUT=dir QUICK_SUMMARY=file`: the same steps at tiny
+# sizes on a CPU (tests/test_gpucheck_quick.py).
 QUICK_OUT ?= results/gpu-quick
-QUICK_SUMMARY ?= benchmarks/gpu/gpu_quick.json
+QUICK_SUMMARY ?= $(QUICK_OUT)/summary.json
 GPU_QUICK_TIMEOUT ?= 560
 gpu-quick:
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} timeout $(GPU_QUICK_TIMEOUT) $(PYTHON) -m \

@@ -2,6 +2,7 @@
 test_notebooks.py, test_slurm.py; the .test/ DAG itself is conftest.py's session fixture
 ``tiny_dag``)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -18,9 +19,32 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-def snakemake(*args, cwd=ROOT):
+# A sitecustomize that makes `import torch` (and torchvision) fail, as on a login node
+# without PyTorch; not None in sys.modules, which SciPy's array-API checks would trip on
+BLOCK_TORCH = """\
+import sys
+
+
+class NoTorch:
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("torch", "torchvision"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+
+
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
+def env_without_torch(folder: Path) -> dict[str, str]:
+    """The environment of a subprocess in which PyTorch cannot be imported (BLOCK_TORCH in
+    ``folder``) and fednorm comes from this tree's src/."""
+    (folder / "sitecustomize.py").write_text(BLOCK_TORCH)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT / "src")])}
+
+
+def snakemake(*args, cwd=ROOT, env=None):
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env=env)
 
 
 def work_copy(tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dag import ROOT, env_without_torch
 
 from fednorm.cli import main
 from fednorm.inputs import InputError
@@ -174,3 +175,20 @@ def test_a_killed_run_resumes_from_its_directory_and_equals_one_never_stopped(ki
     for name in ("metrics.csv", "norm_error.csv", "dynamics.csv"):
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
     assert _without_timings(out / "run.json") == _without_timings(tmp_path / "whole" / "run.json")
+
+
+
+def test_python_m_fednorm_plans_without_torch(tmp_path):
+    """`python -m fednorm` is the command, and `plan` imports no PyTorch (a login node without
+    it): a sitecustomize that makes `import torch` fail does not stop it."""
+    env = env_without_torch(tmp_path)
+    assert subprocess.run([sys.executable, "-m", "fednorm", "--help"], env=env, cwd=ROOT,
+                          capture_output=True).returncode == 0
+    blocked = subprocess.run([sys.executable, "-c", "import torch"], env=env,
+                             capture_output=True, text=True)
+    assert "No module named 'torch'" in blocked.stderr  # the shim works
+    out = subprocess.run([sys.executable, "-m", "fednorm", "plan", "config/config.yaml",
+                          ".test/config.yaml"], env=env, cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"^\d+ distinct training runs in \d+ jobs", out.stdout, re.M)

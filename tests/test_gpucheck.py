@@ -98,7 +98,7 @@ def test_a_check_prices_the_hour_from_earlier_reports_at_each_parts_slowest_shap
     assert code == 0
     steps = {s["name"]: s for s in json.loads((out / "report.json").read_text())["steps"]}
     assert {n for n, s in steps.items() if s["status"] == "ok"} == {"environment", "gpu_hours"}
-    assert all(s["result"]["summary"] == "not asked for (--only)"
+    assert all(s["result"]["summary"] == "not requested (--only)"
                for n, s in steps.items() if n not in ("environment", "gpu_hours"))
     result = steps["gpu_hours"]["result"]
     want = {("cifar10", "fbn_cnn"): 9000.0, ("cifar10", "resnet20"): 3000.0,

@@ -80,8 +80,9 @@ def test_time_constants_leave_the_runs_of_methods_without_one_as_they_were():
 
 
 def test_a_revised_method_s_runs_get_new_ids_and_the_others_keep_theirs():
-    """Hybrid BN's own d per client changed what its defaults compute (revision 1): its runs'
-    ids change with it, so that no result of the shared d is reused for them."""
+    """Hybrid BN's own d per client (revision 1) and FedTAN's SGD restarted after its union
+    step (revision 1) changed what they compute: their runs' ids change with it, so that no
+    result of the old method is reused for them."""
     import hashlib
     import json
 

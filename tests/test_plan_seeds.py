@@ -26,7 +26,8 @@ STEP = {1: 0.1, 2: 0.16, 3: 0.21}  # a bundle's seconds a step at R runs
 def _config(seeds, size=3, rates=None, table=None):
     """bn at two heterogeneities (one bundle key), fbn at one, ``seeds`` each; a bundle cap
     of ``size``."""
-    execution = {"bundle_size": size, **({"images_per_second": rates} if rates else {})}
+    execution = {"device": "cpu", "bundle_size": size,
+                 **({"images_per_second": rates} if rates else {})}
     return {"run": RUN, "execution": execution,
             **({"stage2": {"step_costs": table}} if table else {}),
             "experiments": {
@@ -108,7 +109,7 @@ def test_the_price_of_one_more_seed_by_the_cost_model_and_a_rate_curve(tmp_path,
     line = next(x for x in out if x.startswith("one more seed"))
     assert line.startswith("one more seed of every setting: +3 runs, 2 -> 3 bundles "
                            "(median run's bundle then fbn_cnn 2)")
-    assert f"+{54 / 3600:.3g} modelled hours" in line
+    assert f"+{54 / 3600:.3g} CPU-hours of one thread by the committed CPU cost table" in line
     assert f"+{(hours[1] - hours[0]) / 3600:.3g} GPU-hours" in line
 
 

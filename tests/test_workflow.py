@@ -231,7 +231,8 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
                    "scenario", "seed", "step", "test_accuracy", "test_loss", "train_loss",
                    "status"):
         assert column in summary.columns
-    # .test/config.yaml's grids: FBN 42 (6 + 1 settings at six seeds) + 3 + 12 + 4; FixBN 8 (bn, gn x 2 splits x 2 E) + 4
+    # .test/config.yaml's grids: FBN 42 (6 + 1 settings at six seeds) + 3 + 12 + 4; FixBN 8
+    # (bn, gn x 2 splits x 2 E) + 4
     # fixed rounds (E = 4 is the epochs run) + 2 fixbn + 5 momentum (bn global, fixbn reset at
     # E = 1 and global) + 2 (fixbn local, centralized) + 4 Table 1
     # + 7 for the other analyses: fixbn on IID at E = 1, 4 normalizers of Table 4, GN with 4

@@ -9,6 +9,9 @@ fetches the dataset once; ``fednorm across-seeds A B`` compares two claims-in-wo
 of the same claims on disjoint seeds (fednorm.claims.across); ``fednorm prereg [--write]``
 checks the committed pre-registration against the tree, or rewrites it (fednorm.claims.prereg).
 
+PyTorch is imported by the commands that train or download only, so that ``fednorm plan`` (and
+the workflow's dry run) works on a login node without it.
+
 A bad configuration, a config file that is missing or not valid YAML, and an output folder that
 cannot be created are each one line on stderr and exit 2 (fednorm.inputs.user_errors); the
 option ``--debug`` of every command shows the traceback instead.
@@ -22,11 +25,8 @@ import sys
 from collections import Counter
 from collections.abc import Mapping
 
-import torch
-
 from fednorm.config import CHECKPOINT_MINUTES, DATA_WORKERS, ConfigError, run_config
-from fednorm.data.cifar import DatasetUnavailable
-from fednorm.inputs import read_yaml, user_errors, writable_folder
+from fednorm.inputs import DatasetUnavailable, read_yaml, user_errors, writable_folder
 
 
 def _load_yaml(path: str) -> dict:
@@ -36,6 +36,8 @@ def _load_yaml(path: str) -> dict:
 def cmd_run(args: argparse.Namespace) -> int:
     """Train one run; stopped by SIGTERM or SIGUSR1, it saves its state in DIR and exits
     128 + the signal's number, and the same command run again continues from there."""
+    import torch
+
     from fednorm.fl.resume import Interrupted
     from fednorm.run import train_and_evaluate
 
@@ -48,7 +50,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--data-workers has value {args.data_workers}; allowed: an "
                           "integer >= 0 (0: decode in the training process)")
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # progress lines
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     try:
         status = train_and_evaluate(cfg, args.out, data_dir=args.data_dir, device=args.device,
                                     checkpoint_minutes=args.checkpoint_minutes,
@@ -76,8 +79,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     given = args.images_per_second or plan.execution.images_per_second
     if given and not args.images_per_second and plan.execution.by_bundle_size:
         hours = plan.gpu_hours_in_bundles(plan.execution.rate)
-        print("GPU-hours in its own bundles, each at its bundle size's images/s "
-              "(execution.images_per_second's curves; training images only): "
+        print("GPU-hours at execution.images_per_second (given, not the table's), each "
+              "bundle at its size's rate, training images only: "
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
     elif given:
@@ -86,10 +89,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         hours = plan.gpu_hours(rate)
         rates = f"{given:,.0f}" if not isinstance(given, Mapping) else ", ".join(
             f"{'/'.join(p)} {rate(p):,.0f}" for p in plan.images_by_part())
-        print(f"GPU-hours at {rates} images/s (training images only; a small bundle trains "
-              f"slower: make gpu-check prices each bundle at its size): "
+        print(f"GPU-hours at {rates} images/s (given, not measured; training images only, "
+              f"every bundle at one rate): "
               + ", ".join(f"{part} {h:.3g}" for part, h in hours.items() if part != "all")
               + f"; all {hours['all']:.3g} (each run once)")
+    if plan.execution.device != "cpu":
+        _print_price(plan)
     _print_bundles(plan)
     if plan.stage2:
         print(f"claims' second stage (a checkpoint): the claims at tuned values on the fresh "
@@ -104,11 +109,43 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hours(x: float) -> str:
+    """Hours in three figures, without an exponent: 0.452, 15.8, 1,190."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _print_price(plan) -> None:
+    """The plan's GPU-hours at the committed table of measured rates (fednorm.plan.prices):
+    training, evaluation and the claims' second stage, each part, the device named, what rests
+    on assumed rates said."""
+    from fednorm.plan.prices import plan_price
+
+    price = plan_price(plan)
+    parts = price.parts
+    every = parts["all"]
+    print(f"GPU-hours on one {price.rates.label}, each run at its bundle's measured "
+          f"images/s (src/fednorm/plan/gpu_rates.csv):")
+    print("  training: " + ", ".join(f"{p} {_hours(h.training)}" for p, h in parts.items()
+                                     if p != "all")
+          + f"; all {_hours(every.training)} h, of which {_hours(every.assumed)} h at assumed "
+          f"rates (shapes the table lacks, priced at its nearest measured shape)")
+    print(f"  evaluation: {_hours(every.evaluation)} h (assumed: each test image a third of a "
+          f"training image's time)")
+    if plan.stage2:
+        print(f"  claims' second stage, at most: {price.stage2:.3g} h (the tuned methods' "
+              f"fresh seeds {_hours(price.fresh.total)} h, estimated at their first grid point, "
+              f"plus its cap, {price.share:.0%} of the first stage's training)")
+    print(f"  total: {_hours(price.total)} GPU-hours on one {price.rates.device}")
+
+
 def _print_bundles(plan) -> None:
     """How full the plan's bundles are (each model's median run's bundle size) and what one
-    more seed of every setting costs (fednorm.plan.seeds): modelled hours by the cost model,
-    GPU-hours at execution.images_per_second when the config gives it."""
+    more seed of every setting costs (fednorm.plan.seeds): on a CPU plan in modelled CPU-hours
+    by the committed CPU cost table (fednorm.plan.costs), on a GPU plan in GPU-hours at the
+    committed table of measured rates (fednorm.plan.prices)."""
     from fednorm.plan import seed_price
+    from fednorm.plan.prices import load_rates, plan_price
+    from fednorm.plan.seeds import with_one_more_seed
 
     price = seed_price(plan)
     (runs, more_runs), (packed, more_packed) = price.runs, price.bundles
@@ -116,21 +153,29 @@ def _print_bundles(plan) -> None:
     print(f"median run's bundle size (runs of one model, cap "
           f"{plan.execution.planned_bundle_size}): " + ", ".join(
               f"{model} {r} ({counts[model]} runs)" for model, r in price.medians[0].items()))
-    costs = plan.step_costs()
-    lacking = sum(not costs.covers(cfg) for cfg in plan.runs.values())
-    by_images = f"; {lacking} of {runs} runs' shapes not in it, priced by training images" \
-        if lacking else ""
-    (before, after), (h0, h1) = price.seconds, price.gpu_hours or (0.0, 0.0)
-    hours = "" if price.gpu_hours is None else (
-        f"; +{h1 - h0:.3g} GPU-hours at execution.images_per_second ("
-        f"{'each bundle at its size' if plan.execution.by_bundle_size else 'one rate'}: "
-        f"{h0:.3g} -> {h1:.3g})")
-    print(f"one more seed of every setting: +{more_runs - runs} runs, {packed} -> {more_packed} "
-          f"bundles (median run's bundle then "
-          + ", ".join(f"{model} {r}" for model, r in price.medians[1].items())
-          + f"); price +{(after - before) / 3600:.3g} modelled hours by fednorm.plan.costs (its "
-          f"table's machine{by_images}: {before / 3600:.3g} -> {after / 3600:.3g}, "
-          f"+{(after - before) / before:.0%})" + hours)
+    head = (f"one more seed of every setting: +{more_runs - runs} runs, {packed} -> "
+            f"{more_packed} bundles (median run's bundle then "
+            + ", ".join(f"{model} {r}" for model, r in price.medians[1].items()) + ")")
+    if plan.execution.device == "cpu":
+        costs = plan.step_costs()
+        lacking = sum(not costs.covers(cfg) for cfg in plan.runs.values())
+        by_images = f"; {lacking} of {runs} runs' shapes not in it, priced by training " \
+            "images" if lacking else ""
+        (before, after), (h0, h1) = price.seconds, price.gpu_hours or (0.0, 0.0)
+        given = "" if price.gpu_hours is None else (
+            f"; +{h1 - h0:.3g} GPU-hours at execution.images_per_second ("
+            f"{'each bundle at its size' if plan.execution.by_bundle_size else 'one rate'}: "
+            f"{h0:.3g} -> {h1:.3g})")
+        print(f"{head}; price +{(after - before) / 3600:.3g} CPU-hours of one thread by the "
+              f"committed CPU cost table (fednorm.plan.costs{by_images}: {before / 3600:.3g} "
+              f"-> {after / 3600:.3g}, +{(after - before) / before:.0%})" + given)
+        return
+    rates = load_rates()
+    before = plan_price(plan, rates).parts["all"]
+    after = plan_price(with_one_more_seed(plan), rates).parts["all"]
+    print(f"{head}; price +{_hours(after.total - before.total)} GPU-hours on one "
+          f"{rates.device} (training and evaluation: {_hours(before.total)} -> "
+          f"{_hours(after.total)})")
 
 
 def cmd_download(args: argparse.Namespace) -> int:
@@ -184,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", required=True, help="directory for metrics.csv and run.json")
     run.add_argument("--data-dir", default="data", help="CIFAR-10 cache directory")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    run.add_argument("--threads", type=int, default=torch.get_num_threads())
+    run.add_argument("--threads", type=int, default=None,
+                     help="CPU threads (default: PyTorch's own choice)")
     run.add_argument("--checkpoint-minutes", type=float, default=CHECKPOINT_MINUTES,
                      help="minutes between saves of the run's state to DIR/resume.pt "
                      "(also saved on SIGTERM and SIGUSR1; run again to resume)")

@@ -24,6 +24,11 @@ DEBUG_VARIABLE = "FEDNORM_DEBUG"  # set (to anything but '' or 0): keep the trac
 USAGE_EXIT = 2  # a bad configuration, file or folder: what the user must change
 
 
+class DatasetUnavailable(RuntimeError):
+    """A dataset is not on disk (or its package is missing) and cannot be had here; the message
+    says what to do (raised by fednorm.data's loaders)."""
+
+
 class InputError(ValueError):
     """A file or folder the user named cannot be read, parsed or written. The message names
     the path (with the YAML line and column where they apply) and what to do."""
@@ -84,6 +89,24 @@ def writable_folder(path: str | os.PathLike[str], option: str) -> Path:
         raise InputError(f"{option} {path}: this folder cannot be written (permission "
                          f"denied); pass a folder that you can write")
     return folder
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike[str], what: str, fix: str) -> Iterator[None]:
+    """Around the code that reads one input file: whatever a malformed file makes it raise (a
+    truncated archive, a wrong count, an HTML page saved under the file's name, a short line)
+    becomes one InputError line naming ``what`` and ``path``, the problem, and ``fix`` (what to
+    do); errors that already name their file (InputError, DatasetUnavailable) pass as
+    raised."""
+    try:
+        yield
+    except (InputError, DatasetUnavailable):
+        raise
+    except Exception as err:
+        problem = (_os_problem(err) if isinstance(err, OSError) and not str(err).strip()
+                   else " ".join(str(err).split()) or type(err).__name__)
+        raise InputError(f"{what} {path} cannot be read ({type(err).__name__}: {problem}); "
+                         f"{fix}") from err
 
 
 def debugging() -> bool:

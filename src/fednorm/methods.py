@@ -219,7 +219,9 @@ METHODS: tuple[Method, ...] = (
            # the union statistics in every local step (the paper's description) or in the
            # first of each round only, the other steps naive BN (the authors' code)
            keys=(Key("fedtan_union", "every_step", OneOf(("every_step", "first_step")), "str",
-                     "FedTAN's union statistics in every local step, or the first of a round"),)),
+                     "FedTAN's union statistics in every local step, or the first of a round"),),
+           # 1: under first_step, SGD restarts after the union step (the authors' code)
+           revision=1),
     Method("fedbn", Look("FedBN", "#e377c2", "h", (0, (1, 2))), personal=("stats", "affine"),
            paper="FedBN: Li, Jiang, Zhang, Kamp, Dou, ICLR 2021, arXiv 2102.07623"),
     Method("silobn", Look("SiloBN", "#8c564b", "p", (0, (3, 2))), personal=("stats",)),

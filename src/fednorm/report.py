@@ -26,9 +26,10 @@ from fednorm.claims import PAPERS, WORDS_NAME, Claim, Claims, config_text, selec
 from fednorm.claims.words import Words, planned_runs
 from fednorm.config import FIELDS, RunConfig, ToyConfig
 from fednorm.plan import TABLE_KINDS, TOY_FIGURES, Figure, Plan
+from fednorm.plan import TOY_ERROR_SCHEMES as ERROR_SCHEMES
+from fednorm.plan import TOY_SCATTER_FIGURES as SCATTER_FIGURES
 from fednorm.results import in_experiments
 from fednorm.summarize import config_columns
-from fednorm.toy import ERROR_SCHEMES, SCATTER_FIGURES
 
 # The report's categories: a folder of figures -> its paper (another folder: its own name).
 CATEGORIES = {"fbn": "FBN", "fixbn": "FixBN", "fedtan": "FedTAN", "compare": "All methods"}

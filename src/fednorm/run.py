@@ -116,7 +116,7 @@ def train_bundle(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
     data_dir: str | Path = "data", device: str = "auto", resume_file: str | Path | None = None,
     checkpoint_minutes: float = CHECKPOINT_MINUTES, together: str | None = None,
-    data_workers: int = DATA_WORKERS, precision: str = "float32", cuda_graph: str = "auto",
+    data_workers: int = DATA_WORKERS, precision: str = "float32", cuda_graph: str = "off",
     jobs_per_gpu: int = 1,
 ) -> list[str]:
     """Train the runs of one bundle together (:func:`fednorm.fl.train.train_bundle`) and write

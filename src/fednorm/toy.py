@@ -38,6 +38,8 @@ from fednorm.config import ToyConfig, run_config
 from fednorm.data.partition import gamma_similarity
 from fednorm.fl.engine import commit_stats
 from fednorm.norms import FedBatchNorm2d, Normalizer, NormContext, norm_context, normalizer_for
+from fednorm.plan import TOY_ERROR_SCHEMES as ERROR_SCHEMES
+from fednorm.plan import TOY_SCATTER_FIGURES as SCATTER_FIGURES
 from fednorm.plots.scatter import error_figure, toy_figure
 
 SCHEMES = ("central", "bn", "fbn", "fixbn")
@@ -180,15 +182,6 @@ def points_table(result: ToyResult, round: int) -> pd.DataFrame:
         for stage, xy in stages.items()
     ]
     return pd.concat(frames, ignore_index=True)
-
-
-SCATTER_FIGURES = {  # stem -> (scheme, title)
-    "fig1a": ("central", "Centralized BN"),
-    "fig1b": ("bn", "Naive BN, γ = 0"),
-    "fig2a": ("fbn", "FBN, γ = 0"),
-    "fig2b": ("fixbn", "FixBN, γ = 0"),
-}
-ERROR_SCHEMES = ("fbn", "fixbn", "bn")
 
 
 def make_toy_figures(cfg: ToyConfig, out_dir: Path, gammas: Sequence[float] = (0, 0.1, 0.5, 1),

@@ -27,6 +27,7 @@ from fednorm.data.digits5 import (
     to_float,
     write_sample_archives,
 )
+from fednorm.inputs import InputError
 
 PER_CLASS = 3
 
@@ -43,7 +44,8 @@ def test_each_reader_gives_back_the_images_and_digits_written(sample, domain, sp
     root, written = sample
     x, y = read_domain(root, domain, split)
     images, digits = written[domain][split]
-    side = {"mnist": 28, "svhn": 32, "usps": 16, "synthdigits": 32, "mnistm": 28}[domain]
+    # as published: MNIST-M's PNGs are 32×32 (Ganin's mnist_m.tar.gz), MNIST's 28×28
+    side = {"mnist": 28, "svhn": 32, "usps": 16, "synthdigits": 32, "mnistm": 32}[domain]
     assert x.shape == (10 * PER_CLASS, 3, side, side) and x.dtype == torch.uint8
     assert y.dtype == torch.int64 and torch.equal(y, torch.from_numpy(digits))
     assert digits.tolist() != sorted(digits.tolist())  # file order kept, not sorted by label
@@ -193,3 +195,85 @@ def test_what_a_copy_cannot_give_is_an_error_naming_the_key(sample):
         load_digits5(root, ("mnist",), n_train=31)
     with pytest.raises(ValueError, match=r"key 'domains' .*\['mnist_m'\] are not"):
         load_digits5(root, ("mnist", "mnist_m"))
+
+
+def _truncated_gzip(root):
+    path = root / FILES["mnist"]["train"][0]
+    path.write_bytes(path.read_bytes()[:100])
+    return "mnist", path, "EOFError"
+
+
+def _idx_count_wrong(root):
+    path = root / FILES["mnist"]["train"][0]
+    data = gzip.decompress(path.read_bytes())
+    path.write_bytes(gzip.compress(data[:4] + struct.pack(">I", 99) + data[8:]))
+    return "mnist", path, "99"
+
+
+def _idx_counts_differ(root):
+    path = root / FILES["mnist"]["train"][1]
+    data = gzip.decompress(path.read_bytes())
+    path.write_bytes(gzip.compress(struct.pack(">II", 2049, 9) + data[8:17]))
+    return "mnist", path, "30 images and"
+
+
+def _html_as_mat(root):
+    path = root / FILES["svhn"]["train"][0]
+    path.write_text("<!DOCTYPE html><html><body>Not Found</body></html>\n")
+    return "svhn", path, "cannot be read"
+
+
+def _mat_without_x(root):
+    path = root / FILES["synthdigits"]["train"][0]
+    savemat(path, {"images": np.zeros((2, 2), np.uint8), "y": np.zeros((1, 1), np.uint8)})
+    return "synthdigits", path, "KeyError"
+
+
+def _short_usps_line(root):
+    path = root / FILES["usps"]["train"][0]
+    lines = bz2.decompress(path.read_bytes()).decode().splitlines()
+    lines[3] = " ".join(lines[3].split()[:100])
+    path.write_bytes(bz2.compress(("\n".join(lines) + "\n").encode()))
+    return "usps", path, "cannot be read"
+
+
+def _label_without_digit(root):
+    path = root / FILES["mnistm"]["train"][0]
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2].split()[0]
+    path.write_text("\n".join(lines) + "\n")
+    return "mnistm", path, "line 3"
+
+
+def _png_not_an_image(root):
+    folder = root / FILES["mnistm"]["train"][1]
+    path = sorted(folder.iterdir())[1]
+    path.write_text("<html>moved</html>")
+    return "mnistm", path, "UnidentifiedImageError"
+
+
+@pytest.mark.parametrize("damage", [
+    _truncated_gzip, _idx_count_wrong, _idx_counts_differ, _html_as_mat, _mat_without_x,
+    _short_usps_line, _label_without_digit, _png_not_an_image])
+def test_a_malformed_file_is_one_line_naming_it(tmp_path, damage):
+    """A damaged copy of a published file (each as a download cut short, a page saved in its
+    place or a hand edit leaves it) is one line: the domain, the file, what is wrong, and
+    where to get the published one."""
+    write_sample_archives(tmp_path, per_class=3)
+    domain, path, problem = damage(tmp_path)
+    with pytest.raises(InputError) as info:
+        read_domain(tmp_path, domain, "train")
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and problem in message
+    assert f"Digits-Five domain '{domain}'" in message and "to fix" in message
+
+
+def test_a_damaged_dataset_cache_is_one_line_naming_it(tmp_path):
+    """A decoded cache cut short (a full disk) is one line naming it and saying to delete it."""
+    from fednorm.data.cifar import CACHE_NAME, load_cifar10
+
+    (tmp_path / CACHE_NAME).write_bytes(b"PK\x03\x04 cut short")
+    with pytest.raises(InputError, match=f"dataset cache {tmp_path / CACHE_NAME} cannot be "
+                       "read .*; to fix: delete it") as info:
+        load_cifar10(tmp_path, download=False)
+    assert "\n" not in str(info.value)

@@ -176,45 +176,59 @@ def test_fedtan_runs_in_a_bundle_train_as_alone():
         assert_same_state(got.model, train(cfg, DATA).model, tol=1e-9)
 
 
-def test_first_step_fedtan_is_the_authors_round():
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_first_step_fedtan_is_the_authors_round(momentum):
     """``fedtan_union: first_step`` (wangyanmeng/FedTAN): one step of union BN through each
     client's weights from the global model, E - 1 steps of naive BN on each client's batch,
-    then the server averages weights and running statistics. Plain SGD, written per client."""
-    cfg = tiny(dropout=0.0, local_steps=3, steps=3, momentum=0.0, weight_decay=0.0,
-               fedtan_union="first_step", heterogeneity=0.0)
+    then the server averages weights and running statistics; two rounds. The optimizer as the
+    authors' code builds it: a fresh torch.optim.SGD (momentum 0.9, weight decay) for the
+    union step, and a fresh one per client for the E - 1 steps after it (their FedTAN.py line
+    203), so step 2's momentum restarts from its own gradient. Written per client."""
+    E = 3
+    cfg = tiny(dropout=0.0, local_steps=E, steps=2 * E, momentum=momentum,
+               momentum_convention="pytorch", weight_decay=1e-3 if momentum else 0.0,
+               client_momentum="reset", fedtan_union="first_step", heterogeneity=0.0)
     torch.manual_seed(0)
     model = build_model(cfg, 10).double()
     reference = copy.deepcopy(model)
     parts = [torch.arange(i * 20, (i + 1) * 20) for i in range(N)]
     batches = training_batches([cfg], DATA, [parts])
     trainer = make_trainer([cfg], [model], normalizer_for(cfg), batches)
-    trainer.round(0)
-    clients = [copy.deepcopy(reference) for _ in range(N)]
-    for c in clients:
-        bn_layers(c)  # each layer's key: its name, where its reports go
-    for t in range(3):
-        x, y = (v[0] for v in batches.sample(t))
-        xs, ys = list(x.split(B)), list(y.split(B))
-        if t == 0:
-            loss, _ = _reference_loss(clients, xs, ys, cfg.bn_eps, momentum=cfg.bn_momentum)
-            params = [p for c in clients for p in c.parameters()]
-            with torch.no_grad():
-                for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
-                    p.sub_(cfg.lr[0] * g)
-            continue
-        for client, xb, yb in zip(clients, xs, ys, strict=True):
-            ctx = NormContext(BatchStats(), 1, N, cfg.bn_momentum)
-            with norm_context(ctx):
-                loss = F.nll_loss(client(xb), yb)
-            grads = torch.autograd.grad(loss, list(client.parameters()))
-            with torch.no_grad():
-                for p, g in zip(client.parameters(), grads, strict=True):
-                    p.sub_(cfg.lr[0] * g)
-                for layer in bn_layers(client):
-                    layer.running_mean.copy_(ctx.reports[layer.key].mean[0])
-                    layer.running_var.copy_(ctx.reports[layer.key].var[0])
-    states = [c.state_dict() for c in clients]
-    reference.load_state_dict({k: torch.stack([s[k] for s in states]).mean(0) for k in states[0]})
-    assert_same_state(model, reference, tol=1e-10)
+    bn_layers(reference)  # each layer's key: its name, where its reports go
+
+    def sgd(params):
+        return torch.optim.SGD(params, lr=cfg.lr[0], momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay)
+
+    def step(optimizer, params, loss):
+        for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+            p.grad = g
+        optimizer.step()
+
+    for first in range(0, 2 * E, E):
+        trainer.round(first)
+        clients = [copy.deepcopy(reference) for _ in range(N)]
+        for t in range(first, first + E):
+            x, y = (v[0] for v in batches.sample(t))
+            xs, ys = list(x.split(B)), list(y.split(B))
+            if t == first:
+                loss, _ = _reference_loss(clients, xs, ys, cfg.bn_eps, momentum=cfg.bn_momentum)
+                params = [p for c in clients for p in c.parameters()]
+                step(sgd(params), params, loss)
+                optimizers = [sgd(c.parameters()) for c in clients]  # fresh after the union
+                continue
+            for client, optimizer, xb, yb in zip(clients, optimizers, xs, ys, strict=True):
+                ctx = NormContext(BatchStats(), 1, N, cfg.bn_momentum)
+                with norm_context(ctx):
+                    loss = F.nll_loss(client(xb), yb)
+                step(optimizer, list(client.parameters()), loss)
+                with torch.no_grad():
+                    for layer in bn_layers(client):
+                        layer.running_mean.copy_(ctx.reports[layer.key].mean[0])
+                        layer.running_var.copy_(ctx.reports[layer.key].var[0])
+        states = [c.state_dict() for c in clients]
+        reference.load_state_dict({k: torch.stack([s[k] for s in states]).mean(0)
+                                   for k in states[0]})
+        assert_same_state(model, reference, tol=1e-10)
     layers = len(bn_layers(model))
     assert trainer.communication_rounds(6) == 2 * (3 * layers + 1)  # two rounds of E = 3

@@ -103,7 +103,7 @@ def test_float32_is_bit_equal_to_no_precision_key(tmp_path):
             assert (tmp_path / a / name).read_bytes() == (tmp_path / b / name).read_bytes()
     math = json.loads((tmp_path / "b0/run.json").read_text())["math"]
     assert math == {"precision": "float32", "matmul_tf32": False, "cudnn_tf32": False,
-                    "autocast": None, "cuda_graph": "auto"}
+                    "autocast": None, "cuda_graph": "off"}
 
 
 def test_bf16_is_recorded_and_its_metrics_differ(tmp_path):
@@ -140,9 +140,11 @@ def test_a_bad_execution_value_names_the_key_and_what_is_allowed(key, value, all
     assert f"execution: key '{key}' has value {value!r}; allowed: {allowed}" in str(err.value)
 
 
-def test_the_defaults_are_float32_a_graph_when_possible_and_one_job_a_gpu():
+def test_the_defaults_are_float32_eager_and_one_job_a_gpu():
+    """cuda_graph off until a GPU run shows the graphed step equal to the eager one bit for
+    bit (benchmarks/gpu/run.sh measures it)."""
     execution = load_execution({})
-    assert execution.job_keys == {"precision": "float32", "cuda_graph": "auto",
+    assert execution.job_keys == {"precision": "float32", "cuda_graph": "off",
                                   "jobs_per_gpu": 1}
     with pytest.raises(ValueError, match="precision 'fp16'; allowed: one of"):
         train_bundle([small()], DATA, precision="fp16")

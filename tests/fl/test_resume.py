@@ -214,7 +214,7 @@ def test_saves_come_at_the_interval_only(tmp_path, monkeypatch):
         ResumeStore(tmp_path / "c.pt", every_s=0)
 
 
-def test_runs_not_asked_for_any_more_leave_the_others_their_resume_point(tmp_path, caplog):
+def test_runs_no_longer_requested_leave_the_others_their_resume_point(tmp_path, caplog):
     """Saved while three runs trained; one of them finished before the kill (its files exist,
     so the job run again asks for the other two): those two continue from the save, each as
     the uninterrupted bundle computed it. A bundle of two sums in another order than one of
@@ -231,7 +231,7 @@ def test_runs_not_asked_for_any_more_leave_the_others_their_resume_point(tmp_pat
     for g, w in zip(got, [want[0], want[2]], strict=True):
         assert_same_run(g, w)
     messages = [r.getMessage() for r in caplog.records]
-    assert any("1 of its runs still training are not asked for" in m for m in messages)
+    assert any("1 of its runs still training are not requested" in m for m in messages)
     assert any(m.startswith("resumed at step 4 of 8 (2 runs training)") for m in messages)
     assert not any("refused" in m for m in messages) and not path.exists()
 

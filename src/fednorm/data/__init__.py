@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fednorm.config import DATA_WORKERS, RunConfig
-from fednorm.data.arrays import Arrays, DatasetUnavailable
+from fednorm.inputs import DatasetUnavailable
 
 if TYPE_CHECKING:
+    from fednorm.data.arrays import Arrays
     from fednorm.data.imagenet import StreamedImages
 
 __all__ = ["CACHES", "Arrays", "DatasetUnavailable", "load_dataset", "write_cache"]
@@ -18,6 +19,16 @@ __all__ = ["CACHES", "Arrays", "DatasetUnavailable", "load_dataset", "write_cach
 # data rules, or by the first run that needs it), and that file's name; the others are generated.
 CACHES = {"cifar10": "cifar10_uint8.pt", "mnist5k": "mnist5k_uint8.pt",
           "tinyimagenet": "tinyimagenet_uint8.pt"}
+
+
+def __getattr__(name: str):
+    """``Arrays`` imported on first use: the workflow reads CACHES at parse time, where PyTorch
+    need not be installed (a login node's dry run)."""
+    if name == "Arrays":
+        from fednorm.data.arrays import Arrays
+
+        return Arrays
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def write_cache(dataset: str, root: str | Path) -> Path:

@@ -5,15 +5,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import torch
 from torch import Tensor
 
+from fednorm.inputs import DatasetUnavailable, reading  # re-exported: the loaders raise it
 
-class DatasetUnavailable(RuntimeError):
-    """A dataset is not on disk (or its package is missing) and cannot be had here; the message
-    says what to do."""
+__all__ = ["Arrays", "DatasetUnavailable", "cache_reading"]
+
+
+def cache_reading(cache: Path):
+    """Around the read of a dataset's decoded cache file: a damaged one (cut short by a full
+    disk, another file under its name) is one line naming it and saying to delete it."""
+    return reading(cache, "dataset cache", "to fix: delete it; the next run that needs it "
+                   "writes it again from the dataset's files")
 
 
 @dataclass(frozen=True)

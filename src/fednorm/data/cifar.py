@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fednorm.data.arrays import Arrays, DatasetUnavailable
+from fednorm.data.arrays import Arrays, DatasetUnavailable, cache_reading
 from fednorm.io import atomic_path
 
 ARCHIVE_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -93,7 +93,8 @@ def load_cifar10(root: str | Path, download: bool = True) -> Arrays:
     cache = Path(root) / CACHE_NAME
     if not cache.exists():
         cache_cifar10(root, download)
-    tensors = torch.load(cache, weights_only=True)
+    with cache_reading(cache):
+        tensors = torch.load(cache, weights_only=True)
     return Arrays(
         train_x=to_float(tensors["train_x"]),
         train_y=tensors["train_y"],

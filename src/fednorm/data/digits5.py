@@ -27,13 +27,15 @@ the files its authors publish, at the paths of FILES under one data folder ``roo
   preprocessing (utils/data_preprocess.py, process_synth) keeps them as stored while it maps
   SVHN's 10 to 0, and trains a 10-class model on both. A 10 in this file is an error, not a 0.
 - ``mnistm``: ``mnist_m/`` as ``mnist_m.tar.gz`` unpacks (Ganin et al. 2016, JMLR,
-  http://yaroslav.ganin.net/): ``mnist_m_{train,test}/`` of 28×28 RGB PNG files and
+  http://yaroslav.ganin.net/): ``mnist_m_{train,test}/`` of 32×32 RGB PNG files and
   ``mnist_m_{train,test}_labels.txt``, one line ``<file name> <digit>`` per image. Decoded with
   PIL, in the order of the labels file.
 
 Every reader returns uint8 images (N, 3, H, W), grey replicated to the three channels, and
-int64 digits 0-9, in file order; a label outside the file's convention is an error naming the
-file. What a run sees (:func:`load_digits5`):
+int64 digits 0-9, in file order. A malformed file (truncated, a wrong count, a page saved
+under its name, a short line, a label outside the file's convention) is one line naming it
+(fednorm.inputs.InputError); a missing one, DatasetUnavailable naming it and its source. What
+a run sees (:func:`load_digits5`):
 
 - the published train and test splits (FedBN instead pools each domain's two splits and draws
   its own stratified 80/20 split; its clients then train on 743 images each, 10% of USPS's
@@ -60,6 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fednorm.data.arrays import Arrays, DatasetUnavailable
+from fednorm.inputs import InputError, reading
 from fednorm.metrics import DIGITS5_DOMAINS
 
 DOMAINS = DIGITS5_DOMAINS  # the names the configuration checks (fednorm.metrics)
@@ -104,12 +107,19 @@ def _require(root: str | Path, domain: str, split: str) -> list[Path]:
     return paths
 
 
+def _reading(path: Path, domain: str):
+    """Around the read of one of ``domain``'s files: a malformed file is one line naming it
+    and where to get the published one (fednorm.inputs.reading)."""
+    return reading(path, f"Digits-Five domain '{domain}': file", f"to fix: replace it with the "
+                   f"published file (source: {SOURCES[domain]}), then re-run")
+
+
 def _labels(raw: object, allowed: range, where: Path) -> Tensor:
     """``raw`` labels as a flat int64 tensor, each checked to lie in ``allowed`` (the file's
-    convention); a ValueError naming the file otherwise."""
+    convention); an InputError naming the file otherwise."""
     y = torch.as_tensor(np.asarray(raw), dtype=torch.int64).flatten()
     if len(y) and (int(y.min()) < allowed.start or int(y.max()) >= allowed.stop):
-        raise ValueError(f"{where}: labels range over {int(y.min())}..{int(y.max())}; allowed: "
+        raise InputError(f"{where}: labels range over {int(y.min())}..{int(y.max())}; allowed: "
                          f"{allowed.start}..{allowed.stop - 1}, this file's convention")
     return y
 
@@ -127,31 +137,42 @@ def read_mnist(root: str | Path, split: str) -> tuple[Tensor, Tensor]:
 
     images, labels = _require(root, "mnist", split)
     with tempfile.TemporaryDirectory() as tmp:
-        x = read_image_file(extract_archive(images, tmp))
-        y = read_label_file(extract_archive(labels, tmp))
+        with _reading(images, "mnist"):
+            x = read_image_file(extract_archive(images, tmp))
+        with _reading(labels, "mnist"):
+            y = read_label_file(extract_archive(labels, tmp))
+    if len(x) != len(y):
+        raise InputError(f"Digits-Five domain 'mnist': {images} holds {len(x)} images and "
+                         f"{labels} {len(y)} labels; to fix: replace them with the published "
+                         f"files (source: {SOURCES['mnist']}), then re-run")
     return _rgb(x), _labels(y, range(10), labels)
 
 
-def _read_mat(path: Path) -> tuple[Tensor, np.ndarray]:
+def _read_mat(path: Path, domain: str) -> tuple[Tensor, np.ndarray]:
     """SVHN's .mat layout: ``X`` (32, 32, 3, N) -> uint8 (N, 3, 32, 32); ``y`` as stored."""
     from scipy.io import loadmat
 
-    mat = loadmat(path)
-    x = np.ascontiguousarray(mat["X"].transpose(3, 2, 0, 1))  # (row, col, channel, image)
-    return torch.from_numpy(x), mat["y"]
+    with _reading(path, domain):
+        mat = loadmat(path)
+        x, y = mat["X"], mat["y"]
+        if x.dtype != np.uint8 or x.ndim != 4 or x.shape[2] != 3 or y.size != x.shape[3]:
+            raise ValueError(f"X has shape {x.shape} and type {x.dtype}, y {y.size} labels; "
+                             f"expected X uint8 (32, 32, 3, N) and N labels")
+    x = np.ascontiguousarray(x.transpose(3, 2, 0, 1))  # (row, col, channel, image)
+    return torch.from_numpy(x), y
 
 
 def read_svhn(root: str | Path, split: str) -> tuple[Tensor, Tensor]:
     """SVHN's .mat file; its label 10 (the digit 0) becomes 0."""
     (path,) = _require(root, "svhn", split)
-    x, y = _read_mat(path)
+    x, y = _read_mat(path, "svhn")
     return x, _labels(y, range(1, 11), path) % 10
 
 
 def read_synthdigits(root: str | Path, split: str) -> tuple[Tensor, Tensor]:
     """SynthDigits' .mat file, SVHN's layout with the digits 0-9 as labels."""
     (path,) = _require(root, "synthdigits", split)
-    x, y = _read_mat(path)
+    x, y = _read_mat(path, "synthdigits")
     return x, _labels(y, range(10), path)
 
 
@@ -161,7 +182,8 @@ def read_usps(root: str | Path, split: str) -> tuple[Tensor, Tensor]:
     from torchvision.datasets import USPS
 
     (path,) = _require(root, "usps", split)
-    data = USPS(path.parent, train=split == "train")
+    with _reading(path, "usps"):
+        data = USPS(path.parent, train=split == "train")
     return _rgb(torch.from_numpy(data.data)), _labels(data.targets, range(10), path)
 
 
@@ -170,13 +192,29 @@ def read_mnistm(root: str | Path, split: str) -> tuple[Tensor, Tensor]:
     from PIL import Image  # torchvision's dependency; imported here to keep `import fednorm` light
 
     labels, folder = _require(root, "mnistm", split)
-    rows = [line.split() for line in labels.read_text().splitlines() if line.strip()]
+    with _reading(labels, "mnistm"):
+        lines = labels.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        fields = line.split()
+        if fields and (len(fields) != 2 or not fields[1].isdigit()):
+            raise InputError(f"Digits-Five domain 'mnistm': file {labels} line {number} is "
+                             f"{line.strip()!r}; expected '<file name> <digit>'; to fix: "
+                             f"replace it with the published file (source: {SOURCES['mnistm']})")
+        if fields:
+            rows.append(fields)
 
     def decode(name: str) -> np.ndarray:
-        with Image.open(folder / name) as image:
+        with _reading(folder / name, "mnistm"), Image.open(folder / name) as image:
             return np.asarray(image.convert("RGB")).transpose(2, 0, 1)
 
-    x = torch.from_numpy(np.stack([decode(name) for name, _ in rows]))
+    images = [decode(name) for name, _ in rows]
+    shapes = {image.shape for image in images}
+    if len(shapes) > 1:
+        raise InputError(f"Digits-Five domain 'mnistm': the images of {folder} differ in size "
+                         f"({sorted(shapes)}); to fix: replace them with the published files "
+                         f"(source: {SOURCES['mnistm']})")
+    x = torch.from_numpy(np.stack(images))
     return x, _labels([int(digit) for _, digit in rows], range(10), labels)
 
 
@@ -269,7 +307,7 @@ def load_digits5(root: str | Path, domains: tuple[str, ...] = DOMAINS,
 # --- tiny copies in the published formats, for tests (nothing can be downloaded there) -------
 
 SAMPLE_SHAPES = {"mnist": (1, 28), "svhn": (3, 32), "usps": (1, 16), "synthdigits": (3, 32),
-                 "mnistm": (3, 28)}  # (channels, side) as each domain publishes its images
+                 "mnistm": (3, 32)}  # (channels, side) as each domain publishes its images
 
 
 def _write_mnist(root: Path, split: str, grey: np.ndarray, digits: np.ndarray) -> None:

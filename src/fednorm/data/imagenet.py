@@ -38,11 +38,13 @@ from fednorm.config import DATA_WORKERS
 from fednorm.data.arrays import DatasetUnavailable
 from fednorm.data.augment import resized_crop_boxes
 from fednorm.data.tinyimagenet import IMAGENET_MEAN, IMAGENET_STD
+from fednorm.inputs import reading
 
 FOLDER = "imagenet"  # under the data folder
 SPLITS = ("train", "val")
 SUFFIXES = (".jpeg", ".jpg", ".png")  # ImageNet's files are .JPEG; case is ignored
 DRAWS = 5  # uniforms per training image: fednorm.data.augment.resized_crop_boxes (4), flip (1)
+FIX_IMAGE = "to fix: replace it with an intact copy, or remove it (its class folder keeps the rest)"
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def decode_crop_flip(path: str, u: Sequence[float], size: int) -> np.ndarray:
     left-right when ``u[4] < 1/2``."""
     from PIL import Image
 
-    with Image.open(path) as image:
+    with reading(path, "ImageNet image", FIX_IMAGE), Image.open(path) as image:
         image = image.convert("RGB")
         top, left, h, w = resized_crop_boxes(image.height, image.width,
                                              torch.tensor([list(u[:4])])).tolist()[0]
@@ -136,7 +138,7 @@ def decode_centre(path: str, size: int) -> np.ndarray:
     from PIL import Image
 
     short = centre_resize(size)
-    with Image.open(path) as image:
+    with reading(path, "ImageNet image", FIX_IMAGE), Image.open(path) as image:
         image = image.convert("RGB")
         w, h = image.size
         new = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fednorm.config import MNIST5K_SIZE as IMAGE_SIZE
-from fednorm.data.arrays import Arrays, DatasetUnavailable
+from fednorm.data.arrays import Arrays, DatasetUnavailable, cache_reading
 from fednorm.data.domains import assign_domains, render_domains, render_test
 from fednorm.io import atomic_path
 
@@ -125,6 +125,7 @@ def load_mnist5k(root: str | Path, n_train: int, n_test: int, image_size: int,
     cache = Path(root) / CACHE_NAME
     if not cache.exists():
         cache_mnist5k(root)
-    tensors = torch.load(cache, weights_only=True)
+    with cache_reading(cache):
+        tensors = torch.load(cache, weights_only=True)
     return split_and_normalize(tensors["x"], tensors["y"], n_train, n_test, image_size,
                                domains)

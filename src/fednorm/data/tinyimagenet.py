@@ -36,8 +36,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fednorm.config import TINYIMAGENET_SIZE as IMAGE_SIZE
-from fednorm.data.arrays import Arrays, DatasetUnavailable
+from fednorm.data.arrays import Arrays, DatasetUnavailable, cache_reading
 from fednorm.data.mnist5k import stratified_order
+from fednorm.inputs import reading
 from fednorm.io import atomic_path
 
 ARCHIVE_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -93,7 +94,9 @@ def read_tinyimagenet_uint8(archive_path: str | Path
     """``(train_x, train_y, test_x, test_y, wnids)`` from the archive, in the order of the module
     docstring: uint8 images (N, 3, H, W), int64 labels, the sorted wnids (label c is wnids[c]).
     A validation label that is not among the wnids is an error naming the file."""
-    with zipfile.ZipFile(archive_path) as archive:
+    fix = f"to fix: replace it with the official {ARCHIVE_NAME} ({ARCHIVE_URL})"
+    with reading(archive_path, "Tiny-ImageNet archive", fix), \
+            zipfile.ZipFile(archive_path) as archive:
         wnids = sorted(archive.read(f"{TOP}/wnids.txt").decode().split())
         label = {w: c for c, w in enumerate(wnids)}
         train = sorted(
@@ -157,7 +160,8 @@ def load_tinyimagenet(root: str | Path, n_train: int | None = None, n_test: int 
     cache = Path(root) / CACHE_NAME
     if not cache.exists():
         cache_tinyimagenet(root, download)
-    t = torch.load(cache, weights_only=True)
+    with cache_reading(cache):
+        t = torch.load(cache, weights_only=True)
     train_x, train_y = _subset(t["train_x"], t["train_y"], n_train, "n_train")
     test_x, test_y = _subset(t["test_x"], t["test_y"], n_test, "n_test")
     return Arrays(train_x=to_float(train_x, image_size), train_y=train_y,

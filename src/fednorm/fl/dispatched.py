@@ -2,7 +2,7 @@
 dispatcher below autograd and vmap, as ``TorchDispatchMode`` sees it), with its arguments that
 are not tensors.
 
-Why: a local step that a CUDA graph can capture and replay (STYLE.md, the CUDA graphs anchor)
+Why: a local step that a CUDA graph can capture and replay (docs/speed.md, the local step's graph)
 reads nothing back to the host, makes no tensor from a Python number, and runs the same
 operators with the same arguments at every step. These three facts can be checked on the CPU,
 where no graph is captured: :func:`local_steps` records each local step of a trainer

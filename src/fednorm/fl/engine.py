@@ -100,7 +100,7 @@ participants are drawn) is decided per round on the host, from the round's first
 once per bundle, filled in place each round and stepped in place, with the views a step needs
 made once: every local step of a kind dispatches the same operators on the same tensors, so
 on CUDA it may be captured once as a graph and replayed (fednorm.fl.graphed; make_trainer's
-``cuda_graph``). Operators a local step, by region: docs/speed.md (issue 51).
+``cuda_graph``). Operators a local step, by region: docs/speed.md.
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ class _Trainer:
         # The local step's number on the device (int64, 0-dim): the batches, augmentation and
         # dropout draws and the learning rate's phase are computed from it there, and it is
         # advanced in place, so no number that changes between steps leaves or enters the
-        # host inside a local step (the anchor of STYLE.md's CUDA graphs). Set once a round
+        # host inside a local step (docs/speed.md: a CUDA graph of the local step). Set once a round
         # (:meth:`_start_clock`), a write that reads nothing back.
         self.clock = torch.zeros((), dtype=torch.int64, device=first.device)
         self.milestones = torch.tensor(self.cfg.lr_milestones, dtype=torch.int64,
@@ -281,7 +281,7 @@ class _Trainer:
             self.batches = batches.for_participants(Participants(
                 participation_keys([c.seed for c in cfgs], first.device), self.n,
                 self.cfg.participants, self.cfg.local_steps))
-        self.dynamics: Dynamics | None = None  # the training dynamics' recorder, when asked
+        self.dynamics: Dynamics | None = None  # the training dynamics' recorder, when requested
         self.kept: set[str] = set()  # own parts the server also averages (FedAvg sets them)
         # Hybrid BN: the images of each client's round-start forward of the global model, drawn
         # apart from the training batches (its own stream; the same participants)
@@ -322,7 +322,7 @@ class _Trainer:
     def _view(self, role: str, key: str, t: Tensor, make: Callable[[Tensor], Tensor]) -> Tensor:
         """``make(t)``, a view of ``t``, made once while ``t`` is the same tensor (the round's
         static buffers, the state's tensors): a local step then dispatches no operator to
-        reshape its state (docs/speed.md, issue 51)."""
+        reshape its state (docs/speed.md)."""
         held = self._views.get((role, key))
         if held is None or held[0] is not t:
             held = self._views[(role, key)] = (t, make(t))
@@ -1013,7 +1013,11 @@ class FedTAN(FedAvg):
     (all clients then hold the global weights), the other E - 1 steps naive BN on each
     client's own batch (FedAvg's per-client vmap), the running statistics averaged with the
     weights at the round's end: 3L + 1 exchanges per round, the count FixBN's Table 5 quotes
-    (580K = 10K rounds x 58 for ResNet-20's L = 19).
+    (580K = 10K rounds x 58 for ResNet-20's L = 19). Its SGD restarts after the union step
+    (``FedTAN.py`` line 203 builds a fresh optimizer for the E - 1 naive steps): the momenta of
+    ``client_momentum: reset`` runs are zeroed again there, so step 2's momentum is its own
+    gradient, as a fresh torch.optim.SGD's first step; ``local`` and ``global`` runs (modes the
+    authors' code has not) keep theirs.
     """
 
     def round(self, first_step: int) -> Tensor:
@@ -1035,6 +1039,7 @@ class FedTAN(FedAvg):
             stats = {k: self._per_client(s) for k, s in self.state.stats.items()}
             local = self.gradient_step(("clients", "naive BN"), lambda: over_clients(
                 self.grad_fn(BatchStats(), 1)))
+            self.start_round()  # the authors' fresh SGD after the union step
             self._step_views(params, stats, self.n)
             self._client_keys(None)
             for e in range(1, E):

@@ -19,7 +19,7 @@ from fednorm.data.imagenet import StreamedImages
 from fednorm.fl.engine import _Trainer, over_runs
 
 EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
-# The images of an evaluation, asked ``size`` at a time: an iterable of (x, y) chunks
+# The images of an evaluation, requested ``size`` at a time: an iterable of (x, y) chunks
 Chunks = Callable[[int], Iterable[tuple[Tensor, Tensor]]]
 
 

@@ -5,12 +5,12 @@ back to the host, makes no tensor from a Python number, reads and writes the sam
 buffers at every step of a bundle, and dispatches the same operators each time
 (tests/fl/test_dispatched.py). So on CUDA it can be recorded once as a ``torch.cuda.CUDAGraph``
 and replayed: one launch of the whole step instead of one launch per operator (the PyTorch
-docs' "whole-network capture"; STYLE.md, the CUDA graphs anchor).
+docs' "whole-network capture"; docs/speed.md, a CUDA graph of the local step).
 
 :class:`Graphed` wraps such a step, a function of no arguments (what it reads and writes are
 tensors it closes over, the same ones at every call of a key), by the key that decides its
 operators and tensors (the step's kind, the round's rule and trained parameters, the buffers'
-addresses). Per key, on CUDA when asked (``auto``):
+addresses). Per key, on CUDA when requested (``auto``):
 
 1. the first call runs the step eagerly on a side stream (a real step, and the warm-up that
    capture needs: cuDNN's and cuBLAS's lazy set-up happens outside the capture);

@@ -47,7 +47,7 @@ log = logging.getLogger("fednorm.resume")
 
 
 class Interrupted(Exception):  # a request to stop, not an error
-    """A signal asked the job to stop; the bundle's state was saved at ``step``."""
+    """A signal told the job to stop; the bundle's state was saved at ``step``."""
 
     def __init__(self, signum: int, step: int, path: Path) -> None:
         super().__init__(f"stopped by signal {signal.Signals(signum).name} at step {step}; "
@@ -83,7 +83,7 @@ class ResumeStore:
         """The state saved by this code for a bundle that holds these runs, or None (nothing
         saved, or a saved state refused: the log says why). A run of the saved bundle may be
         missing: finished before the kill or since the save (its files exist, so it is not
-        asked for again)."""
+        requested again)."""
         if not self.path.exists():
             return None
         try:
@@ -101,10 +101,10 @@ class ResumeStore:
         if any(r not in runs for r in want["runs"]):
             return self._refuse("written for other runs (another config)")
         others = sum(r not in want["runs"] for part in saved["slices"] for r in part["runs"])
-        if others:  # finished since the save (their files exist): not asked for
-            log.info("resume point %s: %d of its runs still training are not asked for; the "
+        if others:  # finished since the save (their files exist): not requested
+            log.info("resume point %s: %d of its runs still training are not requested; the "
                      "others continue", self.path, others)
-        return saved  # the driver selects the asked runs (fednorm.fl.state.BundleState.select)
+        return saved  # the driver selects the requested runs (fednorm.fl.state.BundleState.select)
 
     def _refuse(self, reason: str) -> None:
         log.warning("resume point %s refused: %s; training from step 0", self.path, reason)

@@ -6,7 +6,7 @@ random keys, servers) is a function of the runs' configs and the step, and is re
 Three operations serve every use:
 
 - :meth:`BundleState.select` keeps some runs (one tree map over the tensors): dropping the runs
-  that diverged, taking the runs asked for out of a resume point, and halving a bundle that does
+  that diverged, taking the runs requested out of a resume point, and halving a bundle that does
   not fit the device's memory are the same call.
 - :meth:`BundleState.state_dict` is what a resume point saves (fednorm.fl.resume).
 - :meth:`BundleState.load_state_dict` continues from it: the model tensors are written in place

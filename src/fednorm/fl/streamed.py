@@ -63,9 +63,9 @@ class StreamedBatches(ClientBatches):
 
     :meth:`sample` returns step t's ``x`` (R, n*b, 3, s, s) normalized in ``dtype``, on ``device``,
     and ``y`` (R, n*b). ``read_ahead`` (training): ``workers`` processes (torch's DataLoader)
-    each decode a whole step, ``prefetch`` steps each, while the engine trains; a step asked out
+    each decode a whole step, ``prefetch`` steps each, while the engine trains; a step requested out
     of order (calibration's step -1, a restart) starts the read-ahead again from it. Without
-    (the probe, asked one step per evaluation point): the step asked is decoded alone, split
+    (the probe, one step per evaluation point): the step requested is decoded alone, split
     among the ``workers``, nothing beyond it. ``workers = 0`` decodes in the calling thread.
     """
 
@@ -113,7 +113,7 @@ class StreamedBatches(ClientBatches):
 def streamed_batches(data: StreamedImages, parts: Sequence[Sequence[Tensor]], batch_size: int,
                      seeds: Sequence[int], stream: int = rng.SAMPLE) -> StreamedBatches:
     """The sampler of ``data``'s training files' batches: read ahead by its ``workers``
-    processes for training (rng.SAMPLE); for the probe (rng.PROBE), each step asked decoded
+    processes for training (rng.SAMPLE); for the probe (rng.PROBE), each step requested decoded
     alone by at most PROBE_WORKERS."""
     if stream == rng.SAMPLE:
         return StreamedBatches(data.train, parts, batch_size, seeds, data.image_size,

@@ -92,7 +92,7 @@ def train_bundle(
     cfgs: Sequence[RunConfig], data: Data, device: str | torch.device = "cpu",
     on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
     resume: ResumeStore | None = None, size: int | None = None,
-    precision: str = "float32", cuda_graph: str = "auto",
+    precision: str = "float32", cuda_graph: str = "off",
 ) -> list[TrainResult]:
     """Train the runs ``cfgs`` together; ``on_finish(i, result)`` is called the moment run i
     finishes (diverged, or at the last step). Returns the results in the order of ``cfgs``.
@@ -144,10 +144,10 @@ class _Bundle:
         saved = self.store.load(self.cfgs) if self.store is not None else None
         states = []
         if saved is not None:
-            asked = [c.identity() for c in self.cfgs]
+            wanted = [c.identity() for c in self.cfgs]
             for entry in saved["finished"]:
-                if entry["run"] in asked:
-                    self.finished(asked.index(entry["run"]), self._restored(entry))
+                if entry["run"] in wanted:
+                    self.finished(wanted.index(entry["run"]), self._restored(entry))
             states = [BundleState.from_state_dict(part) for part in saved["slices"]]
         left = [i for i in range(len(self.cfgs)) if i not in self.results]
         self.queue = [(ids[k:k + size], None if state is None
@@ -158,13 +158,13 @@ class _Bundle:
     def _slices(self, ids: list[int], states: Iterable[BundleState]) -> list[Slice]:
         """The runs ``ids`` as the ``states`` hold them: one slice per state that holds some
         of them (the first that does), the rest from step 0."""
-        asked = [self.cfgs[i].identity() for i in ids]
+        wanted = [self.cfgs[i].identity() for i in ids]
         out, found = [], set()
         for state in states:
             pos = [j for j, r in enumerate(state.runs)
-                   if r in asked and ids[asked.index(r)] not in found]
+                   if r in wanted and ids[wanted.index(r)] not in found]
             if pos:
-                got = [ids[asked.index(state.runs[j])] for j in pos]
+                got = [ids[wanted.index(state.runs[j])] for j in pos]
                 out.append((got, state.select(pos)))
                 found.update(got)
         fresh = [i for i in ids if i not in found]
@@ -238,7 +238,7 @@ class _Bundle:
         self.live = None
 
     def between_rounds(self, step: int) -> None:
-        """Before the live slice's round from ``step``: a save when due, a stop when asked."""
+        """Before the live slice's round from ``step``: a save when due, a stop when wanted."""
         if self.store is not None:
             self.store.between_rounds(step, self.snapshot)
 

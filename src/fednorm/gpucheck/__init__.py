@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         def failing() -> Result:
             raise RuntimeError(f"step {name!r} failed on purpose (--fail)")
         if args.only and name != "environment" and not any(map(name.startswith, args.only)):
-            unasked.add(check.skip(name, "not asked for (--only)").name)
+            unasked.add(check.skip(name, "not requested (--only)").name)
             return
         check.run(name, failing if name in args.fail else work)
 

@@ -1,4 +1,4 @@
-"""``make gpu-quick``: the quick DAG on a lent GPU at 8 seeds, and what it rests on, in one
+"""``make gpu-quick``: the quick DAG on a GPU at 8 seeds, and what it rests on, in one
 prepared command (``python -m fednorm.gpucheck.quick``; docs/speed.md, GPU check).
 
 Steps, each timed and recorded as ``make gpu-check``'s are (fednorm.gpucheck.steps: a failure
@@ -50,11 +50,11 @@ from fednorm.gpucheck import throughput as tp
 from fednorm.gpucheck.steps import Check, Result
 from fednorm.io import write_json
 
-BUDGET_S = 500  # no step starts after this; `make gpu-quick` kills the check at 560 s
+BUDGET_S = 420  # no step starts after this; benchmarks/gpu/run.sh stops everything at 480 s
 PROFILE = "workflow/profiles/gpu-quick"
 WHEELHOUSE = Path(".wheelhouse")  # make wheelhouse: the wheels for CPython 3.11 and 3.12
 NEEDED = {"snakemake": "snakemake", "mlxtend": "mlxtend"}  # import name -> pip name
-SUMMARY = Path("benchmarks/gpu/gpu_quick.json")
+SUMMARY = Path("results/gpu-quick/summary.json")  # outputs outside the tracked tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,17 +95,20 @@ def wheelhouse(folder: Path) -> Result:
                            + ", ".join(f"{k} {v}" for k, v in found.items()),
                 "versions": found, "wheels": 0}
     wheels = sorted(p.name for p in folder.glob("*.whl"))
-    cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(folder),
-           "--no-cache-dir", "--disable-pip-version-check", "-q", *NEEDED.values()]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n"
-                           f"{(done.stdout + done.stderr)[-4000:]}")
+    pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(folder),
+           "--no-cache-dir", "--disable-pip-version-check", "-q"]
+    # mlxtend without its dependencies: only mlxtend.data is used, and its pins (SciPy,
+    # NumPy, pandas, scikit-learn at their newest) have no wheel in the wheelhouse
+    for cmd in ([*pip, "snakemake"], [*pip, "--no-deps", "mlxtend"]):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n"
+                               f"{(done.stdout + done.stderr)[-4000:]}")
     importlib.invalidate_caches()
     found = versions()
     return {"summary": f"{len(wheels)} wheels in {folder}; "
                        + ", ".join(f"{k} {v}" for k, v in found.items()),
-            "versions": found, "wheels": len(wheels), "command": " ".join(cmd)}
+            "versions": found, "wheels": len(wheels)}
 
 
 def versions() -> dict[str, str]:
@@ -144,9 +147,48 @@ def throughput(scale: Scale, device: torch.device) -> Result:
     if not done:
         raise RuntimeError(f"no rate was measured: {[r['note'] for r in rows]}")
     best = max(done, key=lambda r: r["images_per_s"])
+    same = graph_equals_eager(scale, data)
+    release(device)
     return {"summary": f"{scale.shape.paper}: best {best['images_per_s']:,.0f} images/s at "
-                       f"R = {best['runs']} ({best['precision']}, graph {best['cuda_graph']})",
-            "shape": scale.shape.name, "rows": rows, "tables": {"images/s": rows}}
+                       f"R = {best['runs']} ({best['precision']}, graph {best['cuda_graph']}); "
+                       f"graphed == eager bit for bit: {same}",
+            "shape": scale.shape.name, "rows": rows, "graphed_equals_eager": same,
+            "tables": {"images/s": rows}}
+
+
+def rate_rows(env: dict[str, Any], scale: Scale, rows: list[dict[str, Any]], path: Path
+              ) -> None:
+    """The eager float32 rates as rows of fednorm.plan.prices' table (src/fednorm/plan/
+    gpu_rates.csv): append them there to price plans at this device's rates."""
+    from fednorm.plan.prices import COLUMNS
+
+    cfg = tp.configs(scale.shape, 1, scale.settings)[0]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    lines = [",".join(COLUMNS)] + [",".join(map(str, (
+        env.get("name"), env.get("torch"), env.get("cuda"), time.strftime("%Y-%m-%d"), commit,
+        cfg.model, cfg.image_size, cfg.width, cfg.batch_size, cfg.participants,
+        cfg.local_steps, r["runs"], round(r["images_per_s"]))))
+        for r in rows if r["images_per_s"] and r["cuda_graph"] == "off"
+        and r["precision"] == "float32"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def graph_equals_eager(scale: Scale, data: Any, rounds: int = 3) -> bool:
+    """Whether a bundle of 2 runs trained ``rounds`` rounds with the local step's CUDA graph
+    (execution.cuda_graph auto) ends in the same bits as eagerly (off): every parameter,
+    statistic and momentum. execution.cuda_graph stays off by default until a GPU says true."""
+    cfgs = tp.configs(scale.shape, 2, scale.settings)
+    states = []
+    for graph in ("off", "auto"):
+        trainer = tp.bundle(cfgs, data, cuda_graph=graph)
+        for k in range(rounds):
+            trainer.round(k * cfgs[0].local_steps)
+        state = trainer.state
+        states.append([t.detach().cpu().clone() for part in (state.params, state.stats,
+                                                             state.momenta)
+                       for _, t in sorted(part.items())])
+    return all(torch.equal(a, b) for a, b in zip(*states, strict=True))
 
 
 def jobs_per_gpu(scale: Scale, device: torch.device, smoke: bool) -> Result:
@@ -217,12 +259,17 @@ def dag_configs(smoke: bool, out: Path) -> list[str]:
     config/gpu_quick.yaml), or in smoke mode .test/config.yaml and an overlay written to
     ``out``: its FBN experiments alone at SMOKE_SEEDS, no second stage, its folders in
     ``out``, training jobs asking for the resource gpu (gpus_per_job 1) on the CPU."""
-    if not smoke:
-        return list(yaml.safe_load(Path(PROFILE, "config.yaml").read_text())["configfile"])
+    folders = {"results": str(out / "dag/results"), "figures": str(out / "dag/figures"),
+               "data": str(out / "dag/data")}
+    if not smoke:  # the profile's configs, every folder under ``out``
+        path = out / "gpu_quick_paths.yaml"
+        path.write_text(yaml.safe_dump({"paths": folders}, sort_keys=False))
+        profile = yaml.safe_load(Path(PROFILE, "config.yaml").read_text())["configfile"]
+        return [*profile, str(path)]
     from fednorm.plan import merged_config
 
     test = merged_config(["config/config.yaml", ".test/config.yaml"])
-    overlay = {"paths": {"results": str(out / "dag/results"), "figures": str(out / "dag/figures")},
+    overlay = {"paths": folders,
                "execution": {"device": "cpu", "gpus_per_job": 1, "bundles_per_job": 8},
                # no second stage and no figures: the smoke DAG ends at the claims ledgers
                "stage2": None, "figures": dict.fromkeys(test.get("figures") or {}),
@@ -244,10 +291,9 @@ def quick_dag(smoke: bool, out: Path, timeout_s: float) -> Result:
     out.mkdir(parents=True, exist_ok=True)
     configs = dag_configs(smoke, out)
     plan = load_plan(merged_config(["config/config.yaml", *configs]))
-    cmd = [sys.executable, "-m", "snakemake", "--profile", PROFILE]
+    cmd = [sys.executable, "-m", "snakemake", "--profile", PROFILE, "--configfile", *configs]
     if smoke:
-        cmd += ["--cores", "1", "--configfile", *configs, "--",
-                *ledger_files(plan), *calibration_file(plan)]
+        cmd += ["--cores", "1", "--", *ledger_files(plan), *calibration_file(plan)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(Path("src").resolve()), os.environ.get("PYTHONPATH")) if p)}
     began = time.perf_counter()
@@ -311,9 +357,11 @@ def dag_outputs(plan: Any) -> dict[str, Any]:
                        "its calibration (parametric bootstrap)": rows}}
 
 
-def summary(check: Check, smoke: bool) -> dict[str, Any]:
-    """The small JSON of benchmarks/gpu/: the device and versions, each step's status and
-    numbers (tables and logs left out)."""
+def summary(check: Check, smoke: bool, before: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """The small JSON: the device and versions, each step's status and numbers (tables and
+    logs left out), after ``before``'s steps (benchmarks/gpu/prepare.py's: its preflight and
+    install, when the file held them)."""
     steps = {s.name: {"status": s.status, "seconds": round(s.seconds, 1),
                       **{k: v for k, v in s.result.items() if k not in ("tables", "text")},
                       **({"error": s.error.strip().splitlines()[-1]} if s.error else {})}
@@ -322,7 +370,7 @@ def summary(check: Check, smoke: bool) -> dict[str, Any]:
     return {"check": "make gpu-quick" + (" (smoke)" if smoke else ""),
             "device": env.get("name"), "torch": env.get("torch"), "cuda": env.get("cuda"),
             "cudnn": env.get("cudnn"), "seconds": round(time.perf_counter() - check.start, 1),
-            "steps": steps}
+            "steps": {**(before or {}).get("steps", {}), **steps}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,17 +395,26 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     check = Check(out, f"make gpu-quick{' (smoke)' if args.smoke else ''} on {device}",
                   args.budget_s, context={"command": " ".join(sys.argv), "smoke": args.smoke})
-    check.run("environment", lambda: environment(device))
-    check.run("wheelhouse", lambda: wheelhouse(args.wheelhouse))
-    check.run("throughput", lambda: throughput(scale, device))
-    check.run("jobs_per_gpu", lambda: jobs_per_gpu(scale, device, args.smoke))
+    args.summary.parent.mkdir(parents=True, exist_ok=True)
+    before = json.loads(args.summary.read_text()) if args.summary.is_file() else None
+
+    def step(name: str, work: Any) -> Any:  # the summary rewritten after every step
+        done = check.run(name, work)
+        write_json(args.summary, summary(check, args.smoke, before))
+        return done
+
+    step("environment", lambda: environment(device))
+    step("wheelhouse", lambda: wheelhouse(args.wheelhouse))
+    rates = step("throughput", lambda: throughput(scale, device))
+    if rates.status == "ok":
+        rate_rows(check.steps[0].result, scale, rates.result["rows"], out / "gpu_rates.csv")
+    step("jobs_per_gpu", lambda: jobs_per_gpu(scale, device, args.smoke))
     left = args.budget_s - (time.perf_counter() - check.start)
-    dag = check.run("quick_dag", lambda: quick_dag(args.smoke, out.resolve(), max(left, 60.0)))
+    dag = step("quick_dag", lambda: quick_dag(args.smoke, out.resolve(), max(left, 60.0)))
     if dag.status == "ok" and dag.result["exit"] != 0:  # stopped, or a job failed
         dag.status = "failed"
         check.write()
-    args.summary.parent.mkdir(parents=True, exist_ok=True)
-    write_json(args.summary, summary(check, args.smoke))
+    write_json(args.summary, summary(check, args.smoke, before))
     failed = [s.name for s in check.steps if s.status != "ok"]
     print(f"{out}/report.md, {args.summary}: {len(check.steps) - len(failed)} of "
           f"{len(check.steps)} steps ok" + (f"; not ok: {', '.join(failed)}" if failed else ""))

@@ -188,7 +188,7 @@ class GroupedBatchNorm(torch.autograd.Function):
     as it is: no transpose of clients into channels, and under vmap (``generate_vmap_rule``)
     no batching rule that copies the input into a channel-folded layout, as batch_norm's does;
     a few operators where autograd's graph of the same formula dispatches many more
-    (docs/speed.md, issue 51). Also returns the statistics, (g, C), not differentiated."""
+    (docs/speed.md). Also returns the statistics, (g, C), not differentiated."""
 
     generate_vmap_rule = True
 

@@ -185,7 +185,7 @@ class HybridStats(FederatedStats):
     never on the learning rate. (3) The server pools the n clients' reports count-weighted
     (equal counts, K = S*H*W values per channel each) and smooths with beta =
     ``RoundStart.momentum`` (its per-round smoothing, scaled with the budget
-    when asked: fednorm.methods.per_round):
+    when requested: fednorm.methods.per_round):
 
         mean <- (1 - beta) G_mean + beta mean_i m_i,
         var  <- (1 - beta) G_var + beta N/(N-1) (mean_i v_i + mean_i (m_i - mean_i m_i)^2),

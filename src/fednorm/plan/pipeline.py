@@ -43,6 +43,13 @@ from fednorm.plan.stage2 import Stage2, load_stage2
 TOP_KEYS = ("paths", "execution", "run", "experiments", "figures", "toy", "claims",
             "claims_prereg", "seed_offset", "stage2")
 TOY_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "fig2c")
+TOY_SCATTER_FIGURES = {  # stem -> (scheme, title): fednorm.toy draws them, the report names them
+    "fig1a": ("central", "Centralized BN"),
+    "fig1b": ("bn", "Naive BN, γ = 0"),
+    "fig2a": ("fbn", "FBN, γ = 0"),
+    "fig2b": ("fixbn", "FixBN, γ = 0"),
+}
+TOY_ERROR_SCHEMES = ("fbn", "fixbn", "bn")  # fig2c: the normalization error of each
 # each written atomically; run.json last
 RUN_FILES = ("metrics.csv", "norm_error.csv", "dynamics.csv", "run.json")
 

@@ -80,9 +80,8 @@ def seed_price(plan: Plan) -> SeedPrice:
     by the cost model (the step-cost table the plan balances its jobs with) and, when the
     config gives ``execution.images_per_second``, in GPU-hours (in bundles when it is a curve:
     :meth:`Plan.gpu_hours_in_bundles`; else :meth:`Plan.gpu_hours`)."""
-    runs = {**plan.runs, **next_seed_runs(plan.runs)}
-    after = dataclasses.replace(plan, runs=runs,
-                                bundles=bundles(runs, plan.execution.planned_bundle_size))
+    after = with_one_more_seed(plan)
+    runs = after.runs
     return SeedPrice(runs=(len(plan.runs), len(runs)),
                      bundles=(len(plan.bundles), len(after.bundles)),
                      medians=(median_bundle_sizes(plan.runs, plan.bundles),
@@ -90,6 +89,14 @@ def seed_price(plan: Plan) -> SeedPrice:
                      seconds=(_seconds(plan), _seconds(after)),
                      gpu_hours=None if plan.execution.images_per_second is None
                      else (_gpu_hours(plan), _gpu_hours(after)))
+
+
+def with_one_more_seed(plan: Plan) -> Plan:
+    """The plan with one more seed of every setting (:func:`next_seed_runs`), bundled under
+    its bundle cap."""
+    runs = {**plan.runs, **next_seed_runs(plan.runs)}
+    return dataclasses.replace(plan, runs=runs,
+                               bundles=bundles(runs, plan.execution.planned_bundle_size))
 
 
 def _seconds(plan: Plan) -> float:
