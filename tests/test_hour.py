@@ -148,9 +148,9 @@ def test_fednorm_plan_prices_the_hour_at_the_measured_table(capsys, monkeypatch,
     assert runs > len(hour.runs) / 2  # most of the hour's runs have a measured shape
     assert float(training[1]) - float(training[2]) == pytest.approx(measured, abs=0.02)
     evaluation = float(re.search(r"evaluation: ([\d.]+) h \(assumed", out)[1])
-    stage2 = float(re.search(r"second stage, at most: ([\d.]+) h", out)[1])
+    stage2 = float(re.search(r"second stage: ([\d.]+) h \(the tuned methods' fresh seeds", out)[1])
     total = re.search(r"total: ([\d.]+) GPU-hours on one NVIDIA H100 80GB HBM3", out)[1]
-    assert evaluation > 0 and stage2 >= 0.4 * float(training[1]) - 0.01
+    assert evaluation > 0 and stage2 > 0
     assert float(total) == pytest.approx(float(training[1]) + evaluation + stage2, abs=0.06)
     readme = (ROOT / "README.md").read_text()
     assert f"**{total} H100-hours**" in readme  # the README's hour figure, as printed

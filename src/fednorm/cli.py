@@ -132,9 +132,9 @@ def _print_price(plan) -> None:
     print(f"  evaluation: {_hours(every.evaluation)} h (assumed: each test image a third of a "
           f"training image's time)")
     if plan.stage2:
-        print(f"  claims' second stage, at most: {price.stage2:.3g} h (the tuned methods' "
-              f"fresh seeds {_hours(price.fresh.total)} h, estimated at their first grid point, "
-              f"plus its cap, {price.share:.0%} of the first stage's training)")
+        print(f"  claims' second stage: {price.stage2:.3g} h (the tuned methods' fresh seeds, "
+              f"estimated at their first grid point; each contradicted unit's recheck at "
+              f"{plan.stage2.budget}x its budget comes on top, twice its runs' training)")
     print(f"  total: {_hours(price.total)} GPU-hours on one {price.rates.device}")
 
 

@@ -19,7 +19,8 @@ Evaluation (assumed): each evaluation forwards the test set once (``n_test``, or
 dataset's test set) at the run's bundle rate times EVAL_SPEEDUP (a forward is about a third
 of a training step's work). The claims' second stage (an estimate, before its runs are
 chosen): the tuned methods' fresh seeds (each tuned setting once per stage-2 seed, in bundles
-of their own) plus at most ``stage2.share`` of the first stage's training, as its cap allows.
+of their own); the rechecks of contradicted units at twice their budget depend on the verdicts
+and are not priced (each costs twice its runs' training).
 """
 
 from __future__ import annotations
@@ -196,12 +197,11 @@ class Price:
     rates: Rates
     parts: Mapping[str, Hours]  # each paper part's (a run two parts draw in both) and 'all'
     fresh: Hours  # the second stage's fresh seeds of the tuned methods (estimated)
-    share: float  # the second stage's cap on the rest, a share of the first stage's training
 
     @property
     def stage2(self) -> float:
-        """The second stage at most: its fresh seeds plus its cap on the rest."""
-        return self.fresh.total + self.share * self.parts["all"].training
+        """The second stage before its rechecks: the tuned methods' fresh seeds."""
+        return self.fresh.total
 
     @property
     def total(self) -> float:
@@ -216,4 +216,4 @@ def plan_price(plan: Plan, rates: Rates | None = None) -> Price:
               for name, ids in parts.items()}
     fresh = fresh_runs(plan)
     fresh_hours = hours_of(fresh, bundles(fresh, plan.execution.planned_bundle_size), rates)
-    return Price(rates, priced, fresh_hours, plan.stage2.share if plan.stage2 else 0.0)
+    return Price(rates, priced, fresh_hours)
