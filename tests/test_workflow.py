@@ -299,7 +299,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
                                     "tiny-bn-paper-scale": "not comparable",
                                     "tiny-bn-gamma0.5": "not run"}
     (iid,) = [r for r, cfg in plan.runs.items() if (cfg.normalizer, cfg.heterogeneity,
-                                                     cfg.attack) == ("fbn", 1, "none")]
+                                                     cfg.attack, cfg.seed) == ("fbn", 1, "none", 0)]
     # the numbers' ledger reads the summary too: the six seeds of the same setting
     cfg = plan.runs[iid]
     seeds = [r for r, c in plan.runs.items() if r != iid
