@@ -72,7 +72,8 @@ def _subset_config(work):
     """The work copy's config: config.yaml + .test/config.yaml, two bundles and one figure."""
     config = merge(*(yaml.safe_load((work / f).read_text())
                      for f in ("config/config.yaml", ".test/config.yaml")))
-    gamma = merge(config["experiments"]["fbn_gamma"], {"grid": {"heterogeneity": [0, 1]}})
+    gamma = merge(config["experiments"]["fbn_gamma"],
+                  {"grid": {"heterogeneity": [0, 1], "seed": [0]}})  # one seed: two bundles
     config["experiments"] = {"fbn_gamma": gamma}
     config["figures"] = {"fbn/fig3a": config["figures"]["fbn/fig3a"]}
     del config["toy"]
