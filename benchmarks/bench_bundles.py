@@ -5,7 +5,7 @@ runs) against the same R runs each in its own process, start-up included.
     python benchmarks/bench_bundles.py --models quick,fbn_cnn,resnet20 --sizes 1,4,16,64
 
 For each model and each R: (a) one process that imports fednorm, loads the data and trains R
-runs with ``fednorm.run.train_bundle`` (different seeds, one bundle), writing their files;
+runs with ``fednorm.run.train_and_write`` (different seeds, one bundle), writing their files;
 (b) R processes one after the other, each ``fednorm run`` of one of those runs (what
 ``execution.bundle_size: 1`` does per Snakemake job). Both are timed from the process start, so
 (b) pays R start-ups (import torch, CUDA init, data) and (a) pays one. The runs are short
@@ -48,11 +48,11 @@ MODELS = {
 BUNDLE = """
 import sys, torch, yaml
 from fednorm.config import run_config
-from fednorm.run import train_bundle
+from fednorm.run import train_and_write
 spec = yaml.safe_load(open(sys.argv[1]))
 torch.set_num_threads(spec["threads"])
 cfgs = [run_config(v) for v in spec["runs"]]
-train_bundle(cfgs, [f"{spec['out']}/{c.run_id}" for c in cfgs], data_dir="data",
+train_and_write(cfgs, [f"{spec['out']}/{c.run_id}" for c in cfgs], data_dir="data",
              device=spec["device"], bundle_id="bench")
 """
 

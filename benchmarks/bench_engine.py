@@ -44,10 +44,9 @@ from torch.utils._pytree import tree_map
 from fednorm.config import run_config
 from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
-from fednorm.fl import engine as engine_module
+from fednorm.fl import step as engine_module
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import make_trainer
-from fednorm.fl.train import training_batches
+from fednorm.fl.build import make_trainer, training_batches
 from fednorm.models import FBNCNN, build_model
 from fednorm.norms import normalizer_for
 

@@ -1,5 +1,5 @@
 """The engine's gradient step under torch.compile (``make_trainer(..., compile={"mode": MODE})``,
-fednorm.fl.engine's ``gradient_step``), beside the same bundle run eagerly: images/s, the
+fednorm.fl.trainer's ``gradient_step``), beside the same bundle run eagerly: images/s, the
 seconds its first two rounds take (the compilation), and how far its parameters move from the
 eager run's (float32: the same math in another order; ``--check`` runs a small bundle in
 float64 after the timings, where the two must agree to 1e-9, and fails if they do not).

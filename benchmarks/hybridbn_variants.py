@@ -26,7 +26,7 @@ from scipy import stats
 
 from fednorm.config import bundle_key, with_values
 from fednorm.plan import load_plan, merged_config
-from fednorm.run import train_bundle
+from fednorm.run import train_and_write
 
 VARIANTS = {
     "shared d, given": {"hybridbn_mixing": "shared", "time_constants": "given"},
@@ -64,7 +64,7 @@ def train(frame: pd.DataFrame, out: Path, data_dir: str) -> pd.DataFrame:
         cfgs = list(group["cfg"])
         todo = [c for c in cfgs if not (out / c.run_id / "metrics.csv").exists()]
         if todo:
-            train_bundle(todo, [out / c.run_id for c in todo], bundle_id=todo[0].run_id,
+            train_and_write(todo, [out / c.run_id for c in todo], bundle_id=todo[0].run_id,
                          data_dir=data_dir)
         for c in cfgs:
             accuracy[c.run_id] = 100 * pd.read_csv(out / c.run_id / "metrics.csv").iloc[-1][

@@ -31,7 +31,7 @@ import torch
 
 from fednorm.config import run_config
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import make_trainer
+from fednorm.fl.build import make_trainer
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 

@@ -35,8 +35,7 @@ from fednorm.config import RunConfig
 from fednorm.data import load_dataset
 from fednorm.data.arrays import hold_out
 from fednorm.data.partition import partition
-from fednorm.fl.engine import make_trainer
-from fednorm.fl.train import training_batches
+from fednorm.fl.build import make_trainer, training_batches
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 from fednorm.plan import load_plan, merged_config
@@ -68,8 +67,7 @@ def step_seconds(cfg: RunConfig, runs: int, data, steps: int, repeats: int) -> f
     parts = [partition(data.train_y, c.partition, c.n_clients, c.heterogeneity, c.seed, domains)
              for c in cfgs]
     trainer = make_trainer(cfgs, models, normalizer_for(cfg), training_batches(cfgs, data, parts))
-    if trainer.normalizer.calibrate:
-        trainer.calibrate()
+    trainer.before_training()  # the method's hook (a calibration, for some)
     rounds = -(-steps // E)
     trainer.round(0)
     times = []

@@ -8,7 +8,7 @@ rate to set as execution.images_per_second (docs/resume.md).
         --normalizer fbn --device cuda --threads 4 --steps 500   # a paper bundle, shortened
 
 Picks the first bundle (fednorm.plan.bundles) whose runs all belong to ``--experiment`` and
-have ``--normalizer``; trains it with ``fednorm.run.train_bundle`` into ``--out`` (a temporary
+have ``--normalizer``; trains it with ``fednorm.run.train_and_write`` into ``--out`` (a temporary
 folder by default); prints the bundle, its wall time (data loading and training, not Python's
 start-up), its training images per second (fednorm.plan.training_images over the wall
 time: execution.images_per_second) and each run's lr_scale, split, E and final test and
@@ -28,7 +28,7 @@ import torch
 
 from fednorm.config import RunConfig, with_values
 from fednorm.plan import load_plan, merged_config, training_images
-from fednorm.run import train_bundle
+from fednorm.run import train_and_write
 
 
 def shortened(cfg: RunConfig, steps: int) -> RunConfig:
@@ -66,7 +66,7 @@ def main() -> None:
     images = training_images(cfgs)
     out = Path(args.out or tempfile.mkdtemp(prefix="time_plan_bundle-"))
     start = time.perf_counter()
-    statuses = train_bundle(cfgs, [out / c.run_id for c in cfgs], bundle_id=bundle_id,
+    statuses = train_and_write(cfgs, [out / c.run_id for c in cfgs], bundle_id=bundle_id,
                             data_dir=args.data_dir, device=args.device)
     wall = time.perf_counter() - start
     print(f"bundle {bundle_id}: {len(cfgs)} runs, {wall:.1f} s wall "

@@ -13,7 +13,7 @@ import torch
 from fednorm.data.digits5 import write_sample_archives
 from fednorm.data.imagenet import write_sample_tree
 from fednorm.data.tinyimagenet import ARCHIVE_NAME, write_sample_archive
-from fednorm.run import train_bundle
+from fednorm.run import train_and_write
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -72,7 +72,7 @@ def assert_trained_as_in_one_go(work, plan, bundle_id, run_ids, whole):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train_bundle([plan.runs[r] for r in run_ids], [whole / r for r in run_ids],
+        train_and_write([plan.runs[r] for r in run_ids], [whole / r for r in run_ids],
                      bundle_id=bundle_id, device="cpu")
     finally:
         torch.set_num_threads(threads)

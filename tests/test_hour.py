@@ -16,7 +16,7 @@ from dag import env_without_torch, snakemake
 
 from fednorm.data.cifar import CACHE_NAME
 from fednorm.plan import load_plan, merge
-from fednorm.run import train_bundle
+from fednorm.run import train_and_write
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "src/fednorm/plan/gpu_rates.csv"
@@ -79,7 +79,7 @@ def _tiny_cifar(root: Path) -> None:
 def test_a_bundle_of_the_hour_trains_at_tiny_width_on_cifar_shaped_data(hour, label, tmp_path):
     """The hour's first bundle of FBN (CNN, DSGD), FixBN at E = 100 and FedTAN (ResNet-20,
     FedAvg), two of its runs at width 4 and batch 2 for one round, through the training job's
-    entry point (fednorm.run.train_bundle) on a CIFAR-10 cache of 32x32 images."""
+    entry point (fednorm.run.train_and_write) on a CIFAR-10 cache of 32x32 images."""
     _tiny_cifar(tmp_path)
     bundle = next(ids for b, ids in hour.bundles.items() if b.startswith(f"{label}-"))
     cfgs = [dataclasses.replace(hour.runs[r], width=4, hidden=8, batch_size=2,
@@ -88,7 +88,7 @@ def test_a_bundle_of_the_hour_trains_at_tiny_width_on_cifar_shaped_data(hour, la
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        statuses = train_bundle(cfgs, [tmp_path / c.run_id for c in cfgs], data_dir=tmp_path,
+        statuses = train_and_write(cfgs, [tmp_path / c.run_id for c in cfgs], data_dir=tmp_path,
                                 device="cpu")
     finally:
         torch.set_num_threads(threads)

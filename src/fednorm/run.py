@@ -1,4 +1,4 @@
-"""``train_and_evaluate(config, out_dir)``: one run in, its files out; ``train_bundle``: the
+"""``train_and_evaluate(config, out_dir)``: one run in, its files out; ``train_and_write``: the
 runs of a bundle in, each run's files out the moment it finishes.
 
 Writes ``metrics.csv`` (one row per evaluation point, columns ``fednorm.metrics.METRIC_COLUMNS``;
@@ -10,7 +10,7 @@ and ``run.json`` (resolved config, run_id, seed, git commit, library versions, d
 status, the bundle it trained in, ``rows``: each CSV's number of rows, so that a copy cut short
 is found, :mod:`fednorm.integrity`; ``math``: execution.precision and cuda_graph, the TF32
 flags and autocast dtype they set, fednorm.fl.precision), each atomically, run.json last. The
-Snakemake rule calls ``train_job`` (each of a job's bundles with ``train_bundle``); ``fednorm
+Snakemake rule calls ``train_job`` (each of a job's bundles with ``train_and_write``); ``fednorm
 run`` calls ``train_and_evaluate``.
 
 Resume points (fednorm.fl.resume): a bundle's state is saved every ``checkpoint_minutes`` and
@@ -112,7 +112,7 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
 
 
-def train_bundle(
+def train_and_write(
     cfgs: list[RunConfig], out_dirs: list[str | Path], *, bundle_id: str = "",
     data_dir: str | Path = "data", device: str = "auto", resume_file: str | Path | None = None,
     checkpoint_minutes: float = CHECKPOINT_MINUTES, together: str | None = None,
@@ -193,7 +193,7 @@ def train_and_evaluate(
     """Train one run (a bundle of one) and write its files into ``out_dir``; returns its
     status. Its resume point is ``out_dir/resume.pt`` (:data:`RESUME_FILE`): run again after a
     kill, it continues from there."""
-    return train_bundle([cfg], [out_dir], data_dir=data_dir, device=device,
+    return train_and_write([cfg], [out_dir], data_dir=data_dir, device=device,
                         resume_file=Path(out_dir) / RESUME_FILE,
                         checkpoint_minutes=checkpoint_minutes, data_workers=data_workers)[0]
 
@@ -207,14 +207,14 @@ def train_job(bundles: Sequence[Mapping[str, Any]], data_dir: str | Path = "data
     point). Returns the job's exit status: 0, or 128 + the signal's number when SIGTERM or
     SIGUSR1 stopped it (the bundle's state saved, the bundles after it not started).
     ``together``, ``data_workers`` and ``execution`` (precision, cuda_graph, jobs_per_gpu):
-    as in :func:`train_bundle`."""
+    as in :func:`train_and_write`."""
     for bundle in bundles:
         bundle_id = bundle["bundle_id"]
         cfgs = [run_config(values) for values in bundle["runs"]]
         log.info("bundle %s: training %d runs: %s", bundle_id, len(cfgs),
                  [c.run_id for c in cfgs])
         try:
-            statuses = train_bundle(cfgs, bundle["out_dirs"], bundle_id=bundle_id,
+            statuses = train_and_write(cfgs, bundle["out_dirs"], bundle_id=bundle_id,
                                     data_dir=data_dir, device=device,
                                     resume_file=bundle["resume"],
                                     checkpoint_minutes=checkpoint_minutes,

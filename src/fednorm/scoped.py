@@ -4,7 +4,7 @@ forward pass what they cannot take as arguments (the normalization context, the 
 :class:`contextvars.ContextVar` would do the same, but ``torch.compile`` cannot trace its
 ``set``: the graph break makes the whole vmapped gradient step run eagerly. A plain stack on
 the object can be traced (Dynamo replays the mutation), so the engine's step compiles into one
-graph (fednorm.fl.engine, ``compile``). Training runs in one thread, which is all this needs.
+graph (fednorm.fl.round, ``compile``). Training runs in one thread, which is all this needs.
 """
 
 from __future__ import annotations

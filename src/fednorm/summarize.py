@@ -9,7 +9,7 @@ split and E: 'Dir(0.1), E=100'), the metrics (fednorm.metrics.SUMMARY_METRICS:
 ``norm_error_mean``, ``norm_error_var``: the normalization error averaged over BN layers, NaN
 without BN; ``stat_change``, ``stat_deviation``, ``stat_variance``: the FixBN paper's training
 dynamics summed over BN layers, fednorm.fl.dynamics, NaN unless the run recorded them;
-``comm_rounds``: client-server exchanges so far, fednorm.fl.engine; ``local_test_accuracy``:
+``comm_rounds``: client-server exchanges so far, fednorm.fl.round; ``local_test_accuracy``:
 the accuracy on each client's own label distribution, averaged over the clients;
 ``val_accuracy``: on the images held out of the training set (``val_fraction``), NaN without;
 with FedBN and

@@ -9,7 +9,7 @@ Every round draws m = 30 fresh points per class (N = n·m points) and splits the
 clients with γ-similarity on their labels (γ = 0: client i holds class i only; γ = 1: iid). The
 points, stacked client-major, go through one :class:`~fednorm.norms.FedBatchNorm2d` (weight 1,
 bias 0, frozen) in training mode under the scheme's statistics rule, exactly as a model layer in
-federated training does; then :func:`fednorm.fl.engine.commit_stats` aggregates the clients'
+federated training does; then :func:`fednorm.fl.server.commit_stats` aggregates the clients'
 reports into the shared running statistics. The scheme's layer and rules come from
 :func:`fednorm.norms.normalizer_for`, so the toy runs the same code as real training.
 
@@ -36,7 +36,7 @@ from torch import Tensor
 
 from fednorm.config import ToyConfig, run_config
 from fednorm.data.partition import gamma_similarity
-from fednorm.fl.engine import commit_stats
+from fednorm.fl.server import commit_stats
 from fednorm.norms import FedBatchNorm2d, Normalizer, NormContext, norm_context, normalizer_for
 from fednorm.plan import TOY_ERROR_SCHEMES as ERROR_SCHEMES
 from fednorm.plan import TOY_SCATTER_FIGURES as SCATTER_FIGURES

@@ -28,13 +28,13 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_dispatched import BASE, METHODS  # noqa: E402
+from test_dispatched import BASE, METHODS
 
-from fednorm.config import run_config  # noqa: E402
-from fednorm.data.synthetic import colour_classes  # noqa: E402
-from fednorm.fl.train import train_bundle  # noqa: E402
-from fednorm.gpucheck.throughput import bundle  # noqa: E402
-from fednorm.fl.state import MODEL_PARTS  # noqa: E402
+from fednorm.config import run_config
+from fednorm.data.synthetic import colour_classes
+from fednorm.fl.state import MODEL_PARTS
+from fednorm.fl.train import train_bundle
+from fednorm.gpucheck.throughput import bundle
 
 RECORD = Path(__file__).with_name("bitwise.json")
 ROUNDS = 3

@@ -1,5 +1,5 @@
 """A bundle gives each run exactly what it would get alone, isolates a diverged run, and keeps
-its runs' files apart (fednorm.fl.train.train_bundle, fednorm.run.train_bundle).
+its runs' files apart (fednorm.fl.train.train_bundle, fednorm.run.train_and_write).
 
 The references are the same runs trained alone. In float64 the only difference between a
 bundle (vmap over runs: one grouped convolution over all runs' weights) and a run alone (plain
@@ -21,7 +21,7 @@ import torch
 from fednorm.config import bundle_key, run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.train import train, train_bundle
-from fednorm.run import train_bundle as train_and_write_bundle
+from fednorm.run import train_and_write as train_and_write_bundle
 
 # vmap falls back to a slow per-run loop for an operator without a batching rule, and says so:
 # in a bundle that is a bug.

@@ -1,5 +1,5 @@
 """The engine's gradient step under torch.compile (``make_trainer(..., compile=...)``,
-:meth:`fednorm.fl.engine._Trainer.gradient_step`): one graph (``fullgraph``: a graph break is
+:meth:`fednorm.fl.trainer.Trainer.gradient_step`): one graph (``fullgraph``: a graph break is
 an error, such as a ``contextvars.ContextVar`` set inside the forward pass, which made the
 whole step run eagerly), built once and reused every round, and the same training as the
 eager step in float64 (compiled kernels sum in another order: ~1e-15, where a wrong capture

@@ -23,7 +23,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from fednorm.fl import train as training
+from fednorm.fl import build as training
 from fednorm.fl.train import train_bundle
 
 MAKE_TRAINER = training.make_trainer

@@ -9,7 +9,7 @@ import copy
 import torch
 from test_engine import _float64, batches_for, client_data, tiny_config, twin_models  # noqa: F401
 
-from fednorm.fl.engine import make_trainer
+from fednorm.fl.build import make_trainer
 from fednorm.fl.evaluate import evaluate_chunks
 from fednorm.norms import normalizer_for
 

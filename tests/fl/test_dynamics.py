@@ -13,9 +13,10 @@ import torch
 
 from fednorm.config import run_config, with_values
 from fednorm.data import Arrays
+from fednorm.fl.build import make_trainer, training_batches
 from fednorm.fl.dynamics import QUANTITIES
-from fednorm.fl.engine import make_trainer
-from fednorm.fl.train import train, train_bundle, training_batches
+from fednorm.fl.round import FedAvg
+from fednorm.fl.train import train, train_bundle
 from fednorm.models import build_model
 from fednorm.norms import FedBatchNorm2d, NormContext, bn_layers, norm_context, normalizer_for
 
@@ -76,7 +77,8 @@ def test_dynamics_equal_hooks_on_the_global_model(fedavg):
     parts = [torch.arange(i * 20, (i + 1) * 20) for i in range(N)]
     batches = training_batches([cfg], arrays, [parts])
     normalizer = normalizer_for(cfg)
-    trainer = make_trainer([cfg], [model], normalizer, batches, force_fedavg=fedavg)
+    trainer = make_trainer([cfg], [model], normalizer, batches,
+                           schedule=FedAvg if fedavg else None)
     keys = [la.key for la in trainer.layers]
     trainer.record_dynamics(cfg.dynamics_window)  # its sums in the state, run axis first
     changes, deviations, history = [], [], []

@@ -15,8 +15,9 @@ from fednorm import rng
 from fednorm.config import RunConfig, run_config
 from fednorm.data.augment import augment_for
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import DSGD, FedAvg, make_trainer
-from fednorm.fl.optim import AGC_EPS, adaptive_clip, momentum_step
+from fednorm.fl.build import make_trainer
+from fednorm.fl.optim import momentum_step
+from fednorm.fl.round import DSGD, FedAvg
 from fednorm.models import build_model
 from fednorm.norms import (
     BatchStats,
@@ -28,6 +29,7 @@ from fednorm.norms import (
     norm_context,
     normalizer_for,
 )
+from fednorm.norms.fedwon import AGC_EPS, adaptive_clip
 from fednorm.robust import Server, coordinate_median, nearest_neighbour_mixing
 
 N_CLIENTS, B, SIZE = 3, 4, 8
@@ -139,7 +141,7 @@ def test_fedavg_with_one_local_step_equals_dsgd(normalizer):
     x, y, parts = client_data()
     dsgd = make_trainer([cfg], [m_dsgd], normalizer_for(cfg), batches_for(x, y, parts, seed=3))
     avg = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=3),
-                       force_fedavg=True)
+                       schedule=FedAvg)
     assert isinstance(dsgd, DSGD) and isinstance(avg, FedAvg)
     for step in range(cfg.steps):  # fixbn: 2 steps of BatchStats, then 2 frozen
         la, lb = dsgd.round(step), avg.round(step)
@@ -161,7 +163,7 @@ def test_fedavg_with_one_local_step_equals_dsgd_in_float64():
     x = x.double()
     dsgd = make_trainer([cfg], [m_dsgd], normalizer_for(cfg), batches_for(x, y, parts, seed=3))
     avg = make_trainer([cfg], [m_avg], normalizer_for(cfg), batches_for(x, y, parts, seed=3),
-                       force_fedavg=True)
+                       schedule=FedAvg)
     for step in range(cfg.steps):
         dsgd.round(step)
         avg.round(step)
@@ -227,7 +229,7 @@ def trained_and_twin(cfg):
 
 
 def test_fbn_with_local_steps_equals_per_client_loop():
-    """FBN with E > 1 (the FBN paper has E = 1 only; fednorm.fl.engine's extension): within a
+    """FBN with E > 1 (the FBN paper has E = 1 only; fednorm.fl.round's extension): within a
     round each client normalizes with, and moves towards its batches, its own copy of the
     shared statistics; the server averages the running means and adds the spread of the client
     means with the effective momentum of E steps, beta_E = 1 - (1 - beta)^E:

@@ -11,7 +11,8 @@ import torch
 
 from fednorm.config import ConfigError, RunConfig, run_config
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import DSGD, FedAvg, make_trainer
+from fednorm.fl.build import make_trainer
+from fednorm.fl.round import DSGD, FedAvg
 from fednorm.models import build_model
 from fednorm.norms import BatchStats, FedBatchNorm2d, FrozenStats, bn_layers, normalizer_for
 

@@ -10,9 +10,8 @@ import torch
 from fednorm.config import run_config
 from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
-from fednorm.fl.engine import make_trainer
+from fednorm.fl.build import make_trainer, training_batches
 from fednorm.fl.graphed import Graphed
-from fednorm.fl.train import training_batches
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 

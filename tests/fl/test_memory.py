@@ -18,8 +18,8 @@ import torch
 from test_bundle import DATA64, assert_same_run, members, small
 
 from fednorm.config import ConfigError
+from fednorm.fl import build as training
 from fednorm.fl import memory
-from fednorm.fl import train as training
 from fednorm.fl.resume import ResumeStore
 from fednorm.fl.train import train, train_bundle
 from fednorm.plan import AUTO_BUNDLE_RUNS, load_execution

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 from fednorm.config import ConfigError, run_config
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import DSGD, FedAvg, make_trainer
+from fednorm.fl.build import make_trainer
+from fednorm.fl.round import DSGD, FedAvg
 from fednorm.models import build_model
 from fednorm.norms import BatchStats, NormContext, bn_layers, norm_context, normalizer_for
 
@@ -53,11 +54,12 @@ def model_for(cfg):
     return build_model(cfg).double()
 
 
-def engine_run(cfg, model, force_fedavg=False):
+def engine_run(cfg, model, force_fedavg=False):  # FedAvg's rounds also where DSGD's serve
     """Train ``model`` in place with the engine for all of ``cfg.steps``; returns the trainer."""
     x, y, parts = data()
     trainer = make_trainer([cfg], [model], normalizer_for(cfg),
-                           ClientBatches(x, y, [parts], B, [7]), force_fedavg)
+                           ClientBatches(x, y, [parts], B, [7]),
+                           schedule=FedAvg if force_fedavg else None)
     for first in range(0, cfg.steps, cfg.local_steps):
         trainer.round(first)
     return trainer

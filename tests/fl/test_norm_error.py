@@ -10,8 +10,9 @@ from fednorm.data import load_dataset
 from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import commit_stats, make_trainer
+from fednorm.fl.build import make_trainer
 from fednorm.fl.norm_error import layer_errors, union_statistics
+from fednorm.fl.server import commit_stats
 from fednorm.fl.train import train
 from fednorm.models import build_model
 from fednorm.norms import (

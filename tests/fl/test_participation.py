@@ -23,8 +23,9 @@ from fednorm import rng
 from fednorm.config import ConfigError, bundle_key, participants_per_round, run_config
 from fednorm.data.augment import augment_for
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import FedAvg, make_trainer
+from fednorm.fl.build import make_trainer
 from fednorm.fl.participation import Participants, participant_indices, participation_keys
+from fednorm.fl.round import FedAvg
 from fednorm.fl.train import train
 from fednorm.models import build_model
 from fednorm.norms import (

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,8 +17,9 @@ from client_loop import client_step
 from fednorm.config import run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.engine import FedAvg, make_trainer
+from fednorm.fl.build import make_trainer
 from fednorm.fl.evaluate import evaluate, label_distributions
+from fednorm.fl.round import FedAvg
 from fednorm.fl.train import train
 from fednorm.models import build_model
 from fednorm.norms import BatchStats, NormContext, bn_layers, norm_context, normalizer_for
@@ -150,7 +152,7 @@ def test_static_statistics_average_every_training_batch():
                            ClientBatches(DATA.train_x, DATA.train_y, [parts], B, [cfg.seed]))
     trainer.round(0)
     x = DATA.train_x[:58]  # 14 batches of 4, and 2 images left out
-    trainer.static_statistics(x)
+    trainer.before_test(SimpleNamespace(train_x=x))  # the method's hook: the statistics pass
     seen: dict[str, list] = {}
     probe = copy.deepcopy(model)
 

@@ -14,11 +14,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fednorm.config import ConfigError, run_config
 from fednorm.data.synthetic import colour_classes
+from fednorm.fl.buffers import per_client
 from fednorm.fl.precision import job_math
 from fednorm.fl.train import train_bundle
 from fednorm.gpucheck.throughput import bundle
 from fednorm.plan.jobs import load_execution
-from fednorm.run import train_bundle as train_and_write
+from fednorm.run import train_and_write
 
 DATA = colour_classes(n_train=120, n_test=40, image_size=8, seed=0)
 
@@ -83,8 +84,8 @@ def test_the_bfloat16_steps_gradients_and_reports_are_float32():
     x, y = trainer.batches.sample(0)
     R, n, b = 1, cfgs[0].n_clients, cfgs[0].batch_size
     # the step's inputs as the engine hands them over: every client of every run flattened
-    params = {k: trainer._per_client(p).flatten(0, 1) for k, p in trainer.state.params.items()}
-    stats = {k: trainer._per_client(s).flatten(0, 1) for k, s in trainer.state.stats.items()}
+    params = {k: per_client(p, n).flatten(0, 1) for k, p in trainer.state.params.items()}
+    stats = {k: per_client(s, n).flatten(0, 1) for k, s in trainer.state.stats.items()}
     grads, (loss, reports, _) = step(params, stats, x.reshape(R * n, b, *x.shape[2:]),
                                      y.reshape(R * n, b), trainer._client_keys(None))
     assert {g.dtype for g in grads.values()} == {torch.float32}

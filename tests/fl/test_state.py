@@ -9,9 +9,8 @@ import torch
 from test_bundle import DATA, DATA64, members
 
 from fednorm.data.partition import partition
-from fednorm.fl.engine import make_trainer
+from fednorm.fl.build import make_trainer, training_batches
 from fednorm.fl.state import HISTORY, BundleState
-from fednorm.fl.train import training_batches
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 

@@ -15,9 +15,9 @@ from fednorm.data import load_dataset
 from fednorm.data.arrays import Arrays, hold_out
 from fednorm.data.imagenet import decode_centre, normalize, write_sample_tree
 from fednorm.data.partition import partition
-from fednorm.fl.engine import make_trainer
+from fednorm.fl.build import make_trainer, training_batches
 from fednorm.fl.evaluate import evaluate, evaluate_chunks, label_distributions
-from fednorm.fl.train import train_bundle, training_batches
+from fednorm.fl.train import train_bundle
 from fednorm.models import build_model
 from fednorm.norms import normalizer_for
 

@@ -10,7 +10,8 @@ import torch
 
 from fednorm.config import run_config
 from fednorm.data.synthetic import colour_classes
-from fednorm.fl.train import train, training_batches
+from fednorm.fl.build import training_batches
+from fednorm.fl.train import train
 from fednorm.metrics import METRIC_COLUMNS
 
 DATA = colour_classes(n_train=60, n_test=20, image_size=8, seed=0)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from fednorm.fl.engine import commit_stats
+from fednorm.fl.server import commit_stats
 from fednorm.norms import (
     BatchStats,
     FedBatchNorm2d,

@@ -42,4 +42,4 @@ for job_id, pending in PLAN.pending_jobs().items():
         conda:
             ENV
         script:
-            "../scripts/train_bundle.py"
+            "../scripts/train_job.py"

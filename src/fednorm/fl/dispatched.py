@@ -6,7 +6,7 @@ Why: a local step that a CUDA graph can capture and replay (docs/speed.md, the l
 reads nothing back to the host, makes no tensor from a Python number, and runs the same
 operators with the same arguments at every step. These three facts can be checked on the CPU,
 where no graph is captured: :func:`local_steps` records each local step of a trainer
-(fednorm.fl.engine: ``_local_step`` and ``_fused_step``) and tests/fl/test_dispatched.py asks
+(fednorm.fl.round: ``_local_step`` and ``_fused_step``) and tests/fl/test_dispatched.py asks
 them of every method. The counts are also what benchmarks/engine_launches.py reports as the
 operators reaching a kernel.
 """

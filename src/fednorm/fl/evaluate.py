@@ -16,14 +16,15 @@ from torch.func import functional_call, vmap
 from fednorm.data import Arrays
 from fednorm.data.arrays import slices
 from fednorm.data.imagenet import StreamedImages
-from fednorm.fl.engine import _Trainer, over_runs
+from fednorm.fl.step import over_runs
+from fednorm.fl.trainer import Trainer
 
 EVAL_IMAGES = 4096  # images of all runs together in one evaluation forward
 # The images of an evaluation, requested ``size`` at a time: an iterable of (x, y) chunks
 Chunks = Callable[[int], Iterable[tuple[Tensor, Tensor]]]
 
 
-def evaluate(trainer: _Trainer, x: Tensor, y: Tensor, label_dist: Tensor) -> Evaluation:
+def evaluate(trainer: Trainer, x: Tensor, y: Tensor, label_dist: Tensor) -> Evaluation:
     """:func:`evaluate_chunks` on the images ``x`` and labels ``y`` held in memory."""
     return evaluate_chunks(trainer, partial(slices, x, y), label_dist)
 
@@ -39,7 +40,7 @@ class Evaluation(NamedTuple):
 
 
 @torch.no_grad()
-def evaluate_chunks(trainer: _Trainer, chunks: Chunks, label_dist: Tensor,
+def evaluate_chunks(trainer: Trainer, chunks: Chunks, label_dist: Tensor,
                     domain_of: Tensor | None = None, domain_dist: Tensor | None = None
                     ) -> Evaluation:
     """Every run's :class:`Evaluation`, in eval mode, on the test images ``chunks(size)`` hands
@@ -96,7 +97,7 @@ def evaluate_chunks(trainer: _Trainer, chunks: Chunks, label_dist: Tensor,
                       by_domain)
 
 
-def _models(trainer: _Trainer) -> tuple[Callable, tuple, int]:
+def _models(trainer: Trainer) -> tuple[Callable, tuple, int]:
     """What tests the runs, in eval mode: ``fn(*state, x)`` gives (R, models, B, classes),
     ``models`` 1 (the global model) or n (personalized BN: each client's own model)."""
     model, runs = trainer.model, trainer.runs

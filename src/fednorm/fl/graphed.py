@@ -1,6 +1,6 @@
 """A local step captured once as a CUDA graph and replayed (``execution.cuda_graph``).
 
-A local step of the engine (fednorm.fl.engine: ``_local_step``, ``_fused_step``) reads nothing
+A local step of the engine (fednorm.fl.round: ``_local_step``, ``_fused_step``) reads nothing
 back to the host, makes no tensor from a Python number, reads and writes the same static
 buffers at every step of a bundle, and dispatches the same operators each time
 (tests/fl/test_dispatched.py). So on CUDA it can be recorded once as a ``torch.cuda.CUDAGraph``
@@ -79,5 +79,5 @@ class Graphed:
 
     def reset(self) -> None:
         """Forget every graph (the buffers they were captured on are gone: a bundle that drops
-        runs, fednorm.fl.engine ``keep``)."""
+        runs, fednorm.fl.trainer ``keep``)."""
         self._graphs.clear()

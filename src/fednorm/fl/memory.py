@@ -3,7 +3,7 @@
 
 A bundle's peak memory is close to linear in its runs: ``fixed + R * per_run`` (the data on the
 device and the code's buffers; each run's parameters, momenta, activations and gradients, all
-stacked along the run dimension, fednorm.fl.engine). :func:`measure` trains a bundle of two
+stacked along the run dimension, fednorm.fl.round). :func:`measure` trains a bundle of two
 runs and one of four for one short round each (one local step; two under FedAvg, so that its
 per-client state is there) with an evaluation, reads their peaks and solves for both terms
 (measured on the CPU, FBN's CNN at 10 clients x 50, 32 x 32, 2,000 test images: 2.3, 4.5, 6.5,

@@ -18,27 +18,29 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fednorm.fl.engine import _Trainer, over_runs
+from fednorm.fl.step import forward_fn, over_runs
+from fednorm.fl.trainer import Trainer
 from fednorm.norms import UnionStats
 
 _EPS = 1e-12
 
 
 @torch.no_grad()
-def union_statistics(trainer: _Trainer, x: Tensor, key: Tensor) -> dict[str, tuple[Tensor,
+def union_statistics(trainer: Trainer, x: Tensor, key: Tensor) -> dict[str, tuple[Tensor,
                                                                                     Tensor]]:
     """Each BN layer's input mean and unbiased variance, (R, C) each, on each run's union batch
     ``x`` (R, g*b, ...) of g clients (client-major), propagated as centralized BN would (every
     layer normalizes with the union statistics). A pure function: no state changes."""
     groups = x.shape[1] // trainer.cfg.batch_size
-    forward = over_runs(trainer.forward_fn(UnionStats(), groups, 1.0), trainer.runs)
+    forward = over_runs(forward_fn(trainer.model, UnionStats(), groups, trainer.n, 1.0),
+                        trainer.runs)
     _, reports, _ = forward(trainer.state.params, trainer.state.stats, x, key)
     # With beta = 1 a report is the union batch's mean and Kn/(Kn-1)-unbiased variance; every
     # client row holds the same union statistics.
     return {k: (mean[:, 0], var[:, 0]) for k, (mean, var) in reports.items()}
 
 
-def layer_errors(trainer: _Trainer, central: dict[str, tuple[Tensor, Tensor]]
+def layer_errors(trainer: Trainer, central: dict[str, tuple[Tensor, Tensor]]
                  ) -> tuple[Tensor, Tensor]:
     """``mean_error`` and ``var_error`` (see the module docstring), (R, L) each, layers in the
     order of ``trainer.layers``."""

@@ -49,25 +49,3 @@ def momentum_step(
         torch._foreach_sub_(params, torch._foreach_mul(momenta, [shaped[p.dim()] for p in params]))
     else:
         torch._foreach_add_(params, momenta, alpha=-lr)
-
-
-AGC_EPS = 1e-3  # Brock et al. (2021), §4.1: the floor of a unit's weight norm (its epsilon)
-
-
-@torch.no_grad()
-def adaptive_clip(grad: Tensor, weight: Tensor, lam: float, unit_dims: int) -> Tensor:
-    """Adaptive gradient clipping (Brock et al. 2021, "High-Performance Large-Scale Image
-    Recognition Without Normalization", §4.1, Eq. 3), unit-wise: for each unit i (an output
-    channel of a conv, a row of a linear layer, one element of a vector),
-
-        G_i <- lam * max(||W_i||, eps) / ||G_i|| * G_i   if ||G_i|| / max(||W_i||, eps) > lam,
-
-    else unchanged, with Frobenius norms over the unit's ``unit_dims`` trailing dimensions
-    (0: each element its own unit) and eps = AGC_EPS. Any leading dimensions (runs, clients)
-    are units' batches: each is clipped on its own."""
-    dims = tuple(range(grad.dim() - unit_dims, grad.dim()))
-    g_norm = torch.linalg.vector_norm(grad, dim=dims, keepdim=True) if dims else grad.abs()
-    w_norm = (torch.linalg.vector_norm(weight, dim=dims, keepdim=True) if dims
-              else weight.abs()).clamp_min(AGC_EPS)
-    limit = lam * w_norm
-    return torch.where(g_norm > limit, grad * (limit / g_norm.clamp_min(1e-30)), grad)

@@ -6,7 +6,7 @@ smallest draws take part (ties, possible with 24-bit draws, go to the lower clie
 stable sort). The draw is counter-based (fednorm.rng, stream ``PARTICIPATE``): a pure function
 of the run's seed and the round's first step, so a run draws the same clients alone or in a
 bundle, on CPU or CUDA, and after other runs left the bundle. The engine trains the (R, m)
-participants alone (fednorm.fl.engine), and :class:`Participants` tells the samplers
+participants alone (fednorm.fl.round), and :class:`Participants` tells the samplers
 (fednorm.fl.batches) whose batches to draw.
 """
 

@@ -4,7 +4,7 @@
   convolutions (PyTorch's own default lets cuDNN convolve in TF32);
 - ``tf32``: on CUDA, matmuls and convolutions in TF32 (inputs rounded to a 10-bit mantissa,
   products summed in float32); the rest float32. On the CPU the same as float32;
-- ``bf16``: each gradient step (forward and backward, fednorm.fl.engine's ``gradient_step``)
+- ``bf16``: each gradient step (forward and backward, fednorm.fl.trainer's ``gradient_step``)
   under ``torch.autocast(device_type, dtype=torch.bfloat16)``: convolutions and matmuls in
   bfloat16, the loss (log-softmax, NLL) in float32 by autocast's own lists; TF32 off. What
   outlives a step stays float32: the parameters and their gradients (float32 leaves), the

@@ -46,7 +46,7 @@ class BundleState:
     stats: dict[str, Tensor]  # BN running statistics, (R, C)
     momenta: dict[str, Tensor]  # (R, *shape) (DSGD) or (R, n, *shape) (FedAvg)
     loss_sum: Tensor  # (R,): the training loss summed since the last evaluation point
-    # the clients' own parts (FedBN, SiloBN, Hybrid BN's d: fednorm.fl.engine.FedAvg), (R, n,
+    # the clients' own parts (FedBN, SiloBN, Hybrid BN's d: fednorm.fl.round.FedAvg), (R, n,
     # ...), kept for every client across rounds
     local: dict[str, Tensor] = field(default_factory=dict)
     # "clients": (R, n) bool, whether each client has trained (and so holds its own parts that

@@ -2,7 +2,7 @@
 
 :func:`train_bundle` trains the R runs of a bundle (configs that share
 :func:`fednorm.config.bundle_key`) in lock-step on one device, their state stacked with a
-leading run dimension (fednorm.fl.engine); :func:`train` is a bundle of one. Each run gets what
+leading run dimension (fednorm.fl.round); :func:`train` is a bundle of one. Each run gets what
 it would get alone: its own initialization (the global seed set to its seed before its model is
 built), partition, batches, augmentation and dropout masks (counter-based, fednorm.rng), and its
 own metrics. A run whose training or test loss becomes non-finite is recorded ``diverged`` at
@@ -33,33 +33,26 @@ from torch import Tensor, nn
 
 from fednorm import rng
 from fednorm.config import RunConfig, bundle_key
-from fednorm.data import Arrays
 from fednorm.data.arrays import hold_out
-from fednorm.data.augment import augment_for
 from fednorm.data.imagenet import StreamedImages
-from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
+from fednorm.fl.build import Data, build, model_for, partitions
 from fednorm.fl.dynamics import QUANTITIES
-from fednorm.fl.engine import _Trainer, make_trainer
 from fednorm.fl.evaluate import (
     domain_distributions,
     evaluate_chunks,
     label_distributions,
 )
 from fednorm.fl.norm_error import layer_errors, union_statistics
-from fednorm.fl.precision import autocast_dtype
 from fednorm.fl.resume import ResumeStore
 from fednorm.fl.state import HISTORY, BundleState
 from fednorm.fl.streamed import streamed_batches
+from fednorm.fl.trainer import Trainer
 from fednorm.metrics import DOMAIN_ACCURACY
-from fednorm.models import build_model
-from fednorm.norms import normalizer_for
 
 LAYER_COLUMNS = ("step", "layer", "mean_error", "var_error")
 DYNAMICS_COLUMNS = ("step", "layer", *QUANTITIES)  # fednorm.fl.dynamics, when recorded
 log = logging.getLogger("fednorm.train")
-# A data set in memory (Arrays) or on disk (ImageNet-1K: StreamedImages)
-Data = Arrays | StreamedImages
 # A slice of a bundle: its runs (indices into the bundle) and their state (None: step 0)
 Slice = tuple[list[int], BundleState | None]
 
@@ -73,10 +66,9 @@ class TrainResult:
     model: nn.Module | None = None
 
 
-def train(cfg: RunConfig, data: Data, device: str | torch.device = "cpu",
-          force_fedavg: bool = False) -> TrainResult:
+def train(cfg: RunConfig, data: Data, device: str | torch.device = "cpu") -> TrainResult:
     """Train one run (a bundle of one)."""
-    return train_bundle([cfg], data, device, force_fedavg=force_fedavg)[0]
+    return train_bundle([cfg], data, device)[0]
 
 
 def _check_bundle(cfgs: Sequence[RunConfig]) -> None:
@@ -90,7 +82,7 @@ def _check_bundle(cfgs: Sequence[RunConfig]) -> None:
 
 def train_bundle(
     cfgs: Sequence[RunConfig], data: Data, device: str | torch.device = "cpu",
-    on_finish: Callable[[int, TrainResult], None] | None = None, force_fedavg: bool = False,
+    on_finish: Callable[[int, TrainResult], None] | None = None,
     resume: ResumeStore | None = None, size: int | None = None,
     precision: str = "float32", cuda_graph: str = "off",
 ) -> list[TrainResult]:
@@ -110,8 +102,8 @@ def train_bundle(
     ``precision``: the gradient steps' arithmetic (fednorm.fl.precision: bf16 autocasts them;
     the TF32 flags are the caller's, fednorm.run); ``cuda_graph``: execution.cuda_graph."""
     _check_bundle(cfgs)
-    bundle = _Bundle(list(cfgs), data, torch.device(device), on_finish, force_fedavg, resume,
-                     precision, cuda_graph)
+    bundle = _Bundle(list(cfgs), data, torch.device(device), on_finish, resume, precision,
+                     cuda_graph)
     bundle.start(size or len(cfgs))
     while bundle.queue:
         bundle.train_next()
@@ -128,7 +120,6 @@ class _Bundle:
     data: Data
     device: torch.device
     on_finish: Callable[[int, TrainResult], None] | None
-    force_fedavg: bool
     store: ResumeStore | None
     precision: str  # execution.precision: the gradient steps' autocast (fednorm.fl.precision)
     # execution.cuda_graph, auto or off: the local steps captured as CUDA graphs on a CUDA
@@ -172,7 +163,7 @@ class _Bundle:
 
     def _restored(self, entry: dict[str, Any]) -> TrainResult:
         """A finished run's result from a resume point, with its final parameters."""
-        model = _model(self.cfgs[[c.identity() for c in self.cfgs].index(entry["run"])],
+        model = model_for(self.cfgs[[c.identity() for c in self.cfgs].index(entry["run"])],
                        self.data, self.device)
         model.load_state_dict(entry["model"])
         return TrainResult(**{k: entry[k] for k in HISTORY}, status=entry["status"],
@@ -216,21 +207,16 @@ class _Bundle:
         cfgs = [self.cfgs[i] for i in ids]
         cfg = cfgs[0]
         data = hold_out(self.data, cfg.val_fraction).to(self.device)  # a bundle_key field
-        models = [_model(c, data, self.device) for c in cfgs]
         domains = getattr(data, "train_domain", None)  # feature shift: each image's domain
-        parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed,
-                           None if domains is None else domains.cpu())
-                 for c in cfgs]
-        trainer = make_trainer(cfgs, models, normalizer_for(cfg),
-                               training_batches(cfgs, data, parts), self.force_fedavg,
-                               autocast=autocast_dtype(self.precision),
-                               cuda_graph=self.cuda_graph)
+        parts = partitions(cfgs, data)
+        trainer = build(cfgs, data, parts, precision=self.precision,
+                        cuda_graph=self.cuda_graph, device=self.device)
         if cfg.record_dynamics and trainer.layers:  # a bundle_key field: all runs or none
             trainer.record_dynamics(cfg.dynamics_window)
         if state is not None:
             trainer.state.load_state_dict(state.state_dict())
-        elif trainer.normalizer.calibrate:
-            trainer.calibrate()
+        else:
+            trainer.before_training()  # the method's hook
         self.live = _Loop(cfgs, ids, data, trainer, _probe(cfgs, data, parts),
                           label_distributions(data, parts), self,
                           None if domains is None else domain_distributions(data, parts))
@@ -254,11 +240,6 @@ class _Bundle:
                     for i, r in sorted(self.results.items())]
         return {"header": self.store.header(self.cfgs), "step": live.step,
                 "slices": [s.state_dict() for s in (live, *waiting)], "finished": finished}
-
-
-def _model(cfg: RunConfig, data: Data, device: torch.device) -> nn.Module:
-    torch.manual_seed(cfg.seed)  # model initialization, as the run alone would have it
-    return build_model(cfg, data.n_classes).to(device, data.dtype)
 
 
 def _probe(cfgs: Sequence[RunConfig], data: Data, parts: Sequence[Sequence[Tensor]]
@@ -292,26 +273,12 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def training_batches(cfgs: Sequence[RunConfig], data: Data,
-                     parts: Sequence[Sequence[Tensor]]) -> ClientBatches:
-    """The bundle's training sampler: each client's batches from its part of ``data``, augmented
-    as the runs' ``augment`` says (fednorm.data.augment.augment_for); images on disk
-    (ImageNet-1K) are decoded, cropped and flipped in its worker processes
-    (fednorm.fl.streamed.StreamedBatches; fednorm.config allows no other augmentation)."""
-    cfg = cfgs[0]
-    if isinstance(data, StreamedImages):
-        return streamed_batches(data, parts, cfg.batch_size, [c.seed for c in cfgs])
-    return ClientBatches(data.train_x, data.train_y, parts, cfg.batch_size,
-                         [c.seed for c in cfgs], rng.SAMPLE,
-                         augment_for(cfg.augment, cfg.crop_padding))
-
-
 class _Loop:
     """One slice's evaluation schedule: train between evaluation points, record every run
     still going into the state's rows, finish and drop the runs that diverged."""
 
     def __init__(self, cfgs: Sequence[RunConfig], ids: list[int], data: Data,
-                 trainer: _Trainer, probe: ClientBatches, label_dist: Tensor,
+                 trainer: Trainer, probe: ClientBatches, label_dist: Tensor,
                  bundle: _Bundle, domain_dist: Tensor | None = None) -> None:
         self.cfg, self.total, self.data = cfgs[0], len(cfgs), data
         self.trainer, self.probe, self.label_dist = trainer, probe, label_dist
@@ -368,12 +335,10 @@ class _Loop:
         """Append an evaluation row to every active run; finish and drop those that diverged.
         False when no run is left."""
         trainer = self.trainer
-        if trainer.normalizer.static:  # HeteroFL: the statistics from one pass, then the test
-            trainer.static_statistics(self.data.train_x)
+        trainer.before_test(self.data)  # the method's hook
         # the BN layers of a global model (FedBN, SiloBN: the clients keep their statistics)
         measured = [] if "stats" in trainer.normalizer.local else trainer.layers
-        # Hybrid BN's fresh statistics of the current global model, for this test alone
-        with trainer.evaluation_statistics(step):
+        with trainer.evaluation_statistics(step):  # the method's context around a test
             acc, test_loss, local_acc, by_domain = evaluate_chunks(
                 trainer, partial(self.data.chunks, "test"), self.label_dist,
                 getattr(self.data, "test_domain", None), self.domain_dist)

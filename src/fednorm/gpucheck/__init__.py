@@ -12,7 +12,7 @@ report rewritten after each (fednorm.gpucheck.steps) into ``--out``: ``report.md
    paper's shape, beside a plain PyTorch loop of one run and the FLOPs floor, with the peak
    memory per run (fednorm.gpucheck.throughput);
 5. ``compile``: the plain loop under ``torch.compile`` (and CUDA graphs: mode
-   reduce-overhead) and the engine's gradient step compiled (fednorm.fl.engine.make_trainer's
+   reduce-overhead) and the engine's gradient step compiled (fednorm.fl.build.make_trainer's
    ``compile``);
 6. ``bundle_size_auto``: what ``execution.bundle_size: auto`` chooses at each shape;
 7. ``gpu_hours``: each paper part's GPU-hours at the measured rates (fednorm.plan's

@@ -29,15 +29,12 @@ from torch import nn
 
 from fednorm.config import RunConfig, run_config
 from fednorm.data import Arrays
-from fednorm.data.partition import partition
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl import memory
-from fednorm.fl.engine import _Trainer, make_trainer
-from fednorm.fl.precision import autocast_dtype
-from fednorm.fl.train import training_batches
-from fednorm.models import FBNCNN, ResNet18, ResNet20, build_model
+from fednorm.fl.build import build
+from fednorm.fl.trainer import Trainer
+from fednorm.models import FBNCNN, ResNet18, ResNet20
 from fednorm.models.dropout import KeyedDropout
-from fednorm.norms import normalizer_for
 
 # FixBN's recipe (config/config.yaml, &fixbn), the keys that shape the computation
 _FIXBN = dict(model="resnet20", width=16, n_clients=5, batch_size=20, momentum=0.9,
@@ -162,20 +159,12 @@ def configs(shape: Shape, runs: int, settings: Settings) -> list[RunConfig]:
 
 
 def bundle(cfgs: list[RunConfig], data: Arrays, compile: dict[str, Any] | None = None,
-           cuda_graph: str = "off", precision: str = "float32") -> _Trainer:
-    """The trainer of a bundle, built as fednorm.fl.train builds a job's; ``compile``:
-    torch.compile's arguments for its gradient steps (fednorm.fl.engine.make_trainer);
-    ``precision``: their autocast (fednorm.fl.precision; the TF32 flags are the caller's);
-    ``cuda_graph`` auto: the local steps captured as CUDA graphs on CUDA (execution.cuda_graph,
-    fednorm.fl.graphed; off: eager)."""
-    models = []
-    for c in cfgs:
-        torch.manual_seed(c.seed)
-        models.append(build_model(c, data.n_classes).to(data.device, data.dtype))
-    parts = [partition(data.train_y.cpu(), c.partition, c.n_clients, c.heterogeneity, c.seed)
-             for c in cfgs]
-    return make_trainer(cfgs, models, normalizer_for(cfgs[0]), training_batches(cfgs, data, parts),
-                        compile=compile, autocast=autocast_dtype(precision), cuda_graph=cuda_graph)
+           cuda_graph: str = "off", precision: str = "float32") -> Trainer:
+    """The trainer of a bundle, built as a training job builds it (fednorm.fl.build.build);
+    ``compile``: torch.compile's arguments for its gradient steps; ``precision``: their
+    autocast (the TF32 flags are the caller's); ``cuda_graph`` auto: the local steps captured
+    as CUDA graphs on CUDA (off: eager)."""
+    return build(cfgs, data, compile=compile, precision=precision, cuda_graph=cuda_graph)
 
 
 def round_images(cfg: RunConfig, runs: int) -> int:
@@ -187,10 +176,10 @@ def engine_rate(shape: Shape, runs: int, data: Arrays, settings: Settings,
                 precision: str = "float32") -> dict[str, Any]:
     """Images/s of a bundle of ``runs``, and its peak memory per run (the bundle's state built
     and a round trained, beyond what the device held before); ``compiled``: torch.compile's
-    arguments for its gradient steps (fednorm.fl.engine, ``gradient_step``), compiled in the
+    arguments for its gradient steps (fednorm.fl.trainer, ``gradient_step``), compiled in the
     first round; ``cuda_graph``, ``precision``: as in :func:`bundle`."""
     cfgs, device = configs(shape, runs, settings), data.device
-    built: list[_Trainer] = []
+    built: list[Trainer] = []
 
     def build_and_step() -> None:
         built.append(bundle(cfgs, data, compiled, cuda_graph, precision))

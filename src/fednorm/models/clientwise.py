@@ -1,4 +1,4 @@
-"""Layers that carry the client dimension through a model (for FedTAN, fednorm.fl.engine).
+"""Layers that carry the client dimension through a model (for FedTAN, fednorm.fl.round).
 
 FedTAN normalizes every client's batch with the statistics of the union of all clients' current
 batches while each client computes with its own weights. A BN layer's statistics then reduce

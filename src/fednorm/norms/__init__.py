@@ -52,7 +52,8 @@ aggregated across clients too; (2) every client reports the same union statistic
 server's running statistics are their moving average, as nn.BatchNorm2d's on the union batch;
 (4) the global model normalizes with them. ``clientwise`` (True for FedTAN only) asks
 fednorm.models.build_model for layers that take client-stacked weights
-(fednorm.models.clientwise); the engine's FedTAN trainer runs one forward over all clients.
+(fednorm.models.clientwise); the engine's clientwise rounds run one forward over all clients
+(fednorm.norms.fedtan).
 
 FedBN (``fedbn``; Li et al. 2021) and SiloBN (``silobn``; Andreux et al. 2020) keep part of BN
 with each client (``local``): (1) a client normalizes with its own batch; (2) it reports nothing
@@ -65,7 +66,7 @@ HeteroFL's static BN (``heterofl_sbn``; Diao et al. 2021) tracks no running stat
 training (``static``): (1) a client normalizes with its own batch; (2) it reports nothing; (3)
 the server averages the parameters only; (4) before the global model is tested, its statistics
 are computed in one pass over the training data, the average of the batches' statistics
-(:meth:`fednorm.fl.engine.FedAvg.static_statistics`).
+(fednorm.norms.heterofl).
 
 ``conv`` is the convolution the models build (fednorm.models take it as ``conv=``): a normalizer
 that changes the weights rather than the activations (GN+WS) needs it, since the norm factory
@@ -90,7 +91,7 @@ FedWon (``fedwon``; Zhuang & Lyu, ICLR 2024, "FedWon: Triumphing Multi-domain Fe
 Without Normalization") answers them as a network without normalization: no layer normalizes
 (``make_layer`` gives identities), every convolution is a ScaledWSConv2d, and one more answer,
 to how a client steps: ``agc`` is the lambda of adaptive gradient clipping (Brock et al. 2021,
-fednorm.fl.optim.adaptive_clip), applied by the engine to every parameter but the classifier's
+fednorm.norms.fedwon: the method's gradient hook), applied to every parameter but the classifier's
 (the model's last nn.Linear, selected by type), before the momentum step. Hybrid BN
 (``hybridbn``): fednorm.norms.rules.HybridStats.
 """
@@ -101,15 +102,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import partial
 
 from torch import nn
 
 from fednorm import methods
 from fednorm.config import RunConfig
-from fednorm.norms.layer import FedBatchNorm2d, HybridBatchNorm2d, NormContext, norm_context
+from fednorm.norms import fedtan, fedwon, heterofl, hybridbn
+from fednorm.norms.fbn import FirstBatch
+from fednorm.norms.fedwon import NF_ALPHA
+from fednorm.norms.hooks import Hooks, Pending, Tools
+from fednorm.norms.hybridbn import HybridBatchNorm2d, HybridStats, RoundStart
+from fednorm.norms.layer import FedBatchNorm2d, NormContext, norm_context
 from fednorm.norms.per_sample import (
-    RELU_GAIN,
     FeatureNorm,
     InstanceNorm2d,
     LayerNorm2d,
@@ -122,7 +126,6 @@ from fednorm.norms.rules import (
     BatchStats,
     FederatedStats,
     FrozenStats,
-    HybridStats,
     StatRule,
     Stats,
     UnionStats,
@@ -135,16 +138,19 @@ __all__ = [
     "FedBatchNorm2d",
     "FederatedStats",
     "FrozenStats",
+    "Hooks",
     "HybridBatchNorm2d",
     "HybridStats",
     "InstanceNorm2d",
     "LayerNorm2d",
     "NormContext",
     "Normalizer",
+    "Pending",
     "RoundStart",
     "ScaledWSConv2d",
     "StatRule",
     "Stats",
+    "Tools",
     "UnionStats",
     "WSConv2d",
     "bn_layers",
@@ -157,14 +163,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class RoundStart:
-    """Statistics of the downloaded global model at a round's start (Hybrid BN's reports:
-    fednorm.norms.rules.HybridStats; fednorm.fl.engine._Trainer.start_statistics)."""
-
-    images: int  # per client, in one no-grad training-mode forward
-    momentum: float  # the server's smoothing a round (fednorm.methods.per_round)
-    fresh_eval: bool  # each test recomputes them from the current global model, unsmoothed
+NO_HOOKS = Hooks()
 
 
 @dataclass(frozen=True)
@@ -177,16 +176,15 @@ class Normalizer:
     rule_at: Callable[[int], StatRule | None]  # 0-based step -> rule active during that step
     conv: Callable[..., nn.Conv2d] = nn.Conv2d  # the models' convolution (nn.Conv2d signature)
     freeze_affine_at: int | None = None  # first step with BN's gamma, beta frozen; None: never
-    clientwise: bool = False  # layers take client-stacked weights (FedTAN's one forward pass)
+    clientwise: bool = False  # layers take client-stacked weights (one forward of all clients)
+    # clientwise: the union's statistics in every local step; False: in a round's first alone
+    union_every_step: bool = True
     local: tuple[str, ...] = ()  # BN parts each client keeps, never averaged: "stats", "affine"
     # BN parts each client keeps while the server also averages them into the global model, a
     # client starting from that average on its first round ("mixing": Hybrid BN's own d)
     kept: tuple[str, ...] = ()
-    static: bool = False  # no running statistics in training; one pass before each test
-    round_start: RoundStart | None = None  # reports at a round's start (Hybrid BN)
-    calibrate: bool = False  # shared statistics from one union batch before training (FBN)
-    agc: float | None = None  # adaptive gradient clipping's lambda (FedWon); None: no clipping
-    agc_vector: bool = True  # a vector (bias, gain) clipped as one unit; False: each element
+    # what the method adds to the engine's schedule (fednorm.norms.hooks); none by default
+    hooks: Hooks = NO_HOOKS
     conv_bias: bool = False  # convolutions carry a bias: no layer after them has an offset
     # NF-ResNet residual scaling alpha of the ResNets (FedWon; fednorm.models.resnet); None:
     # plain residual sums
@@ -202,10 +200,6 @@ class Normalizer:
                          for name, module in model.named_modules()
                          if isinstance(module, FedBatchNorm2d)
                          for p, _ in module.named_parameters(recurse=False))
-
-
-# Brock et al. 2021a, §4: the residual branches' scale in NF-ResNets (their default, 0.2).
-NF_ALPHA = 0.2
 
 
 def _no_rule(step: int) -> None:
@@ -242,36 +236,25 @@ def _fixbn(cfg: RunConfig) -> dict:
     return {**_bn(cfg, batch), "rule_at": rule_at, "freeze_affine_at": affine_at}
 
 
-def _hybridbn(cfg: RunConfig) -> dict:
-    """Hybrid BN: its layer, its rule, the round-start statistics its keys describe, and its
-    own d kept by each client (``hybridbn_mixing: client``) or one shared d."""
-    start = RoundStart(cfg.hybridbn_stats_images, methods.per_round(cfg, "hybridbn_momentum"),
-                       cfg.hybridbn_eval == "fresh")
-    return dict(make_layer=lambda c: HybridBatchNorm2d(c, eps=cfg.bn_eps),
-                rule_at=_always(HybridStats(cfg.hybridbn_report)), round_start=start, local=(),
-                kept=("mixing",) if cfg.hybridbn_mixing == "client" else ())
-
-
 # Each method's layer and rule (its flags come from its record, fednorm.methods): the one place
 # in fednorm.norms that maps a name to them
 LAYERS: dict[str, Callable[[RunConfig], dict]] = {
     "central": lambda cfg: _bn(cfg, UnionStats()),
     "bn": lambda cfg: _bn(cfg, BatchStats()),
-    "fbn": lambda cfg: _bn(cfg, FederatedStats(), calibrate=cfg.fbn_init == "first_batch"),
+    "fbn": lambda cfg: _bn(cfg, FederatedStats(),
+                           hooks=FirstBatch() if cfg.fbn_init == "first_batch" else Hooks()),
     "fixbn": _fixbn,
     "gn": lambda cfg: dict(make_layer=_groups(cfg)),
     "gn_ws": lambda cfg: dict(make_layer=_groups(cfg), conv=WSConv2d),
     "ln": lambda cfg: dict(make_layer=lambda c: LayerNorm2d(c, eps=cfg.bn_eps)),
     "in": lambda cfg: dict(make_layer=lambda c: InstanceNorm2d(c, eps=cfg.bn_eps)),
     "fixup": lambda cfg: dict(make_layer=None),
-    "fedtan": lambda cfg: _bn(cfg, UnionStats()),
+    "fedtan": fedtan.layers,
     "fedbn": lambda cfg: _bn(cfg, BatchStats()),
     "silobn": lambda cfg: _bn(cfg, BatchStats()),
-    "heterofl_sbn": lambda cfg: _bn(cfg, BatchStats()),
-    "hybridbn": _hybridbn,
-    "fedwon": lambda cfg: dict(
-        make_layer=_identity, residual_alpha=NF_ALPHA,
-        conv=partial(ScaledWSConv2d, gamma=RELU_GAIN if cfg.fedwon_ws_gain == "relu" else 1.0)),
+    "heterofl_sbn": heterofl.layers,
+    "hybridbn": hybridbn.layers,
+    "fedwon": fedwon.layers,
     "none": lambda cfg: dict(make_layer=_identity),
 }
 
@@ -279,10 +262,8 @@ LAYERS: dict[str, Callable[[RunConfig], dict]] = {
 def normalizer_for(cfg: RunConfig) -> Normalizer:
     """The normalizer a run config names: its record's flags, then its layer and rule."""
     record = methods.method(cfg.normalizer)
-    flags = dict(rule_at=_no_rule, clientwise=record.clientwise, static=record.static,
-                 local=record.personal, conv_bias=not record.offset)
-    if record.clips:  # adaptive gradient clipping, with the keys that set it
-        flags.update(agc=cfg.agc_lambda, agc_vector=cfg.agc_unit == "vector")
+    flags = dict(rule_at=_no_rule, clientwise=record.clientwise, local=record.personal,
+                 conv_bias=not record.offset)
     return Normalizer(cfg.normalizer, **{**flags, **LAYERS[cfg.normalizer](cfg)})
 
 

@@ -123,8 +123,8 @@ class FedBatchNorm2d(nn.Module):
         ctx.reports[self.key] = ctx.rule.report(reported, running, K, ctx.n_clients, ctx.beta)
         if own:
             return out.view(x.shape) if g > 1 else out
-        if mode == "hybrid":
-            return self._hybrid(xg, running).reshape(x.shape)
+        if mode == "mixture":  # a mixture of the running and the batch's statistics
+            return self._mixed(xg, running).reshape(x.shape)
         if mode == "running":  # constants: no gradient through the statistics
             return self._affine(xg, running.mean, running.var).reshape(x.shape)
         if self.weight.dim() == 1:  # BatchNorm on everything in this pass (the union)
@@ -135,8 +135,8 @@ class FedBatchNorm2d(nn.Module):
         return torch.addcmul(_per_channel(self.bias, xg.dim()), xg,
                              _per_channel(self.weight, xg.dim())).reshape(x.shape)
 
-    def _hybrid(self, xg: Tensor, running: Stats) -> Tensor:
-        raise RuntimeError(f"normalizer rule 'hybrid' needs a HybridBatchNorm2d, not "
+    def _mixed(self, xg: Tensor, running: Stats) -> Tensor:
+        raise RuntimeError(f"a rule that normalizes with a mixture needs a layer that mixes, not "
                            f"{type(self).__name__}")
 
     def _mixture(self, batch: Stats, running: Stats) -> Stats:
@@ -230,30 +230,3 @@ def _reduced(x: Tensor, grouped: bool) -> tuple[int, ...]:
     """The dimensions a group's statistics reduce: (b, *spatial) of a grouped (g, b, C,
     *spatial), (N, *spatial) of x (N, C, *spatial)."""
     return (1, *range(3, x.dim())) if grouped else (0, *range(2, x.dim()))
-
-
-class HybridBatchNorm2d(FedBatchNorm2d):
-    """Hybrid BN's layer (fednorm.norms.rules.HybridStats): in training, each client's batch is
-    normalized with (1 - a) running + a batch, per channel, for both the mean and the (biased)
-    variance, a = sigmoid(``mix``), ``mix`` (the paper's d) a parameter initialized at 0 (a =
-    0.5); the gradient flows through the batch statistics, the running ones are constants. Eval
-    mode normalizes with the running (global) statistics, as FedBatchNorm2d does. ``mix`` may
-    carry a client dimension, (g, C): each client's own d (the round-start forward of all
-    clients at once, fednorm.fl.engine)."""
-
-    mixing = ("mix",)
-
-    def __init__(self, num_features: int, eps: float = 1e-5) -> None:
-        super().__init__(num_features, eps)
-        self.mix = nn.Parameter(torch.zeros(num_features))
-
-    def _mixture(self, batch: Stats, running: Stats) -> Stats:
-        """(1 - a) running + a batch, per channel, for the mean and the (biased) variance."""
-        a = torch.sigmoid(self.mix)
-        return Stats((1 - a) * running.mean + a * batch.mean, (1 - a) * running.var + a * batch.var)
-
-    def _hybrid(self, xg: Tensor, running: Stats) -> Tensor:
-        dims = (1, *range(3, xg.dim()))
-        var, mean = torch.var_mean(xg, dim=dims, correction=0)  # (g, C), with gradient
-        mixed = self._mixture(Stats(mean, var), running)
-        return self._affine(xg, mixed.mean, mixed.var)

@@ -20,7 +20,7 @@ Conventions (DESIGN.md; they must not drift):
   are (C,) and broadcast over clients.
 - ``n`` is the number of clients whose batches form the union the statistics estimate: all
   n_clients, or under partial participation the round's m participants (the engine then hands
-  the rules their m rows alone: fednorm.fl.engine).
+  the rules their m rows alone: fednorm.fl.round).
 """
 
 from __future__ import annotations
@@ -73,12 +73,12 @@ class StatRule:
     """Base: a client normalizes with its batch; the server averages what clients report."""
 
     name = "batch"
-    normalize_with = "batch"  # "batch" | "union" | "running" | "hybrid"
+    normalize_with = "batch"  # "batch" | "union" | "running" | "mixture"
     sends = True  # whether clients send statistics (what Byzantine clients can attack)
     # False: a client's running statistics follow its reports step by step within a round;
     # True: they stay the round's global ones while it trains, and what it reports comes from a
     # separate forward of the downloaded global model at the round's start (Hybrid BN,
-    # Algorithm 1; fednorm.fl.engine._Trainer.start_statistics)
+    # Algorithm 1: its round-start hook)
     reports_at_round_start = False
     # True: a client reports the statistics it normalized with (Hybrid BN's mixture of the
     # global and the batch statistics), not its batch's own (fednorm.norms.layer)
@@ -167,41 +167,3 @@ class FrozenStats(StatRule):
                   combine: Combine = mean_rows) -> Stats:
         # Every row is the frozen statistic; averaging n float32 copies could move it by rounding.
         return Stats(reports.mean[0], reports.var[0])
-
-
-class HybridStats(FederatedStats):
-    """Hybrid BN (Chen, Xu, Wu, Kittler, ICML 2025, "Hybrid Batch Normalisation: Resolving the
-    Dilemma of Batch Normalisation in Federated Learning"; arXiv 2505.21877), Algorithm 1.
-
-    (1) A client normalizes a training batch with a per-channel mixture of the global statistics
-    G and its batch's (mean, biased variance): (1 - a) G + a batch, a = sigmoid(d) with d a
-    learnable parameter (fednorm.norms.layer.HybridBatchNorm2d; the gradient flows through the
-    batch part, G is a constant fixed for the whole round). (2) What it reports is computed
-    apart from training: at the round's start, one no-grad training-mode forward of the
-    *downloaded global model* over S (``RoundStart.images``) of its images
-    (``reports_at_round_start``; fednorm.fl.engine), each layer reporting the statistics it
-    normalized with, the mixture (``mixed``, the authors' code) or its input's own
-    (its ``report: batch``); so the report depends on the global weights and the data,
-    never on the learning rate. (3) The server pools the n clients' reports count-weighted
-    (equal counts, K = S*H*W values per channel each) and smooths with beta =
-    ``RoundStart.momentum`` (its per-round smoothing, scaled with the budget
-    when requested: fednorm.methods.per_round):
-
-        mean <- (1 - beta) G_mean + beta mean_i m_i,
-        var  <- (1 - beta) G_var + beta N/(N-1) (mean_i v_i + mean_i (m_i - mean_i m_i)^2),
-
-    N = nK: the pooled mean and unbiased pooled variance (law of total variance), which is
-    exactly FBN's aggregation (``FederatedStats.aggregate``) of the reports moved from G by
-    beta (``report``, unchanged). Under partial participation the pool is the round's m
-    participants' (n -> m). (4) The global model normalizes with G; with
-    ``RoundStart.fresh_eval`` (the authors' code) each test first recomputes G from the current
-    global model as in (2)-(3) with beta = 1, for the test alone (fednorm.fl.engine._Trainer.
-    evaluation_statistics). Every detail, paper against code against ours: docs/new-methods.md.
-    """
-
-    name = "hybrid"
-    normalize_with = "hybrid"
-    reports_at_round_start = True
-
-    def __init__(self, report: str = "mixed") -> None:
-        self.reports_mixture = report == "mixed"

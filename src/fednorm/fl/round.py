@@ -1,0 +1,337 @@
+"""A round's schedule: open → E × the local step → close → serve.
+
+Every path runs all clients of all runs at once; the local step reads nothing back to the host
+and dispatches the same operators on the same tensors every time, so on CUDA it may be captured
+once as a graph and replayed (fednorm.fl.graphed).
+
+- :class:`DSGD` (E = 1, the FBN paper's Algorithm 3): all clients of a run hold the same
+  weights, so one forward/backward over its n*b stacked batch gives the mean of the clients'
+  gradients; the normalization layers see the client dimension and compute per-client
+  statistics. With mean aggregation only the mean of the clients' momenta matters (the update
+  is linear), so one buffer per run holds exactly that mean.
+- :class:`FedAvg` (E >= 1 local steps): clients hold different weights between aggregations.
+  Parameters, statistics and momenta get a client dimension after the run dimension, and a
+  local step of all clients of all runs is one vmap over the (run, client) lanes of ``grad``.
+  At the end of a round the server averages parameters (or, with ``attack_updates``, combines
+  the clients' updates with its robust rule) and aggregates BN statistics with the method's
+  rule (fednorm.fl.server). With ``client_momentum: local`` and E = 1 it computes exactly what
+  DSGD does. A method's statistics with E > 1: every client normalizes with its own copy of
+  the round's shared statistics and moves it towards each of its batches; the server's rule
+  takes the effective momentum of E steps, beta_E = 1 - (1 - beta)^E.
+- :class:`Clientwise`: layers that take client-stacked weights (``Normalizer.clientwise``), so
+  that a BN layer's statistics may reduce across the clients inside the forward pass: one
+  forward per run of the n clients' stacked batches, each client through its own weights.
+
+Partial participation (``participation`` < 1; the FixBN paper, Fig. I): each round run r draws
+m of its n clients (fednorm.fl.participation: the same clients alone or in a bundle). Only the
+(R, m) participants compute: their parameters and statistics start from the global ones as
+(R, m, ...), their momenta are gathered from the (R, n, ...) buffers and scattered back at the
+round's end (an idle client's own momentum stays as it was), the sampler draws their batches
+alone, and the server's averages are the plain means over the m rows (n = m in the rules'
+Kn/(Kn-1)). So a step costs the work and memory of m clients, not n.
+
+The method enters through its hooks (fednorm.norms.hooks): statistics reported at a round's
+start (the round's steps then commit none), and a gradient transform inside the local step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from fednorm import rng
+from fednorm.fl.buffers import per_client, row_index
+from fednorm.fl.server import average_params, client_weights, combine_updates
+from fednorm.fl.step import over_clients, over_runs
+from fednorm.fl.trainer import Trainer
+from fednorm.norms import BatchStats, Pending, StatRule
+
+
+class Rounds(Trainer):
+    """What every schedule shares: the fused step over all clients' stacked batches."""
+
+    def _fused_step(self, step: Callable, params: dict[str, Tensor], rule: StatRule | None,
+                    t: int, names: list[str], commit: bool = True) -> Tensor:
+        """Step ``t`` of all clients of every run in one forward over their stacked batches
+        (``step``: DSGD's gradient at the global weights, the clientwise one at each client's
+        own), normalized by ``rule`` with the global statistics, which the server then commits
+        at once (unless not ``commit``: statistics reported at the round's start);
+        ``params`` (the global ones or the clients') are stepped in place. Returns the (R,)
+        loss."""
+        x, y = self.batches.sample(self._drawn_at(t))
+        grads, (loss, reports, batches) = step(params, self.state.stats, x, y,
+                                               rng.fold(self.dropout_keys, self.clock))
+        if self.dynamics is not None:
+            self.dynamics.observe_step(self.state.dynamics, batches, self.state.stats)
+        self._optimize(names, params, grads)
+        if self.layers and commit:
+            with self._observed_round():
+                self._commit(reports, rule, self.cfg.bn_momentum)
+        self.clock.add_(1)
+        return loss
+
+    def _average_params(self, params: dict[str, Tensor], trained: set[str],
+                        who: Tensor | None = None) -> None:
+        """The server's new parameters from the clients' (R, n or m, ...): their average
+        (``weighted_average``: weighted by the clients' images) or, with ``attack_updates``,
+        the robust rule on their updates; those not ``trained`` keep their global value."""
+        if self.cfg.attack_updates:
+            combine = over_runs(lambda c, s: combine_updates(self.server, self.names, self.n,
+                                                             c, s), self.runs)
+            with torch.no_grad():
+                for k, p in combine(params, self.state.params).items():
+                    if k in trained:
+                        self.state.params[k].copy_(p)
+            return
+        weights = (client_weights(self.batches.sizes, who, self.lrs.dtype)
+                   if self.cfg.weighted_average else None)
+        average_params(self.state.params, params, trained, weights)
+
+
+class DSGD(Rounds):
+    """One communication per step; gradients (momenta) averaged by the server."""
+
+    def round(self, first_step: int) -> Tensor:
+        self._start_clock(first_step)
+        self.start_round()
+        rule = self.normalizer.rule_at(first_step)
+        start = self.hooks.round_start(self.tools, rule, self._drawn_at(first_step), {})
+        step = self.gradient_step(("union", rule), lambda: over_runs(
+            self.grad_fn(rule, self.n), self.runs))
+        names = self.trainable(first_step)
+        loss = self._stepped(
+            ("fused", id(step), tuple(names), start is None),
+            [*self.state.params.values(), *self.state.stats.values(),
+             *self.state.momenta.values()],
+            lambda: self._fused_step(step, self.state.params, rule, first_step, names,
+                                     commit=start is None))
+        if start is not None:
+            self._commit_pending(start, rule)
+        self.end_round()
+        return loss
+
+
+class FedAvg(Rounds):
+    """E local steps per round on stacked per-client state, then the server's round.
+
+    Personalized BN (``normalizer.local``): the parts each client keeps live in the state's
+    ``local``, (R, n, ...) per parameter or statistic; a round starts every client from the
+    global state with its own parts in place, and ends with them stored back, never averaged
+    (the global copies are left as they were). Parts a client keeps that the server also
+    averages (``normalizer.kept``) start from the server's average until the client trains.
+    """
+
+    per_client_momenta = True
+
+    def __init__(self, cfgs, models, normalizer, batches) -> None:
+        super().__init__(cfgs, models, normalizer, batches)
+        self.clients = torch.arange(self.n, device=self.dropout_keys.device)  # dropout streams
+        names = {"affine": [f"{la.key}.{p}" for la in self.layers for p in ("weight", "bias")],
+                 "stats": self.stat_names,
+                 "mixing": [f"{la.key}.{p}" for la in self.layers for p in la.mixing]}
+        self.kept = {k for part in normalizer.kept for k in names[part]}
+        everything = {**self.state.params, **self.state.stats}
+        self.state.local = {k: per_client(everything[k], self.n)
+                            for part in (*normalizer.local, *normalizer.kept)
+                            for k in names[part]}
+        if self.kept:
+            self.state.joined = {"clients": torch.zeros(self.runs, self.n, dtype=torch.bool,
+                                                        device=self.dropout_keys.device)}
+
+    @property
+    def personalized(self) -> bool:
+        """Whether each client is tested with its own parts (never averaged)."""
+        return bool(set(self.state.local) - self.kept)
+
+    def _zero_momentum(self, stacked: Tensor) -> Tensor:
+        return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
+
+    def round(self, first_step: int) -> Tensor:
+        E, R = self.cfg.local_steps, self.runs
+        self._start_clock(first_step)
+        rule = self.normalizer.rule_at(first_step)  # one rule for the whole round
+        who = self.participants(first_step)  # (R, m), or None: every client takes part
+        n = self.n if who is None else who.shape[1]  # the clients that compute
+        # open: the clients' buffers from the global state, each with its own parts
+        params, stats = self.views.round_buffers(self.state, n)
+        for k, own in self.own_parts(who).items():
+            (params if k in params else stats)[k].copy_(own)
+        start = self.hooks.round_start(self.tools, rule, self._drawn_at(first_step),
+                                       {k: params[k] for k in self.kept})
+        step = self.gradient_step(("clients", rule, n), lambda: over_clients(
+            self.grad_fn(rule, 1, union_clients=n)))
+        names = self.trainable(first_step)  # a method's frozen parameters left out
+        self.start_round()
+        every = self.state.momenta
+        if who is not None:  # the participants' momenta step; the idle clients' stay
+            self.state.momenta = self.views.picked_momenta(self.state, who)
+        total = torch.zeros(R, device=self.dropout_keys.device, dtype=self.lrs.dtype)
+        buffers = [*params.values(), *stats.values(), *self.state.momenta.values()]
+        self._step_views(params, stats, n)
+        self._client_keys(who)
+        for e in range(E):  # E x the local step
+            total = total + self._stepped(
+                ("local", id(step), tuple(names), start is not None), buffers,
+                lambda e=e: self._local_step(step, params, stats, first_step + e, names,
+                                             start is not None, who))
+        trained = self._close(params, stats, every, who)
+        # serve: the parts the clients keep to themselves are never averaged; kept ones are
+        self._aggregate(params, stats, rule, set(names) - (set(self.state.local) - self.kept),
+                        start, clients=n, who=who)
+        self.end_round(trained if who is not None else None)
+        return total
+
+    def _close(self, params: dict[str, Tensor], stats: dict[str, Tensor],
+               every: dict[str, Tensor], who: Tensor | None) -> dict[str, Tensor]:
+        """The round's end on the clients: the participants' momenta scattered back into
+        ``every`` client's, each client's own parts stored (idle ones' as they were), the
+        clients that trained marked. Returns the momenta that trained."""
+        trained = self.state.momenta
+        if who is not None:
+            for k, m in every.items():
+                m.scatter_(1, row_index(who, m), trained[k])
+            self.state.momenta = every
+        for k, own in self.state.local.items():
+            new = params[k] if k in params else stats[k]
+            if who is None:
+                own.copy_(new)
+            else:
+                own.scatter_(1, row_index(who, own), new)
+        if self.kept:  # the round's clients have trained: their own parts are theirs now
+            joined = self.state.joined["clients"]
+            if who is None:
+                joined.fill_(True)
+            else:
+                joined.scatter_(1, who, True)
+        return trained
+
+    def _local_step(self, step: Callable, params: dict[str, Tensor], stats: dict[str, Tensor],
+                    t: int, names: list[str], keep_stats: bool = False,
+                    who: Tensor | None = None) -> Tensor:
+        """Local step ``t`` of every client of every run, each on its own batch with its own
+        weights (``step``: vmap over the (run, client) lanes of the gradient); updates the
+        clients' ``params`` and running ``stats`` (R, n, ...) in place (``keep_stats``: the
+        statistics stay the round's, the reports are dropped); returns the (R,) mean loss of
+        the clients. ``who`` (R, m): the round's participants. The state goes in as views
+        made once, the new statistics are copied into the buffers (never rebound): every step
+        dispatches the same operators on the same tensors."""
+        R, b = self.runs, self.cfg.batch_size
+        n = self.n if who is None else who.shape[1]
+        x, y = self.batches.sample(self._drawn_at(t))
+        flat_params, flat_stats, momenta, reported = self._step_views(params, stats, n)
+        grads, (losses, reports, batches) = step(
+            flat_params, flat_stats, x.view(R * n, b, *x.shape[2:]), y.view(R * n, b),
+            self._client_keys(who))
+        if self.dynamics is not None:  # each client's (R*n, 1, C) -> (R, n, C)
+            self.dynamics.observe_step(self.state.dynamics,
+                                       {k: (m.view(R, n, -1), v.view(R, n, -1))
+                                        for k, (m, v) in batches.items()}, self.state.stats)
+        lr = self._lr()  # (R,) -> each client's (R*n,)
+        self._optimize(names, flat_params, grads, momenta,
+                       lr.unsqueeze(1).expand(R, n).reshape(R * n))
+        self.clock.add_(1)
+        if reports and not keep_stats:  # each client's statistics, (R*n, 1, C), in place
+            torch._foreach_copy_([reported[f"{key}.running_{s}"]
+                                  for key in reports for s in ("mean", "var")],
+                                 [s for key in reports for s in reports[key]])
+        return losses.view(R, n).mean(1)
+
+    def _step_views(self, params: dict[str, Tensor], stats: dict[str, Tensor], n: int
+                    ) -> tuple[dict[str, Tensor], ...]:
+        """The views a local step of ``n`` computing clients reads and writes: parameters,
+        statistics and momenta flattened over (run, client), the statistics as the layers
+        report them, (R*n, 1, C); made once per buffer, before the round's first step."""
+        views = self.views
+        return (views.flat("params", params), views.flat("stats", stats),
+                views.flat("momenta", self.state.momenta),
+                {k: views.view("reported", k, t, lambda u: u.view(self.runs * n, 1, -1))
+                 for k, t in stats.items()})
+
+    def _client_keys(self, who: Tensor | None) -> Tensor:
+        """(R*n,) each client's dropout key at the clock's step (its participants' ``who``);
+        a model that draws no dropout mask gets a constant (the keys are not read)."""
+        if not self.draws_dropout:
+            n = self.n if who is None else who.shape[1]
+            return self.views.zeros(self.dropout_keys, self.runs * n)
+        keys = rng.fold(self.dropout_keys[:, None], self.clock,
+                        self.clients if who is None else who)
+        return keys.flatten()
+
+    @torch.no_grad()
+    def _aggregate(self, params: dict[str, Tensor], stats: dict[str, Tensor],
+                   rule: StatRule | None, trained: set[str] | None = None,
+                   start: Pending | None = None, clients: int | None = None,
+                   who: Tensor | None = None) -> None:
+        """The server's round: parameters (those not ``trained`` keep their global value
+        exactly), then BN statistics: from the clients' running ``stats``, or those reported
+        at the round's ``start``. ``clients``: the rows of ``params`` and ``stats`` when not
+        n_clients (the round's m participants ``who``)."""
+        n = clients or self.n
+        self._average_params(params, set(self.names) if trained is None else trained, who)
+        if (not self.layers or not self.hooks.tracks_statistics
+                or "stats" in self.normalizer.local):
+            return  # nothing to aggregate: no running statistics, or the clients keep theirs
+        if start is not None:
+            self._commit_pending(start, rule)
+            return
+        reports = {la.key: (stats[f"{la.key}.running_mean"], stats[f"{la.key}.running_var"])
+                   for la in self.layers}
+        # After E local updates a client's running mean has moved by 1 - (1 - beta)^E towards
+        # its batches: the effective momentum the rules divide by (= beta when E = 1).
+        beta_eff = 1.0 - (1.0 - self.cfg.bn_momentum) ** self.cfg.local_steps
+        with self._observed_round():
+            self._commit(reports, rule, beta_eff, n=n)
+
+
+class Clientwise(FedAvg):
+    """Rounds of layers that take client-stacked weights (``Normalizer.clientwise``): per run,
+    one forward of the n clients' stacked batches (n*b, ...) with client-stacked weights (n,
+    *shape); the BN layers reduce over all rows (the union's statistics) and apply each
+    client's own affine. The gradient is that of J = sum_i L_i (``loss_scale`` n on the
+    union's mean) with respect to the client-stacked weights: client i's gradient is dL_i/dw_i
+    through its own activations plus, through the shared statistics, the other clients'
+    losses' gradients. The server's running statistics are the union's moving average,
+    updated every step.
+
+    ``union_every_step`` False: the union's statistics in a round's first step only, the other
+    E - 1 steps with each client's own batch (the per-client path), the running statistics
+    averaged at the round's end; momenta of ``client_momentum: reset`` runs are zeroed again
+    after the first step (a fresh optimizer for the E - 1 steps)."""
+
+    def round(self, first_step: int) -> Tensor:
+        E, R = self.cfg.local_steps, self.runs
+        self._start_clock(first_step)
+        rule = self.normalizer.rule_at(first_step)  # the union's statistics
+        params = {k: per_client(p, self.n) for k, p in self.state.params.items()}
+        union_step = self.gradient_step(("clientwise", rule), lambda: over_runs(
+            self.grad_fn(rule, self.n, loss_scale=float(self.n)), R))
+        every = self.normalizer.union_every_step
+        names = self.trainable(first_step)
+        self.start_round()
+        total = torch.zeros(R, device=self.dropout_keys.device, dtype=self.lrs.dtype)
+        for e in range(E if every else 1):
+            total = total + self._fused_step(union_step, params, rule, first_step + e, names)
+        if every or E == 1:
+            self._average_params(params, set(names))
+        else:  # E - 1 steps of each client's own batch, then the per-client server's round
+            stats = {k: per_client(s, self.n) for k, s in self.state.stats.items()}
+            local = self.gradient_step(("clients", "naive BN"), lambda: over_clients(
+                self.grad_fn(BatchStats(), 1)))
+            self.start_round()  # a fresh optimizer after the union step
+            self._step_views(params, stats, self.n)
+            self._client_keys(None)
+            for e in range(1, E):
+                total = total + self._local_step(local, params, stats, first_step + e, names)
+            self._aggregate(params, stats, BatchStats(), set(names))
+        self.end_round()
+        return total
+
+    def communication_rounds(self, steps: int) -> int:
+        """3L per step with the union's statistics (each BN layer: the clients' means, their
+        variances, then the gradients with respect to the union's statistics) plus one model
+        average per round; the union in a round's first step alone: one such step a round."""
+        rounds = steps // self.cfg.local_steps
+        union_steps = steps if self.normalizer.union_every_step else rounds
+        return 3 * len(self.layers) * union_steps + rounds
