@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from fednorm.claims import calibration as cal
+from fednorm.claims.comparisons import Comparison, Side
 from fednorm.claims.rule import HOLDS, verdict_codes
 from fednorm.claims.stats import ALPHA, trend_contrast
-from fednorm.claims.verdicts import Comparison, Side
 from fednorm.claims.words import Relation, Rule, Words
 
 SEED = 20250555

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fednorm.claims import comparisons
 from fednorm.claims import verdicts as real
 from fednorm.claims.rule import CONTRADICTED as V_CONTRADICTED
 from fednorm.claims.rule import HOLDS as V_HOLDS
@@ -52,12 +53,12 @@ def _rng(*key: int) -> np.random.Generator:
 # The vectorized judge is judge_claim.
 
 
-def _side(name: str, values: np.ndarray, diverged: np.ndarray) -> real.Side:
+def _side(name: str, values: np.ndarray, diverged: np.ndarray) -> comparisons.Side:
     seeds = pd.Index(range(len(values)), name="seed")
     keep = ~np.isnan(values) | diverged  # NaN and not diverged: no such run
     runs = pd.DataFrame({"diverged": diverged, "value": np.where(diverged, np.nan, values)},
                         index=seeds)[keep]
-    return real.Side(name, runs, pd.DataFrame({"run_id": [name]}))
+    return comparisons.Side(name, runs, pd.DataFrame({"run_id": [name]}))
 
 
 def _judged(design, values: np.ndarray, diverged: np.ndarray, alpha: float) -> tuple:
@@ -70,9 +71,9 @@ def _judged(design, values: np.ndarray, diverged: np.ndarray, alpha: float) -> t
         involved = np.flatnonzero(c)
         if len(involved) == 2 and c[involved[0]] < 0:  # a pair: (better, worse)
             involved = involved[::-1]
-        unit = real.Comparison(f"unit {u}", tuple(sides[j] for j in involved),
-                               tuple(float(c[j]) for j in involved), ("experiment",))
-        units.append((unit, real.margins(unit, design.within)))
+        unit = comparisons.Comparison(f"unit {u}", tuple(sides[j] for j in involved),
+                                      tuple(float(c[j]) for j in involved), ("experiment",))
+        units.append((unit, comparisons.margins(unit, design.within)))
     relation = Relation("within" if design.within else "greater", "sim", "simulation", "",
                         ("experiment",), "within" if design.within else "greater",
                         delta=sim.DELTA if design.within else None, sesoi=sim.SESOI)

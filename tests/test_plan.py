@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import fednorm.config as config_module
+import fednorm.config.run as config_run
 from fednorm.config import ConfigError, RunConfig, bundle_key, run_config
 from fednorm.plan import RUN_FILES, load_plan, merge
 from fednorm.plan.costs import load_step_costs
@@ -667,8 +667,8 @@ def test_a_new_field_at_its_default_changes_no_run_id(monkeypatch):
     upgraded = dataclasses.make_dataclass(
         "UpgradedRunConfig", [("new_knob", float, dataclasses.field(default=0.5))],
         bases=(RunConfig,), frozen=True)
-    # what fednorm.config computes at import from the upgraded class's defaults
-    monkeypatch.setattr(config_module, "_DEFAULT_IDENTITY", upgraded().identity())
+    # what fednorm.config.run computes at import from the upgraded class's defaults
+    monkeypatch.setattr(config_run, "_DEFAULT_IDENTITY", upgraded().identity())
     for plan in plans:
         new_ids = {r: upgraded(**dataclasses.asdict(cfg)).run_id for r, cfg in plan.runs.items()}
         assert new_ids == {r: r for r in plan.runs}

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from fednorm.claims import write_ledger
 from fednorm.claims.calibration import calibrate, calibration_lines
+from fednorm.claims.comparisons import compare_all
 from fednorm.claims.power import design_seeds, powers
 from fednorm.claims.prereg import design, prereg_line, preregistration, verified, write_prereg
 from fednorm.claims.render import write_words
 from fednorm.claims.stage2 import read_record
-from fednorm.claims.verdicts import compare_all
 from fednorm.claims.words_ledger import staged_ledger
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary

@@ -1,17 +1,17 @@
 """The claims ledgers: each number a paper states beside ours, with a verdict, and each claim it
 makes in words judged on our runs with the seed noise.
 
-The rooms, each importing only those listed before it: ``stats`` (the tests, from
-scipy.stats), ``rule`` (the verdict rule, once, over arrays), ``common`` (the papers, the runs a
-setting selects, values as a config writes them), ``numbers`` (the numeric ledger: the
-``recipes`` and ``claims`` of a claims file), ``words`` (its ``qualitative`` claims, read and
-checked), ``verdicts`` (their units and verdicts), ``power`` (each claim's power, stated
-before the runs), ``words_ledger`` (the words ledger, contradictions rechecked at twice the
-budget), ``calibration`` (a parametric bootstrap of the whole ledger), ``stage2`` (the second
-stage: the tuned methods' fresh seeds, twice the budget), ``render`` (the ledger's files,
-after judging), ``prereg`` (the ledger's pre-registration), then ``file``
-(:func:`load_claims`: a claims file read and checked, both ledgers at once, and the files they
-write). The numeric ledger's names and the file's are importable from ``fednorm.claims``.
+The rooms, each importing only those listed before it: ``stats`` (the tests, from scipy.stats),
+``rule`` (the verdict rule, once, over arrays), ``common`` (the papers, the runs a setting selects,
+values as a config writes them), ``numbers`` (the numeric ledger: the ``recipes`` and ``claims`` of
+a claims file), ``words`` (its ``qualitative`` claims, read and checked), ``comparisons`` (their
+units: sides, margins, tuned values), ``verdicts`` (the units' verdicts), ``power`` (each claim's
+power, stated before the runs), ``words_ledger`` (the words ledger, contradictions rechecked at
+twice the budget), ``calibration`` (a parametric bootstrap of the whole ledger), ``stage2`` (the
+second stage: the tuned methods' fresh seeds, twice the budget), ``render`` (the ledger's files,
+after judging), ``prereg`` (the ledger's pre-registration), then ``file`` (:func:`load_claims`: a
+claims file read and checked, both ledgers at once, and the files they write). The numeric ledger's
+names and the file's are importable from ``fednorm.claims``.
 """
 
 from __future__ import annotations

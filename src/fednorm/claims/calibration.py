@@ -41,8 +41,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from fednorm.claims.comparisons import Comparison
 from fednorm.claims.rule import CONTRADICTED, HOLDS, verdict_codes
-from fednorm.claims.verdicts import Comparison, model_of
+from fednorm.claims.verdicts import model_of
 from fednorm.claims.words import Relation, Rule, Words
 
 REPLICATES = 400
@@ -174,7 +175,7 @@ def mc_se(rate: float | np.ndarray, alpha: float, replicates: int | np.ndarray) 
 
 def calibrate(words: Words, compared: dict[str, list[Comparison]],
               replicates: int = REPLICATES, seed: int = SEED) -> pd.DataFrame:
-    """Per claim of ``words`` (its units ``compared``, fednorm.claims.verdicts.compare_all):
+    """Per claim of ``words`` (its units ``compared``, fednorm.claims.comparisons.compare_all):
     its false holds and false contradicted rates at its boundaries with their Monte Carlo SE
     (NaN: no unit drawn); ``seeds``: the fewest seeds with a margin of its drawn units."""
     rule = words.rule

@@ -24,11 +24,10 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from fednorm.claims.verdicts import compares_methods
+from fednorm.claims.comparisons import compares_methods
 from fednorm.claims.words import Relation, Words
 from fednorm.config import ConfigError
 from fednorm.plan import Plan
-from fednorm.results import in_experiments
 
 POWER = 0.8
 NOISE_COLUMNS = ("id", "seeds", "sd")
@@ -71,21 +70,23 @@ def power_of(claim: Relation, sigma: float, seeds: int, alpha: float) -> Power:
     return Power(seeds, sigma, float((stats.t.ppf(1 - alpha, df) + stats.t.ppf(POWER, df)) * se))
 
 
+def planned_seeds(plan: Plan, name: str) -> int:
+    """The distinct seeds of experiment ``name``'s planned runs (0 where it plans none: an
+    experiment a profile dropped)."""
+    return len({plan.runs[r].seed for r in plan.experiments.get(name, ())})
+
+
 def design_seeds(words: Words, plan: Plan) -> dict[str, int]:
     """Claim id -> the seeds its design gives every setting: the fewest distinct seeds among
-    its experiments' planned runs, or, for a claim judged at tuned values, the second stage's
-    fresh seeds (fednorm.claims.stage2)."""
-    runs = pd.DataFrame({"seed": [c.seed for c in plan.runs.values()],
-                         "figure_group": [plan.groups(r) for r in plan.runs]})
+    its experiments' planned runs (:func:`planned_seeds`), or, for a claim judged at tuned
+    values, the second stage's fresh seeds (fednorm.claims.stage2)."""
     fresh = len(plan.stage2.seeds) if plan.stage2 else 0
     out = {}
     for claim in words.claims:
         if fresh and words.tuning and compares_methods(claim):
             out[claim.id] = fresh
             continue
-        counts = [runs.loc[in_experiments(runs, [e]), "seed"].nunique()
-                  for e in claim.experiments]
-        counts = [c for c in counts if c]
+        counts = [c for c in (planned_seeds(plan, e) for e in claim.experiments) if c]
         out[claim.id] = min(counts) if counts else 0
     return out
 

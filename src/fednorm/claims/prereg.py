@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fednorm.claims.file import PREREG_NAME, Claims, load_claims
+from fednorm.claims.power import planned_seeds
 from fednorm.config import ConfigError
 from fednorm.io import write_text
 from fednorm.plan import Plan, load_plan, merged_config
@@ -34,8 +35,9 @@ from fednorm.plan import Plan, load_plan, merged_config
 # every module of this package that decides a verdict, relative to the fednorm package:
 # results.py decides a run's value (the estimand) and settling, tuning.py a method's values
 RULE_FILES = ("claims/common.py", "claims/rule.py", "claims/stats.py", "claims/verdicts.py",
-              "claims/words.py", "claims/words_ledger.py", "claims/stage2.py",
-              "claims/calibration.py", "claims/power.py", "results.py", "tuning.py")
+              "claims/comparisons.py", "claims/words.py", "claims/words_ledger.py",
+              "claims/stage2.py", "claims/calibration.py", "claims/power.py", "results.py",
+              "tuning.py")
 # the data files a verdict reads (relative to the repository's root), hashed with the design
 DATA_FILES: tuple[str, ...] = ("config/claims_noise.csv",)
 # the profiles whose designs the committed record fixes: their config files, merged in order
@@ -69,14 +71,13 @@ def design(plan: Plan, claims: Claims, data: Sequence[str | Path] = DATA_FILES
            ) -> dict[str, Any]:
     """What the plan fixes before the runs, with its ``sha256`` over canonical JSON: ``seeds``,
     each experiment a claim in words names and each tuning experiment -> the distinct seeds of
-    its planned runs (0 where it plans none: an experiment a profile dropped); ``stage2``, the
-    second stage's number of seeds and budget factor (None: one stage); ``data``, each data
-    file -> its hash (as :func:`text_sha256`)."""
+    its planned runs (:func:`fednorm.claims.power.planned_seeds`); ``stage2``, the second
+    stage's number of seeds and budget factor (None: one stage); ``data``, each data file ->
+    its hash (as :func:`text_sha256`)."""
     words = claims.words
     names = sorted({*(n for claim in words.claims for n in claim.experiments), *words.tuning})
     stage2 = plan.stage2
-    body = {"seeds": {n: len({plan.runs[r].seed for r in plan.experiments.get(n, ())})
-                      for n in names},
+    body = {"seeds": {n: planned_seeds(plan, n) for n in names},
             "stage2": stage2 and {"seeds": len(stage2.seeds), "budget": stage2.budget},
             "data": {Path(p).as_posix(): text_sha256(p) for p in data}}
     return {**body, "sha256": _sha(json.dumps(body, sort_keys=True, separators=(",", ":")))}

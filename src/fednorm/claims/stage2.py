@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fednorm.claims.verdicts import Comparison, compare_all, judge_compared, margins
+from fednorm.claims.comparisons import Comparison, compare_all, margins
+from fednorm.claims.verdicts import judge_compared
 from fednorm.claims.words import CONTRADICTED, Relation, Words
 from fednorm.config import RunConfig
 from fednorm.io import write_text

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fednorm.claims.common import config_text
+from fednorm.claims.comparisons import compare_all, twin_comparisons
 from fednorm.claims.power import Power
 from fednorm.claims.stats import bh
 from fednorm.claims.verdicts import (
@@ -30,11 +31,9 @@ from fednorm.claims.verdicts import (
     Unit,
     claim_p,
     claim_verdict,
-    compare_all,
     deciding,
     judge,
     judge_compared,
-    twin_comparisons,
 )
 from fednorm.claims.words import (
     BUDGET_LIMITED,
@@ -218,8 +217,9 @@ def rechecked(judged: Judged, doubled: Judged | None) -> Judged:
         at_2x = f"at twice the budget {shown}, {twin.verdict}"
         units.append(replace(unit, recheck=at_2x) if twin.verdict == CONTRADICTED else
                      replace(unit, verdict=BUDGET_LIMITED, recheck=at_2x))
-    return replace(judged, units=tuple(units), verdict=claim_verdict(units),
-                   p_for=claim_p(units)[0], p_against=claim_p(units)[1])
+    p_for, p_against = claim_p(units)
+    return replace(judged, units=tuple(units), verdict=claim_verdict(units), p_for=p_for,
+                   p_against=p_against)
 
 
 def staged_ledger(words: Words, summary: pd.DataFrame,

@@ -1,4 +1,4 @@
-"""``python -m fednorm.gpucheck``: see fednorm.gpucheck."""
+"""``python -m fednorm.gpucheck``: see fednorm.gpucheck.check."""
 
 import sys
 

@@ -45,8 +45,8 @@ import torch
 import yaml
 
 from fednorm.fl.precision import job_math
-from fednorm.gpucheck import environment, one_line, release
 from fednorm.gpucheck import throughput as tp
+from fednorm.gpucheck.check import environment, one_line, release
 from fednorm.gpucheck.steps import Check, Result
 from fednorm.io import write_json
 

@@ -65,14 +65,6 @@ class SeedPrice:
     seconds: tuple[float, float]  # training time by the cost model, its table's seconds
     gpu_hours: tuple[float, float] | None  # at execution.images_per_second; None: no rate
 
-    @property
-    def added_seconds(self) -> float:
-        return self.seconds[1] - self.seconds[0]
-
-    @property
-    def added_gpu_hours(self) -> float | None:
-        return None if self.gpu_hours is None else self.gpu_hours[1] - self.gpu_hours[0]
-
 
 def seed_price(plan: Plan) -> SeedPrice:
     """The plan's training time without and with one more seed of every setting
