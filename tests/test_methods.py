@@ -61,7 +61,7 @@ def test_a_scaled_time_constant_moves_the_paper_s_fraction_by_the_end(rounds):
     cfg = run_config({**QUICK, "normalizer": "hybridbn", "steps": rounds,
                       "time_constants": "scaled"})
     m = methods.per_round(cfg, "hybridbn_momentum")
-    assert normalizer_for(cfg).round_start.momentum == m
+    assert normalizer_for(cfg).hooks.start.momentum == m
     if rounds >= 500:  # as long as the paper's or longer: its constant, tracking as there
         assert m == 0.002
     else:
@@ -129,8 +129,8 @@ def test_fedwon_without_clipping_and_hybrid_bn_at_its_codes_recipe():
     """λ null: no adaptive clipping at all (the engine's normalizer has none); Hybrid BN's
     record carries its code's recipe (averaging by data size, clipping at 10), no other's."""
     fedwon = {**QUICK, "normalizer": "fedwon", "model": "lenet"}
-    assert normalizer_for(run_config({**fedwon, "agc_lambda": None})).agc is None
-    assert normalizer_for(run_config(fedwon)).agc == 0.01
+    assert normalizer_for(run_config({**fedwon, "agc_lambda": None})).hooks.lam is None
+    assert normalizer_for(run_config(fedwon)).hooks.lam == 0.01
     assert dict(methods.method("hybridbn").recipe) == {"weighted_average": True,
                                                        "clip_norm": 10.0}
     assert [m.name for m in methods.METHODS if m.recipe] == ["hybridbn"]

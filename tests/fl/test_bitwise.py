@@ -37,6 +37,9 @@ from fednorm.fl.train import train_bundle
 from fednorm.gpucheck.throughput import bundle
 
 RECORD = Path(__file__).with_name("bitwise.json")
+# beyond the dispatched methods: FedWon without its clipping (then DSGD's path at E = 1)
+STATES = {**METHODS, "fedwon, no clipping": dict(normalizer="fedwon", agc_lambda=None,
+                                                local_steps=1)}
 ROUNDS = 3
 # whole trainings: what happens outside a round (evaluation, calibration, static statistics)
 TRAININGS = {
@@ -85,7 +88,7 @@ def _digest(tensors: dict[str, torch.Tensor]) -> dict:
 
 
 def state_after_rounds(method: str, runs: int) -> dict:
-    cfgs = [run_config({**BASE, **METHODS[method], "seed": s}) for s in range(runs)]
+    cfgs = [run_config({**BASE, **STATES[method], "seed": s}) for s in range(runs)]
     trainer = bundle(cfgs, _data())
     E = cfgs[0].local_steps
     tensors = {}
@@ -111,7 +114,7 @@ def training_rows(method: str) -> dict:
 
 
 CASES = ([(f"state/{m}/{r}", lambda m=m, r=r: state_after_rounds(m, r))
-          for m in METHODS for r in (1, 3)]
+          for m in STATES for r in (1, 3)]
          + [(f"training/{m}", lambda m=m: training_rows(m)) for m in TRAININGS])
 
 

@@ -35,15 +35,17 @@ def layers(cfg: RunConfig) -> dict:
 
 class AdaptiveClipping(Hooks):
     """The gradient hook: :func:`adaptive_clip` of every parameter but the classifier's, with
-    ``lam``; a vector (bias, gain) one unit (``vector``, as in Brock et al.'s code) or each
-    element its own."""
+    ``lam`` (None: no clipping); a vector (bias, gain) one unit (``vector``, as in Brock et
+    al.'s code) or each element its own."""
 
-    per_client = True
-
-    def __init__(self, lam: float, vector: bool = True) -> None:
+    def __init__(self, lam: float | None, vector: bool = True) -> None:
         self.lam, self.vector = lam, vector
         self.unit_dims: dict[str, int] = {}
         self.classifier: set[str] = set()
+
+    @property
+    def per_client(self) -> bool:  # each client's own gradient, clipped by itself
+        return self.lam is not None
 
     def bind(self, model: nn.Module, batches: Any) -> AdaptiveClipping:
         bound = AdaptiveClipping(self.lam, self.vector)
@@ -59,6 +61,8 @@ class AdaptiveClipping(Hooks):
 
     def grads(self, grads: dict[str, Tensor], params: dict[str, Tensor], names: list[str]
               ) -> dict[str, Tensor]:
+        if self.lam is None:
+            return {k: grads[k] for k in names}
         return {k: adaptive_clip(grads[k], params[k], self.lam, self.unit_dims[k])
                 if k not in self.classifier else grads[k] for k in names}
 
