@@ -105,6 +105,9 @@ CASES = {
     "fedavg-E2-hybridbn-batch-global": dict(normalizer="hybridbn", local_steps=2,
                                             hybridbn_report="batch", hybridbn_eval="global",
                                             hybridbn_momentum=0.1, hybridbn_stats_images=3),
+    # the statistics pass before each test through a model with dropout: its masks from each
+    # run's own stream
+    "heterofl-dropout": dict(normalizer="heterofl_sbn"),
     "dsgd-fedfn": dict(normalizer="none", feature_norm=True),
     "lenet-fedavg-E2-bn-fedfn": dict(model="lenet", normalizer="bn", feature_norm=True,
                                      local_steps=2),
