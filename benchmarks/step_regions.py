@@ -1,5 +1,5 @@
 """Operators a local step dispatches, by region: the operators that reach a kernel (below
-autograd and vmap, as fednorm.fl.dispatched counts them; views included) of the engine's local
+autograd and vmap, as fednorm.gpucheck.dispatched counts them; views included) of the engine's local
 step split into the batch draw, the forward and backward, the optimizer, the server's round
 (shared over its E steps) and the rest, beside the plain loop's whole step (docs/speed.md,
 "Operators a local step (issue 51)").

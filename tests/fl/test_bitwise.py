@@ -32,9 +32,9 @@ from test_dispatched import BASE, METHODS
 
 from fednorm.config import run_config
 from fednorm.data.synthetic import colour_classes
+from fednorm.fl.build import build as bundle
 from fednorm.fl.state import MODEL_PARTS
 from fednorm.fl.train import train_bundle
-from fednorm.gpucheck.throughput import bundle
 
 RECORD = Path(__file__).with_name("bitwise.json")
 # beyond the dispatched methods: FedWon without its clipping (then DSGD's path at E = 1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fednorm.gpucheck.throughput import bundle
+from fednorm.fl.build import build as bundle
 from fednorm.scoped import Scoped
 from tests.fl.test_bundle import DATA64, small
 

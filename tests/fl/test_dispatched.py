@@ -1,4 +1,4 @@
-"""What a local step dispatches (fednorm.fl.dispatched): for every method, no host
+"""What a local step dispatches (fednorm.gpucheck.dispatched): for every method, no host
 synchronization, no tensor made from a Python number, and the same operators with the same
 arguments at every local step of a round, across the learning rate's milestones too (what a
 CUDA graph of the step needs: STYLE.md's CUDA graphs anchor). Counted on the CPU."""
@@ -12,8 +12,8 @@ import torch
 
 from fednorm.config import run_config
 from fednorm.data.synthetic import colour_classes
-from fednorm.fl.dispatched import Dispatched, local_steps
-from fednorm.gpucheck.throughput import bundle
+from fednorm.fl.build import build as bundle
+from fednorm.gpucheck.dispatched import Dispatched, local_steps
 
 DATA = colour_classes(n_train=80, n_test=20, image_size=8, seed=0)
 # E = 2, a milestone at step 4 (crossed inside the run), dropout and augmentation drawn

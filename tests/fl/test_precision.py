@@ -15,9 +15,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fednorm.config import ConfigError, run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.buffers import per_client
+from fednorm.fl.build import build as bundle
 from fednorm.fl.precision import job_math
 from fednorm.fl.train import train_bundle
-from fednorm.gpucheck.throughput import bundle
 from fednorm.plan.jobs import load_execution
 from fednorm.run import train_and_write
 

@@ -265,11 +265,11 @@ def profiled(call: Callable[[int], object], steps: int, device: torch.device
              ) -> dict[str, float]:
     """``call(k)`` for k < ``steps`` under the profiler: a step's wall ms, PyTorch operators
     (``aten_ops``: every ``aten::`` call, nested ones too), the operators reaching a kernel
-    (``dispatched``: below autograd and vmap, fednorm.fl.dispatched; the same calls again)
+    (``dispatched``: below autograd and vmap, fednorm.gpucheck.dispatched; the same calls again)
     and, on CUDA, kernels launched and GPU-busy ms (the kernels' own time summed)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from fednorm.fl.dispatched import Dispatched
+    from fednorm.gpucheck.dispatched import Dispatched
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
                                            else [])
