@@ -37,6 +37,7 @@ start (the round's steps then commit none), and a gradient transform inside the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -49,15 +50,29 @@ from fednorm.fl.trainer import Trainer
 from fednorm.norms import BatchStats, Pending, StatRule
 
 
+@dataclass(frozen=True)
+class Round:
+    """What a round decides on the host, once, before its first step: what chooses its steps'
+    operators."""
+
+    first: int  # the round's first step
+    rule: StatRule | None  # the method's rule for the whole round
+    who: Tensor | None  # (R, m): the participants; None: every client
+    n: int  # the clients that compute (n, or m)
+    names: tuple[str, ...]  # the parameters the optimizer steps (a method may freeze some)
+    start: Pending | None = None  # statistics reported at the round's start (the steps commit
+    # none then)
+
+
 class Rounds(Trainer):
     """What every schedule shares: the fused step over all clients' stacked batches."""
 
-    def _fused_step(self, step: Callable, params: dict[str, Tensor], rule: StatRule | None,
-                    t: int, names: list[str], commit: bool = True) -> Tensor:
-        """Step ``t`` of all clients of every run in one forward over their stacked batches
-        (``step``: DSGD's gradient at the global weights, the clientwise one at each client's
-        own), normalized by ``rule`` with the global statistics, which the server then commits
-        at once (unless not ``commit``: statistics reported at the round's start);
+    def _fused_step(self, step: Callable, params: dict[str, Tensor], t: int, rnd: Round
+                    ) -> Tensor:
+        """Step ``t`` of round ``rnd`` of all clients of every run in one forward over their
+        stacked batches (``step``: DSGD's gradient at the global weights, the clientwise one at
+        each client's own), normalized by the round's rule with the global statistics, which
+        the server then commits at once (unless the clients reported at the round's start);
         ``params`` (the global ones or the clients') are stepped in place. Returns the (R,)
         loss."""
         x, y = self.batches.sample(self._drawn_at(t))
@@ -65,10 +80,10 @@ class Rounds(Trainer):
                                                rng.fold(self.dropout_keys, self.clock))
         if self.dynamics is not None:
             self.dynamics.observe_step(self.state.dynamics, batches, self.state.stats)
-        self._optimize(names, params, grads)
-        if self.layers and commit:
+        self._optimize(list(rnd.names), params, grads)
+        if self.layers and rnd.start is None:
             with self._observed_round():
-                self._commit(reports, rule, self.cfg.bn_momentum)
+                self._commit(reports, rnd.rule, self.cfg.bn_momentum)
         self.clock.add_(1)
         return loss
 
@@ -101,12 +116,12 @@ class DSGD(Rounds):
         step = self.gradient_step(("union", rule), lambda: over_runs(
             self.grad_fn(rule, self.n), self.runs))
         names = self.trainable(first_step)
+        rnd = Round(first_step, rule, None, self.n, tuple(names), start)
         loss = self._stepped(
-            ("fused", id(step), tuple(names), start is None),
+            ("fused", id(step), rnd.names, start is None),
             [*self.state.params.values(), *self.state.stats.values(),
              *self.state.momenta.values()],
-            lambda: self._fused_step(step, self.state.params, rule, first_step, names,
-                                     commit=start is None))
+            lambda: self._fused_step(step, self.state.params, first_step, rnd))
         if start is not None:
             self._commit_pending(start, rule)
         self.end_round()
@@ -163,6 +178,7 @@ class FedAvg(Rounds):
         step = self.gradient_step(("clients", rule, n), lambda: over_clients(
             self.grad_fn(rule, 1, union_clients=n)))
         names = self.trainable(first_step)  # a method's frozen parameters left out
+        rnd = Round(first_step, rule, who, n, tuple(names), start)
         self.start_round()
         every = self.state.momenta
         if who is not None:  # the participants' momenta step; the idle clients' stay
@@ -173,9 +189,8 @@ class FedAvg(Rounds):
         self._client_keys(who)
         for e in range(E):  # E x the local step
             total = total + self._stepped(
-                ("local", id(step), tuple(names), start is not None), buffers,
-                lambda e=e: self._local_step(step, params, stats, first_step + e, names,
-                                             start is not None, who))
+                ("local", id(step), rnd.names, start is not None), buffers,
+                lambda e=e: self._local_step(step, params, stats, first_step + e, rnd))
         trained = self._close(params, stats, every, who)
         # serve: the parts the clients keep to themselves are never averaged; kept ones are
         self._aggregate(params, stats, rule, set(names) - (set(self.state.local) - self.kept),
@@ -208,31 +223,29 @@ class FedAvg(Rounds):
         return trained
 
     def _local_step(self, step: Callable, params: dict[str, Tensor], stats: dict[str, Tensor],
-                    t: int, names: list[str], keep_stats: bool = False,
-                    who: Tensor | None = None) -> Tensor:
-        """Local step ``t`` of every client of every run, each on its own batch with its own
-        weights (``step``: vmap over the (run, client) lanes of the gradient); updates the
-        clients' ``params`` and running ``stats`` (R, n, ...) in place (``keep_stats``: the
-        statistics stay the round's, the reports are dropped); returns the (R,) mean loss of
-        the clients. ``who`` (R, m): the round's participants. The state goes in as views
-        made once, the new statistics are copied into the buffers (never rebound): every step
-        dispatches the same operators on the same tensors."""
-        R, b = self.runs, self.cfg.batch_size
-        n = self.n if who is None else who.shape[1]
+                    t: int, rnd: Round) -> Tensor:
+        """Local step ``t`` of round ``rnd`` of every computing client of every run, each on
+        its own batch with its own weights (``step``: vmap over the (run, client) lanes of the
+        gradient); updates the clients' ``params`` and running ``stats`` (R, n, ...) in place
+        (when they reported at the round's start, the statistics stay the round's and the
+        reports are dropped); returns the (R,) mean loss of the clients. The state goes in as
+        views made once, the new statistics are copied into the buffers (never rebound): every
+        step dispatches the same operators on the same tensors."""
+        R, b, n = self.runs, self.cfg.batch_size, rnd.n
         x, y = self.batches.sample(self._drawn_at(t))
         flat_params, flat_stats, momenta, reported = self._step_views(params, stats, n)
         grads, (losses, reports, batches) = step(
             flat_params, flat_stats, x.view(R * n, b, *x.shape[2:]), y.view(R * n, b),
-            self._client_keys(who))
+            self._client_keys(rnd.who))
         if self.dynamics is not None:  # each client's (R*n, 1, C) -> (R, n, C)
             self.dynamics.observe_step(self.state.dynamics,
                                        {k: (m.view(R, n, -1), v.view(R, n, -1))
                                         for k, (m, v) in batches.items()}, self.state.stats)
         lr = self._lr()  # (R,) -> each client's (R*n,)
-        self._optimize(names, flat_params, grads, momenta,
+        self._optimize(list(rnd.names), flat_params, grads, momenta,
                        lr.unsqueeze(1).expand(R, n).reshape(R * n))
         self.clock.add_(1)
-        if reports and not keep_stats:  # each client's statistics, (R*n, 1, C), in place
+        if reports and rnd.start is None:  # each client's statistics, (R*n, 1, C), in place
             torch._foreach_copy_([reported[f"{key}.running_{s}"]
                                   for key in reports for s in ("mean", "var")],
                                  [s for key in reports for s in reports[key]])
@@ -309,10 +322,11 @@ class Clientwise(FedAvg):
             self.grad_fn(rule, self.n, loss_scale=float(self.n)), R))
         every = self.normalizer.union_every_step
         names = self.trainable(first_step)
+        union = Round(first_step, rule, None, self.n, tuple(names))
         self.start_round()
         total = torch.zeros(R, device=self.dropout_keys.device, dtype=self.lrs.dtype)
         for e in range(E if every else 1):
-            total = total + self._fused_step(union_step, params, rule, first_step + e, names)
+            total = total + self._fused_step(union_step, params, first_step + e, union)
         if every or E == 1:
             self._average_params(params, set(names))
         else:  # E - 1 steps of each client's own batch, then the per-client server's round
@@ -322,8 +336,9 @@ class Clientwise(FedAvg):
             self.start_round()  # a fresh optimizer after the union step
             self._step_views(params, stats, self.n)
             self._client_keys(None)
+            own = Round(first_step, BatchStats(), None, self.n, tuple(names))
             for e in range(1, E):
-                total = total + self._local_step(local, params, stats, first_step + e, names)
+                total = total + self._local_step(local, params, stats, first_step + e, own)
             self._aggregate(params, stats, BatchStats(), set(names))
         self.end_round()
         return total
