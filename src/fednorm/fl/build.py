@@ -92,8 +92,7 @@ def make_trainer(
 
 def build(cfgs: Sequence[RunConfig], data: Data, parts: Sequence[Sequence[Tensor]] | None = None,
           compile: dict[str, Any] | None = None, precision: str = "float32",
-          cuda_graph: str = "off", schedule: type[Trainer] | None = None,
-          device: torch.device | None = None) -> Trainer:
+          cuda_graph: str = "off", device: torch.device | None = None) -> Trainer:
     """The trainer of a bundle of the runs ``cfgs`` on ``data``, as a
     training job builds it; ``parts``: the clients' parts (:func:`partitions` when None);
     ``precision``: the gradient steps' autocast (fednorm.fl.precision); the rest as
@@ -103,5 +102,4 @@ def build(cfgs: Sequence[RunConfig], data: Data, parts: Sequence[Sequence[Tensor
     parts = partitions(cfgs, data) if parts is None else parts
     return make_trainer(cfgs, models, normalizer_for(cfgs[0]),
                         training_batches(cfgs, data, parts), compile=compile,
-                        autocast=autocast_dtype(precision), cuda_graph=cuda_graph,
-                        schedule=schedule)
+                        autocast=autocast_dtype(precision), cuda_graph=cuda_graph)
