@@ -35,7 +35,7 @@ from fednorm.fl import memory
 from fednorm.fl.engine import _Trainer, make_trainer
 from fednorm.fl.precision import autocast_dtype
 from fednorm.fl.train import training_batches
-from fednorm.models import FBNCNN, ResNet18, ResNet20, build_model
+from fednorm.models import FBNCNN, DigitsCNN, LeNet, ResNet18, ResNet20, build_model
 from fednorm.models.dropout import KeyedDropout
 from fednorm.norms import normalizer_for
 
@@ -218,6 +218,10 @@ def plain_model(cfg: RunConfig, n_classes: int) -> nn.Module:
         return ResNet20(norm, cfg.width, n_classes)
     if cfg.model == "resnet18":
         return ResNet18(norm, cfg.width, n_classes)
+    if cfg.model == "lenet":
+        return LeNet(norm, cfg.width, cfg.image_size, n_classes)
+    if cfg.model == "digits_cnn":
+        return DigitsCNN(norm, cfg.width, cfg.image_size, n_classes)
     raise ValueError(f"no plain loop for model {cfg.model!r}")
 
 
