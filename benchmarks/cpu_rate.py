@@ -7,6 +7,7 @@ same images a local step of the engine's run trains on), in one process, the bes
 
     PYTHONPATH=src python benchmarks/cpu_rate.py
     PYTHONPATH=src python benchmarks/cpu_rate.py --shapes resnet20,lenet8 --runs 1,16
+    PYTHONPATH=src python benchmarks/cpu_rate.py --gpu-path   # also the GPU's path, on the CPU
 
 The builders and the plain loop are the GPU check's (fednorm.gpucheck.throughput); the data
 are synthetic images of the shape's size. images/s: the engine's R x clients x batch x E a
@@ -22,6 +23,7 @@ import time
 import torch
 
 from fednorm.gpucheck import throughput as tp
+from fednorm.norms import folded
 
 # FixBN's quick recipe (config/quick.yaml, &fixbn_quick over config.yaml's &fixbn): the keys
 # that shape the computation
@@ -71,8 +73,11 @@ def timed_best(calls: dict[str, tuple[callable, int]], repeats: int, target_s: f
     return {name: images / best[name] for name, (_, images) in calls.items()}
 
 
-def rates(shape: tp.Shape, runs: list[int], repeats: int, target_s: float) -> dict[str, float]:
-    """{"plain": images/s, "R": images/s of the engine at R runs, ...}, measured together."""
+def rates(shape: tp.Shape, runs: list[int], repeats: int, target_s: float,
+          gpu_path: bool = False) -> dict[str, float]:
+    """{"plain": images/s, "R": images/s of the engine at R runs, ...}, measured together;
+    ``gpu_path``: also "R gpu", the engine with the GPU's per-client BatchNorm
+    (fednorm.norms.folded.gpu_path) on the CPU."""
     data = tp.data_for(shape, SETTINGS, torch.device("cpu"))
     step, _, images = tp.plain_step(shape, data, SETTINGS)
     calls = {"plain": (step, images)}
@@ -81,6 +86,11 @@ def rates(shape: tp.Shape, runs: list[int], repeats: int, target_s: float) -> di
         trainer = tp.bundle(cfgs, data)
         E = cfgs[0].local_steps
         calls[str(R)] = (lambda k, t=trainer, E=E: t.round(E * k), tp.round_images(cfgs[0], R))
+        if gpu_path:
+            def on_gpu_path(k, t=trainer, E=E):
+                with folded.gpu_path():
+                    t.round(E * k)
+            calls[f"{R} gpu"] = (on_gpu_path, tp.round_images(cfgs[0], R))
     return timed_best(calls, repeats, target_s)
 
 
@@ -92,19 +102,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--target-s", type=float, default=1.0, help="seconds a timing")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--gpu-path", action="store_true",
+                        help="also the engine with the GPU's per-client BatchNorm, on the CPU")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     runs = [int(r) for r in args.runs.split(",")]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); images/s, best of "
           f"{args.repeats}; engine / plain in brackets")
-    print("| shape | plain loop | " + " | ".join(f"engine, {R} run{'s' * (R > 1)}"
-                                                 for R in runs) + " |")
-    print("|---|---:|" + "---:|" * len(runs))
+    cols = [str(R) for R in runs] + ([f"{R} gpu" for R in runs] if args.gpu_path else [])
+    print("| shape | plain loop | " + " | ".join(
+        f"engine, {c.split()[0]} run{'s' * (c.split()[0] != '1')}"
+        + (", GPU's path" if c.endswith("gpu") else "") for c in cols) + " |")
+    print("|---|---:|" + "---:|" * len(cols))
     for name in args.shapes.split(","):
         shape = SHAPES[name]
-        got = rates(shape, runs, args.repeats, args.target_s)
-        cells = " | ".join(f"{got[str(R)]:,.0f} ({got[str(R)] / got['plain']:.2f}x)"
-                           for R in runs)
+        got = rates(shape, runs, args.repeats, args.target_s, args.gpu_path)
+        cells = " | ".join(f"{got[c]:,.0f} ({got[c] / got['plain']:.2f}x)" for c in cols)
         print(f"| {shape.paper} | {got['plain']:,.0f} | {cells} |", flush=True)
     return 0
 
