@@ -14,6 +14,7 @@ from fednorm.config import run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.build import build as bundle
 from fednorm.gpucheck.dispatched import Dispatched, local_steps
+from fednorm.norms import folded
 
 DATA = colour_classes(n_train=80, n_test=20, image_size=8, seed=0)
 # E = 2, a milestone at step 4 (crossed inside the run), dropout and augmentation drawn
@@ -40,6 +41,14 @@ METHODS = {
     "attacked updates, median": dict(normalizer="gn", local_steps=1, attack="sf", f=1,
                                      aggregator="median", n_clients=5, attack_updates=True),
 }
+
+
+@pytest.fixture(autouse=True)
+def gpu_path():
+    """The GPU's path (what a CUDA graph captures): per-client BatchNorm as GroupedBatchNorm on
+    the CPU too (fednorm.norms.folded); the CPU's own path is checked apart below."""
+    with folded.gpu_path():
+        yield
 
 
 def trainer_of(overrides: dict, runs: int):
@@ -69,6 +78,13 @@ def test_a_local_step_reads_nothing_back_and_repeats_its_operators(method, runs)
     first_of: dict[tuple, Dispatched] = {}
     for decided, step in steps:  # every step the same as the first one of its kind and rule
         assert step.ops == first_of.setdefault(decided, step).ops
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_cpu_path_reads_nothing_back_either(method):
+    with folded._FOLDED.bound(True):
+        steps = recorded_steps(trainer_of(METHODS[method], 2))
+    assert all(step.syncs() == [] and step.from_python() == [] for _, step in steps)
 
 
 def test_sixteen_runs_too():

@@ -33,7 +33,7 @@ from fednorm.data.synthetic import colour_classes
 from fednorm.fl import memory
 from fednorm.fl.build import build
 from fednorm.fl.trainer import Trainer
-from fednorm.models import FBNCNN, ResNet18, ResNet20
+from fednorm.models import FBNCNN, DigitsCNN, LeNet, ResNet18, ResNet20
 from fednorm.models.dropout import KeyedDropout
 
 # FixBN's recipe (config/config.yaml, &fixbn), the keys that shape the computation
@@ -207,6 +207,10 @@ def plain_model(cfg: RunConfig, n_classes: int) -> nn.Module:
         return ResNet20(norm, cfg.width, n_classes)
     if cfg.model == "resnet18":
         return ResNet18(norm, cfg.width, n_classes)
+    if cfg.model == "lenet":
+        return LeNet(norm, cfg.width, cfg.image_size, n_classes)
+    if cfg.model == "digits_cnn":
+        return DigitsCNN(norm, cfg.width, cfg.image_size, n_classes)
     raise ValueError(f"no plain loop for model {cfg.model!r}")
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fednorm.norms.folded import cpu_batch_norm, folded_on
 from fednorm.norms.rules import StatRule, Stats
 from fednorm.scoped import Scoped
 
@@ -162,6 +163,8 @@ class FedBatchNorm2d(nn.Module):
         all rows of x (N, C, *spatial) as one group, with its own statistics
         (:class:`GroupedBatchNorm`); returns (output, mean, biased variance), the statistics
         (g, C) (g = 1 for x) as data."""
+        if folded_on(x):  # the CPU: ATen's fused kernels (fednorm.norms.folded)
+            return cpu_batch_norm(x, self.weight, self.bias, self.eps, grouped)
         shape = (self.num_features, *[1] * (x.dim() - 2 - grouped))
         # torch.compile cannot trace the Function under vmap: there, autograd's graph of the
         # same forward (the same values; its gradient differs in rounding only)
