@@ -54,11 +54,17 @@ def assert_same_run(bundled, alone, rtol=1e-9):
     ~1e77 and chaotic: its rows up to the divergence are what must match)."""
     assert bundled.status == alone.status
     assert [r["step"] for r in bundled.rows] == [r["step"] for r in alone.rows]
+    # the rows at which a run diverged hold the blow-up itself (losses ~1e89, amplified from
+    # the last bits that the CPU's kernels sum in another order alone and in a bundle): only
+    # which of their values are finite must match
+    chaotic = bundled.rows[-1]["step"] if alone.status == "diverged" else None
     for got, want in zip(bundled.rows + bundled.layer_rows, alone.rows + alone.layer_rows,
                          strict=True):
         for key, value in want.items():
             if isinstance(value, float) and math.isnan(value):
                 assert math.isnan(got[key]), (key, got, want)
+            elif isinstance(value, float) and got["step"] == chaotic:
+                assert math.isfinite(got[key]) == math.isfinite(value), (key, got, want)
             elif isinstance(value, float):
                 assert got[key] == pytest.approx(value, rel=rtol, abs=1e-12), (key, got, want)
             else:
