@@ -46,7 +46,7 @@ def test_a_compiled_step_is_one_graph_and_trains_as_the_eager_one(local_steps):
     torch._dynamo.reset()
     cfgs = [small(normalizer="bn", local_steps=local_steps, steps=6, seed=s,
                   lr=[0.05 + 0.01 * s]) for s in (0, 1)]
-    eager, compiled = bundle(cfgs, DATA64), bundle(cfgs, DATA64, {"backend": counting})
+    eager, compiled = bundle(cfgs, DATA64), bundle(cfgs, DATA64, compile={"backend": counting})
     for r in range(3):
         torch.testing.assert_close(compiled.round(local_steps * r),
                                    eager.round(local_steps * r), rtol=1e-9, atol=1e-12)

@@ -184,7 +184,7 @@ def test_measure_solves_the_two_probes_for_fixed_and_per_run_bytes(monkeypatch):
     def fake_train(cfgs, data, device):
         built.append(cfgs)
 
-    monkeypatch.setattr(training, "train_bundle", fake_train)
+    monkeypatch.setattr(memory.training, "train_bundle", fake_train)
     monkeypatch.setattr(memory, "peak_bytes",
                         lambda work, device: (work(), 700 + 300 * len(built[-1]))[1])
     cfgs = members(local_steps=5, normalizer="bn", steps=20)

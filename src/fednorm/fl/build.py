@@ -90,7 +90,8 @@ def make_trainer(
     return trainer
 
 
-def build(cfgs: Sequence[RunConfig], data: Data, parts: Sequence[Sequence[Tensor]] | None = None,
+def build(cfgs: Sequence[RunConfig], data: Data,
+          parts: Sequence[Sequence[Tensor]] | None = None, *,
           compile: dict[str, Any] | None = None, precision: str = "float32",
           cuda_graph: str = "off", device: torch.device | None = None) -> Trainer:
     """The trainer of a bundle of the runs ``cfgs`` on ``data``, as a
