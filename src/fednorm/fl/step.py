@@ -30,8 +30,7 @@ from fednorm import rng
 from fednorm.config import RunConfig
 from fednorm.fl.optim import momentum_step
 from fednorm.norms import NormContext, StatRule, norm_context
-
-Reports = dict[str, tuple[Tensor, Tensor]]  # layer key -> (mean, var), each (n, C): a pytree
+from fednorm.norms.hooks import Reports  # layer key -> (mean, var): a pytree
 
 
 def over_runs(fn: Callable, runs: int, in_dims: tuple[int | None, ...] | None = None

@@ -250,7 +250,7 @@ class Trainer:
                      local_steps=self.cfg.local_steps, batch_size=self.cfg.batch_size,
                      keys=self.dropout_keys, batches=self.batches,
                      rule_at=self.normalizer.rule_at, forward=self._reports_of,
-                     commit=self._commit_rows, own_parts=self.own_parts,
+                     commit=self._commit, own_parts=self.own_parts,
                      participants=self.participants)
 
     def _reports_of(self, rule: StatRule | None, groups: int, beta: float, x: Tensor,
@@ -264,10 +264,6 @@ class Trainer:
         _, reports, _ = forward({**self.state.params, **(params or {})}, self.state.stats, x,
                                 key)
         return reports
-
-    def _commit_rows(self, reports: Reports, rule: StatRule, beta: float,
-                     rows: int | None = None, K: dict[str, int] | None = None) -> None:
-        self._commit(reports, rule, beta, n=rows, K=K)
 
     def before_training(self) -> None:
         """The method's hook before the first round of runs from step 0."""

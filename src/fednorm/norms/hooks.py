@@ -60,8 +60,8 @@ class Tools:
     # (``params`` replacing some of its parameters, ``clients`` the n of the rules'
     # Kn/(Kn-1); ``shared_x``: one x for all runs)
     forward: Callable[..., Reports]
-    # commit(reports, rule, beta, rows=None, K=None): the runs' servers aggregate ``reports``
-    # (``rows`` clients, ``K`` values per client and channel) into the statistics
+    # commit(reports, rule, beta, n=None, K=None): the runs' servers aggregate ``reports``
+    # (``n`` clients, ``K`` values per client and channel) into the statistics
     commit: Callable[..., None]
     own_parts: Callable[[Tensor | None, bool], dict[str, Tensor]]  # (participants, kept)
     participants: Callable[[int], Tensor | None]  # a round's (R, m) clients, or None: all
