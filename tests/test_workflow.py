@@ -278,7 +278,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     meta = json.loads(next((work / ".test/results/runs").glob("fbn-dirichlet*-E1-s0-*/run.json"))
                       .read_text())
     assert meta["status"] == "diverged" and meta["config"]["lr"] == [1e6]
-    for key in ("git_commit", "versions", "device", "wall_time_s", "seed"):
+    for key in ("git_commit", "engine_revision", "versions", "device", "wall_time_s", "seed"):
         assert key in meta
     panels = pd.read_csv(figures / "norm_error_curves.csv")
     assert list(panels.heterogeneity.unique()) == [0.01, 0.0]  # one panel per gamma, in order

@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from fednorm import __version__
+from fednorm import ENGINE_REVISION, __version__
 from fednorm.config import CHECKPOINT_MINUTES, DATA_WORKERS, RunConfig, run_config
 from fednorm.data import load_dataset
 from fednorm.fl import memory
@@ -109,6 +109,7 @@ def environment(device: torch.device) -> dict[str, Any]:
             "matplotlib": _installed("matplotlib"),
         },
         "git_commit": git_commit(),
+        "engine_revision": ENGINE_REVISION,
     }
 
 

@@ -30,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from test_dispatched import BASE, METHODS
 
+from fednorm import ENGINE_REVISION
 from fednorm.config import run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.build import build as bundle
@@ -134,7 +135,13 @@ def test_the_engine_computes_the_recorded_bits(case):
     if hashes is None:
         pytest.skip(f"no hashes recorded for {machine()} (the sums agree); "
                     f"python tests/fl/test_bitwise.py --write records them")
-    assert got["sha256"] == hashes[case], f"{case}: the engine's float64 bits moved"
+    assert got["sha256"] == hashes[case], (
+        f"{case}: the engine's float64 bits moved; a change meant to move them names its commit "
+        "as fednorm.ENGINE_REVISION and re-records (--write)")
+
+
+def test_the_record_is_of_the_engine_revision_runs_are_stamped_with():
+    assert _recorded().get("revision") == ENGINE_REVISION
 
 
 if __name__ == "__main__":
@@ -143,6 +150,14 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     record = _recorded()
     got = {case: fn() for case, fn in CASES}
+    before = record.get("hashes", {}).get(machine(), {})
+    moved = sorted(c for c, g in got.items() if c in before and before[c] != g["sha256"])
+    if moved and record.get("revision") == ENGINE_REVISION:
+        sys.exit(f"{len(moved)} cases moved (e.g. {moved[0]}) under the recorded revision "
+                 f"{ENGINE_REVISION}: set fednorm.ENGINE_REVISION to this change's commit first")
+    if moved:
+        record["hashes"] = {}  # other kinds' hashes are of the old revision
+    record["revision"] = ENGINE_REVISION
     record["summaries"] = {c: {"sum": g["sum"], "norm": g["norm"]} for c, g in got.items()}
     record.setdefault("hashes", {})[machine()] = {c: g["sha256"] for c, g in got.items()}
     RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
