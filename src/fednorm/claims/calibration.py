@@ -1,33 +1,52 @@
-"""The words ledger's error rates by a parametric bootstrap of the ledger itself, judged by the
-rule's one function (:func:`fednorm.claims.rule.verdict_codes`).
+"""The words ledger's error rates by a bootstrap of the ledger itself, in the world the rule
+assumes and in three it does not, judged by the rule's one function
+(:func:`fednorm.claims.rule.verdict_codes`, :func:`fednorm.claims.rule.claim_codes`).
 
-**The world.** Each claim's judged units are contrasts over the distinct settings of their
+**The design.** Each claim's judged units are contrasts over the distinct settings of their
 experiments (:func:`fednorm.claims.verdicts.model_of`: a setting two units share is one row, so
-their shared runs stay shared in every draw). Setting j of seed s is drawn x_js = b_s + μ_j +
-σ_j ε_js on the seeds the ledger has for it (a missing or diverged run stays missing), then
-rounded to the values' lattice h: μ_j is the setting's mean over its seeds, σ_j its own sd
-from the residuals of settings + seeds (unequal noise kept, the seed's common part removed:
-:func:`spreads`), floored at the rounding sd h / √12; a setting with one seed takes the median
-σ of its claim's other settings, else of the ledger's. b_s ~ N(0, median σ²) is a seed's
-common part: it cancels in every margin, and a rule that failed to pair would see it.
+their shared runs stay shared in every draw), on the seeds the ledger has for each setting (a
+missing or diverged run stays missing). μ_j is setting j's mean over its seeds, σ_j its own sd
+from the residuals of settings + seeds (:func:`spreads`: unequal noise kept, the seed's common
+part removed), floored at the rounding sd h / √12 of the values' lattice h; a setting with one
+seed takes the median σ of its claim's other settings, else of the ledger's.
 
-**The boundaries.** *False holds*: each unit in turn is moved to the boundary of its ``holds``
-null, the least-norm shift of the means along its contrast c, μ' = μ + c (b − c·μ) / |c|² (sign
-relations: margin + slack = 0; ``within``: margin = δ and = −δ, the worse of the two), the other
-units staying where the shift leaves them; the claim's rate is its least favourable unit's
-share of draws in which that unit holds (an upper bound on the claim's: it holds only when all
-its units do). *False contradictions*: all the claim's units at once on the boundary of
-``contradicted`` (sign: margin + slack = −sesoi; ``within``: |margin| = δ, on the side of each
-unit's fitted margin), by least squares, μ' = μ + C⁺(b − Cμ); the claim's rate is the share of
-draws with any unit contradicted (Holm over its units, as the ledger judges). Where no means put
-every unit on it at once (C of deficient row rank), least squares leaves some units past it and
-others short: the table's ``exact`` says whether each claim's were all on it.
+**The worlds** (:data:`WORLDS`), each drawn at every boundary below and rounded to the lattice:
+
+- ``parametric`` (the rule's own model): x_js = b_s + μ_j + σ_j ε_js, ε normal, b_s ~ N(0,
+  median σ²) a seed's common part (it cancels in every margin; a rule that failed to pair
+  would see it);
+- ``resampled``: x_js = μ_j + r_j,s* with s* drawn with replacement from the seeds, the whole
+  column of residuals of settings + seeds at once (shared runs stay shared), each residual
+  rescaled by √(n_j / (n_j − 1) · K / (K − 1)) for the two means it lost; a cell is missing
+  where seed s* is missing;
+- ``collapse``: ``parametric`` with each run, independently, losing :data:`COLLAPSE` points
+  with chance :data:`COLLAPSE_CHANCE` (a seed that collapses);
+- ``unequal``: ``parametric`` with every σ_j at the claim's median σ but one setting's at
+  :data:`NOISY` times it: the setting that most of the claim's units involve (the first such).
+
+**The boundaries** (the rule is symmetric, so the claim's two verdicts share one):
+
+- *false holds*: each unit in turn moved to the boundary of its ``holds`` null, the least-norm
+  shift of the means along its contrast c, μ' = μ + c (b − c·μ) / |c|² (sign: margin + slack =
+  0; ``within``: margin = δ and = −δ, the worse of the two), the other units where the shift
+  leaves them; the claim's rate is its least favourable unit's share of draws in which that
+  unit holds (an upper bound on the claim's: it holds only when all its units do);
+- *false contradictions*: all the claim's units at once on the same boundary (sign: margin +
+  slack = 0; ``within``: |margin| = δ on the side of each unit's fitted margin), by least
+  squares, μ' = μ + C⁺(b − Cμ); the rate is the share of draws in which the claim is
+  contradicted (Holm over its units, as the ledger judges). Where no means put every unit on
+  it at once (C of deficient row rank) the table's ``exact`` is false;
+- *false negligible* (sign claims): each unit in turn at |margin + slack| = sesoi (either
+  side, the worse), the share of draws in which that unit is negligible (an upper bound on the
+  claim's, which needs every unit negligible); NaN for ``within`` claims (no such verdict).
+
+Each rate comes with its Clopper–Pearson (exact binomial) 95 % interval over the replicates
+(:func:`clopper_pearson`); :func:`families` pools the claims of each relation kind (the
+family: the rule's test and boundaries are the kind's, the paper's are not).
 
 Left out: units with fewer than ``min_seeds`` seeds with a margin (the ledger judges them by
 the sign test on diverged runs alone; Holm then runs over fewer units, which can only raise
-false contradictions); diverged runs count for or against no unit in a draw (they veto
-neither verdict), which can only raise both rates. Each rate's Monte Carlo standard error is
-sqrt(p (1 − p) / R) with p = max(rate, α).
+false contradictions); diverged runs count for or against no unit in a draw.
 
     table = calibrate(words, compare_all(words, summary))
     lines = calibration_lines(table, words.rule.alpha)
@@ -40,15 +59,22 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from fednorm.claims.comparisons import Comparison
-from fednorm.claims.rule import CONTRADICTED, HOLDS, verdict_codes
+from fednorm.claims.rule import CONTRADICTED, HOLDS, NEGLIGIBLE, claim_codes, verdict_codes
 from fednorm.claims.verdicts import model_of
 from fednorm.claims.words import Relation, Rule, Words
 
-REPLICATES = 400
+REPLICATES = 10_000  # a claim's draws at each boundary in each world
+CHUNK = 2_000  # replicates judged in one call (memory: worlds × chunk × settings × seeds)
 SEED = 20250555  # with each claim's index, the seed of its draws: the same table every run
-RATES = ("holds", "contradicted")
+WORLDS = ("parametric", "resampled", "collapse", "unequal")
+RATES = ("holds", "contradicted", "negligible")
+COLLAPSE_CHANCE = 0.10  # a run's chance of collapsing (world ``collapse``)
+COLLAPSE = 20.0  # points a collapsed run loses
+NOISY = 3.0  # world ``unequal``: one setting's σ over the others'
+CONFIDENCE = 0.95  # of the Clopper–Pearson intervals
 
 
 def seeds_of(values: np.ndarray, contrasts: np.ndarray) -> np.ndarray:
@@ -72,22 +98,29 @@ def design_of(units: Sequence[Comparison], min_seeds: int
     return values[used], contrasts[np.ix_(drawn, used)], int((~drawn).sum())
 
 
-def spreads(values: np.ndarray, lattice: float, fallback: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each setting's (mean, sd) over its seeds, the sd from the residuals of settings + seeds
-    (the seed's common part removed): r_js = x_js − x̄_j − ḡ_s, ḡ_s the seed's mean deviation
-    over the K settings, v_j = Σ_s r_js² / (n_j − 1). E v_j = (1 − 2/K) σ_j² + Σ_i σ_i² / K²,
-    solved for each σ_j² (unequal noise kept; K = 2 cannot tell the two apart and splits their
-    sum equally, which keeps a pair's margin variance); a setting with one seed takes the
-    median of the others' (else ``fallback``), every sd floored at the rounding sd
-    lattice / √12."""
+def residuals(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each setting's mean over its seeds, the residuals of settings + seeds) of ``values``
+    (settings × seeds, NaN missing): r_js = x_js − x̄_j − ḡ_s, ḡ_s the seed's mean deviation
+    over the settings it has; 0 where missing."""
     seen = np.isfinite(values)
-    k = len(values)
     n = seen.sum(axis=1)
     means = np.where(seen, values, 0.0).sum(axis=1) / np.maximum(n, 1)
     centred = np.where(seen, values - means[:, None], 0.0)
-    if k > 1:
+    if len(values) > 1:
         block = centred.sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
         centred = np.where(seen, centred - block[None], 0.0)
+    return means, centred
+
+
+def spreads(values: np.ndarray, lattice: float, fallback: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each setting's (mean, sd) over its seeds, the sd from :func:`residuals`, v_j = Σ_s
+    r_js² / (n_j − 1). E v_j = (1 − 2/K) σ_j² + Σ_i σ_i² / K², solved for each σ_j² (unequal
+    noise kept; K = 2 cannot tell the two apart and splits their sum equally, which keeps a
+    pair's margin variance); a setting with one seed takes the median of the others' (else
+    ``fallback``), every sd floored at the rounding sd lattice / √12."""
+    k = len(values)
+    n = np.isfinite(values).sum(axis=1)
+    means, centred = residuals(values)
     v = np.square(centred).sum(axis=1) / np.maximum(n - 1, 1)
     if k > 2:
         total = v.sum() / (1 - 1 / k)
@@ -109,75 +142,188 @@ def to_boundary(means: np.ndarray, contrasts: np.ndarray, bounds: np.ndarray) ->
     return means + np.linalg.pinv(c) @ (np.asarray(bounds, dtype=float) - c @ means)
 
 
+def _on_lattice(x: np.ndarray, seen: np.ndarray, lattice: float) -> np.ndarray:
+    if lattice > 0:
+        x = np.round(x / lattice) * lattice
+    return np.where(seen, x, math.nan)
+
+
 def draw(rng: np.random.Generator, means: np.ndarray, sds: np.ndarray, seen: np.ndarray,
          replicates: int, lattice: float, block: float | None = None) -> np.ndarray:
-    """Values (..., replicates, settings, seeds) for each world of ``means`` (..., settings):
-    N(μ_j, σ_j²) plus a seed's common part of sd ``block`` (default: the median σ_j), on the
-    lattice, missing where not ``seen``."""
+    """World ``parametric``: values (..., replicates, settings, seeds) for each world of
+    ``means`` (..., settings): N(μ_j, σ_j²) plus a seed's common part of sd ``block``
+    (default: the median σ_j), on the lattice, missing where not ``seen``."""
     k, s = seen.shape
     lead = means.shape[:-1]
     spread = float(np.median(sds)) if block is None else block
     block_part = spread * rng.standard_normal((*lead, replicates, 1, s))
     x = block_part + means[..., None, :, None] + sds[:, None] * rng.standard_normal(
         (*lead, replicates, k, s))
-    if lattice > 0:
-        x = np.round(x / lattice) * lattice
-    return np.where(seen, x, math.nan)
+    return _on_lattice(x, seen, lattice)
 
 
-def _judge(values: np.ndarray, contrasts: np.ndarray, claim: Relation, rule: Rule) -> np.ndarray:
-    """Verdict codes (..., replicates, units) of one claim's drawn units, Holm over them."""
+def resample(rng: np.random.Generator, means: np.ndarray, values: np.ndarray, replicates: int,
+             lattice: float) -> np.ndarray:
+    """World ``resampled``: values (..., replicates, settings, seeds) for each world of
+    ``means`` (..., settings): μ_j plus the rescaled residuals of ``values`` (settings ×
+    seeds) of seeds drawn with replacement, a whole seed's column at once."""
+    k, s = values.shape
+    seen = np.isfinite(values)
+    n = seen.sum(axis=1)
+    scale = np.sqrt(n / np.maximum(n - 1, 1) * (k / (k - 1) if k > 1 else 1.0))
+    r = residuals(values)[1] * scale[:, None]
+    lead = means.shape[:-1]
+    pick = rng.integers(0, s, (*lead, replicates, s))
+    x = means[..., None, :, None] + np.moveaxis(r[:, pick], 0, -2)
+    return _on_lattice(x, np.moveaxis(seen[:, pick], 0, -2), lattice)
+
+
+def collapse(rng: np.random.Generator, values: np.ndarray, chance: float = COLLAPSE_CHANCE,
+             points: float = COLLAPSE) -> np.ndarray:
+    """World ``collapse``: ``values`` with each run, independently, ``points`` lower with
+    probability ``chance``."""
+    return values - points * (rng.uniform(size=values.shape) < chance)
+
+
+def unequal(sds: np.ndarray, contrasts: np.ndarray, noisy: float = NOISY) -> np.ndarray:
+    """World ``unequal``'s σ: the median of ``sds`` everywhere, ``noisy`` times it on the
+    setting that most units involve (the first such)."""
+    out = np.full(len(sds), float(np.median(sds)))
+    out[int(np.argmax((contrasts != 0).sum(axis=0)))] *= noisy
+    return out
+
+
+def bounds(claim: Relation, rule: Rule, margins: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each unit's boundaries: of ``holds`` (units, sides; sign: −slack; within: ±δ), of
+    ``contradicted`` (units; sign: −slack; within: δ on the side of its fitted ``margins``)
+    and of ``negligible`` (units, 2; sign: −slack ± sesoi; within: none)."""
+    units = len(margins)
+    if claim.kind == "within":
+        assert claim.delta is not None
+        side = np.where(margins < 0, -1.0, 1.0)
+        return (np.outer(np.ones(units), [claim.delta, -claim.delta]), claim.delta * side,
+                np.zeros((units, 0)))
+    sesoi = rule.sesoi_of(claim)
+    return (np.full((units, 1), -claim.slack), np.full(units, -claim.slack),
+            np.outer(np.ones(units), [-claim.slack + sesoi, -claim.slack - sesoi]))
+
+
+def _judge(values: np.ndarray, contrasts: np.ndarray, claim: Relation, rule: Rule):
+    """The rule's verdicts (..., replicates, units) of one claim's drawn units."""
     return verdict_codes(values, contrasts, np.zeros(len(contrasts), dtype=int),
                          within=claim.kind == "within", slack=claim.slack,
                          sesoi=rule.sesoi_of(claim),
                          delta=math.nan if claim.delta is None else claim.delta,
-                         alpha=rule.alpha, min_seeds=rule.min_seeds,
-                         lattice=rule.lattice).codes
+                         alpha=rule.alpha, min_seeds=rule.min_seeds, lattice=rule.lattice)
 
 
-def bounds(claim: Relation, rule: Rule, margins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each unit's boundaries (units, worlds) of ``holds`` (sign: −slack; within: ±δ) and of
-    ``contradicted`` (sign: −slack − sesoi; within: δ on the side of its fitted ``margins``)."""
-    if claim.kind == "within":
-        assert claim.delta is not None
-        side = np.where(margins < 0, -1.0, 1.0)
-        return (np.outer(np.ones(len(margins)), [claim.delta, -claim.delta]),
-                (claim.delta * side)[:, None])
-    ones = np.ones((len(margins), 1))
-    return -claim.slack * ones, (-claim.slack - rule.sesoi_of(claim)) * ones
-
-
-def claim_rates(claim: Relation, values: np.ndarray, contrasts: np.ndarray, rule: Rule,
-                replicates: int, rng: np.random.Generator, fallback: float
-                ) -> tuple[float, float, bool]:
-    """(false holds, false contradicted, whether every unit was on the boundary of
-    ``contradicted``) of one claim's drawn units (the module's docstring)."""
-    means, sds = spreads(values, rule.lattice, fallback)
+def world_draw(world: str, rng: np.random.Generator, means: np.ndarray, sds: np.ndarray,
+               values: np.ndarray, contrasts: np.ndarray, replicates: int, lattice: float
+               ) -> np.ndarray:
+    """Values (worlds, replicates, settings, seeds) of ``world`` (:data:`WORLDS`) at each row
+    of ``means`` (worlds, settings); ``sds``, ``values``: the claim's fitted σ and its data."""
     seen = np.isfinite(values)
-    holds_at, against_at = bounds(claim, rule, contrasts @ means)
-    units, sides = holds_at.shape
-    worlds = np.stack([to_boundary(means, contrasts[u], [b]) for u in range(units)
-                       for b in holds_at[u]])  # (units × sides, settings)
-    codes = _judge(draw(rng, worlds, sds, seen, replicates, rule.lattice), contrasts, claim, rule)
-    own = np.repeat(np.arange(units), sides)
-    held = (codes[np.arange(len(worlds)), :, own] == HOLDS).mean(axis=1)
-    moved = to_boundary(means, contrasts, against_at[:, 0])
-    codes = _judge(draw(rng, moved, sds, seen, replicates, rule.lattice), contrasts, claim, rule)
-    return (float(held.max()), float((codes == CONTRADICTED).any(axis=-1).mean()),
-            bool(np.allclose(contrasts @ moved, against_at[:, 0])))
+    if world == "parametric":
+        return draw(rng, means, sds, seen, replicates, lattice)
+    if world == "resampled":
+        return resample(rng, means, values, replicates, lattice)
+    if world == "collapse":  # 20 points keep a value on the lattice
+        return collapse(rng, draw(rng, means, sds, seen, replicates, lattice))
+    if world == "unequal":
+        return draw(rng, means, unequal(sds, contrasts), seen, replicates, lattice)
+    raise ValueError(f"world: {world!r}; allowed: {', '.join(WORLDS)}")
 
 
-def mc_se(rate: float | np.ndarray, alpha: float, replicates: int | np.ndarray) -> np.ndarray:
-    """The Monte Carlo SE of a rate near α: sqrt(p (1 − p) / R), p = max(rate, α)."""
-    p = np.maximum(rate, alpha)
-    return np.sqrt(p * (1 - p) / replicates)
+def boundary_worlds(claim: Relation, rule: Rule, means: np.ndarray, contrasts: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(means (worlds, settings), each world's rate (index into :data:`RATES`), its unit
+    (−1: the claim), whether the contradicted boundary is reached exactly): the worlds of the
+    module's docstring, the contradicted one last."""
+    holds_at, against_at, negligible_at = bounds(claim, rule, contrasts @ means)
+    rows, rate, unit = [], [], []
+    for index, at in ((0, holds_at), (2, negligible_at)):
+        for u, sides in enumerate(at):
+            for b in sides:
+                rows.append(to_boundary(means, contrasts[u], [b]))
+                rate.append(index)
+                unit.append(u)
+    moved = to_boundary(means, contrasts, against_at)
+    return (np.stack([*rows, moved]), np.array([*rate, 1]), np.array([*unit, -1]),
+            bool(np.allclose(contrasts @ moved, against_at)))
+
+
+def hits(codes: np.ndarray, claimed: np.ndarray, rate: np.ndarray, unit: np.ndarray
+         ) -> np.ndarray:
+    """Per world (worlds,): the draws with its rate's verdict, from unit ``codes`` (worlds,
+    replicates, units) and claim codes ``claimed`` (worlds, replicates, 1): a unit world
+    counts its unit's holds or negligible, the claim's world its contradictions."""
+    code = np.array([HOLDS, CONTRADICTED, NEGLIGIBLE])[rate]
+    own = np.take_along_axis(codes, np.maximum(unit, 0)[:, None, None], axis=-1)[..., 0]
+    whole = claimed[..., 0]
+    return np.where(unit[:, None] >= 0, own == code[:, None], whole == code[:, None]).sum(axis=1)
+
+
+def claim_counts(claim: Relation, values: np.ndarray, contrasts: np.ndarray, rule: Rule,
+                 replicates: int, rng: np.random.Generator, fallback: float
+                 ) -> tuple[dict[str, np.ndarray], bool]:
+    """Per world: the draws (out of ``replicates``) with a false holds, contradicted and
+    negligible verdict at the least favourable boundary of each (NaN: no such boundary), and
+    whether the contradicted boundary is reached exactly."""
+    means, sds = spreads(values, rule.lattice, fallback)
+    worlds, rate, unit, exact = boundary_worlds(claim, rule, means, contrasts)
+    out = {}
+    for world in WORLDS:
+        count = np.zeros(len(worlds), dtype=np.int64)
+        for start in range(0, replicates, CHUNK):
+            size = min(CHUNK, replicates - start)
+            drawn = world_draw(world, rng, worlds, sds, values, contrasts, size, rule.lattice)
+            verdicts = _judge(drawn, contrasts, claim, rule)
+            claimed = claim_codes(verdicts, np.zeros(len(contrasts), dtype=int), rule.alpha)
+            count += hits(verdicts.codes, claimed, rate, unit)
+        out[world] = np.array([count[rate == r].max() if (rate == r).any() else math.nan
+                               for r in range(len(RATES))], dtype=float)
+    return out, exact
+
+
+def clopper_pearson(count: np.ndarray | float, trials: np.ndarray | float,
+                    confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """The exact binomial (Clopper–Pearson) interval of ``count`` successes in ``trials``:
+    the beta quantiles B(a/2; k, n − k + 1) and B(1 − a/2; k + 1, n − k), a = 1 −
+    ``confidence``, 0 at k = 0 and 1 at k = n; NaN where the count is."""
+    k = np.asarray(count, dtype=float)
+    n = np.broadcast_to(np.asarray(trials, dtype=float), k.shape)
+    if np.any(n < 1) or np.any(k[np.isfinite(k)] < 0) or np.any(k[np.isfinite(k)] > n[
+            np.isfinite(k)]):
+        raise ValueError(f"count {count}, trials {trials}; allowed: 0 <= count <= trials, "
+                         "trials >= 1")
+    a = 1 - confidence
+    with np.errstate(invalid="ignore"):
+        low = np.where(k > 0, stats.beta.ppf(a / 2, k, n - k + 1), 0.0)
+        high = np.where(k < n, stats.beta.ppf(1 - a / 2, k + 1, n - k), 1.0)
+    nan = ~np.isfinite(k)
+    return np.where(nan, math.nan, low), np.where(nan, math.nan, high)
+
+
+def _rate_columns(world: str, counts: np.ndarray, replicates: int) -> dict[str, float]:
+    low, high = clopper_pearson(counts, replicates)
+    out: dict[str, float] = {}
+    for r, kind in enumerate(RATES):
+        out |= {f"false_{kind}_{world}": counts[r] / replicates,
+                f"{kind}_low_{world}": float(low[r]), f"{kind}_high_{world}": float(high[r])}
+    return out
 
 
 def calibrate(words: Words, compared: dict[str, list[Comparison]],
               replicates: int = REPLICATES, seed: int = SEED) -> pd.DataFrame:
-    """Per claim of ``words`` (its units ``compared``, fednorm.claims.comparisons.compare_all):
-    its false holds and false contradicted rates at its boundaries with their Monte Carlo SE
-    (NaN: no unit drawn); ``seeds``: the fewest seeds with a margin of its drawn units."""
+    """Per claim of ``words`` (its units ``compared``, fednorm.claims.comparisons.compare_all),
+    one row: in each world (:data:`WORLDS`) its false holds, contradicted and negligible rates
+    at their boundaries, ``false_<rate>_<world>``, with Clopper–Pearson bounds
+    ``<rate>_low_<world>`` and ``<rate>_high_<world>`` (NaN: no unit drawn, or no such
+    verdict); ``seeds``: the fewest seeds with a margin of its drawn units."""
+    if replicates < 1:
+        raise ValueError(f"replicates: {replicates}; allowed: an integer >= 1 (the design: "
+                         f"{REPLICATES})")
     rule = words.rule
     designs = [design_of(compared.get(c.id, []), rule.min_seeds) for c in words.claims]
     own = [spreads(v, 0.0, math.nan)[1][np.isfinite(v).sum(axis=1) > 1] for v, _, _ in designs]
@@ -186,62 +332,97 @@ def calibrate(words: Words, compared: dict[str, list[Comparison]],
     rows = []
     for index, (claim, (values, contrasts, left_out)) in enumerate(
             zip(words.claims, designs, strict=True)):
-        rates = (math.nan, math.nan, False)
+        counts = dict.fromkeys(WORLDS, np.full(len(RATES), math.nan))
+        exact = False
         if len(contrasts):
             rng = np.random.default_rng([seed, index])
-            rates = claim_rates(claim, values, contrasts, rule, replicates, rng, fallback)
-        rows.append({"id": claim.id, "paper": claim.paper, "family": claim.kind,
-                     "units": len(contrasts), "left_out": left_out, "settings": len(values),
-                     "seeds": int(seeds_of(values, contrasts).min()) if len(contrasts) else 0,
-                     "replicates": replicates, "lattice": rule.lattice,
-                     "false_holds": rates[0], "se_holds": mc_se(rates[0], rule.alpha, replicates),
-                     "false_contradicted": rates[1],
-                     "se_contradicted": mc_se(rates[1], rule.alpha, replicates),
-                     "exact": rates[2]})
+            counts, exact = claim_counts(claim, values, contrasts, rule, replicates, rng,
+                                         fallback)
+        row = {"id": claim.id, "paper": claim.paper, "family": claim.kind,
+               "units": len(contrasts), "left_out": left_out, "settings": len(values),
+               "seeds": int(seeds_of(values, contrasts).min()) if len(contrasts) else 0,
+               "replicates": replicates, "lattice": rule.lattice, "exact": exact}
+        for world in WORLDS:
+            row |= _rate_columns(world, counts[world], replicates)
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
 def families(table: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    """Per family (a claim's kind) and 'all': the claims drawn, each rate's mean and max with
-    their Monte Carlo SE, and ``ok``: every claim's rates within α + 3 SE."""
-    drawn = table[table["false_holds"].notna()]
-    parts = [(name, g) for name, g in drawn.groupby("family", sort=True)] + [("all", drawn)]
+    """Per world, rate and family (a claim's relation kind; 'all': every claim): the claims
+    with that rate, the pooled rate over their draws with its Clopper–Pearson bounds, the
+    worst claim's rate with its bounds, and ``above``: the claims whose lower bound is above
+    ``alpha``."""
     rows = []
-    for name, g in parts:
-        row: dict[str, object] = {"family": name, "claims": len(g)}
-        ok = True
+    for world in WORLDS:
         for kind in RATES:
-            rate, se = g[f"false_{kind}"].to_numpy(), g[f"se_{kind}"].to_numpy()
-            worst = int(np.argmax(rate)) if len(g) else 0
-            row |= {f"{kind}_mean": rate.mean() if len(g) else math.nan,
-                    f"{kind}_mean_se": math.sqrt(np.square(se).sum()) / max(len(g), 1),
-                    f"{kind}_max": rate[worst] if len(g) else math.nan,
-                    f"{kind}_max_se": se[worst] if len(g) else math.nan}
-            ok &= bool(np.all(rate <= alpha + 3 * se))
-        rows.append(row | {"ok": ok})
+            rate = f"false_{kind}_{world}"
+            drawn = table[table[rate].notna()]
+            parts = [*drawn.groupby("family", sort=False), ("all", drawn)]
+            for family, g in parts:
+                n = g["replicates"].to_numpy()
+                count = np.round(g[rate].to_numpy() * n)
+                row = {"world": world, "rate": kind, "family": family, "claims": len(g)}
+                if len(g):
+                    low, high = clopper_pearson(count.sum(), n.sum())
+                    worst = int(np.argmax(g[rate].to_numpy()))
+                    row |= {"pooled": count.sum() / n.sum(), "pooled_low": float(low),
+                            "pooled_high": float(high), "worst": g["id"].iloc[worst],
+                            "worst_rate": g[rate].iloc[worst],
+                            "worst_low": g[f"{kind}_low_{world}"].iloc[worst],
+                            "worst_high": g[f"{kind}_high_{world}"].iloc[worst],
+                            "above": int((g[f"{kind}_low_{world}"] > alpha).sum())}
+                rows.append(row)
     return pd.DataFrame(rows)
 
 
+WORLD_WORDS = {"parametric": "the rule's model", "resampled": "the ledger's residuals resampled "
+               "by seed", "collapse": f"a {COLLAPSE_CHANCE:.0%} chance per run of losing "
+               f"{COLLAPSE:g} points", "unequal": f"one setting a claim at {NOISY:g}× the "
+               "others' σ"}
+
+
 def calibration_lines(table: pd.DataFrame, alpha: float) -> list[str]:
-    """The ledger header's calibration: a sentence and the family table (mean / max (SE))."""
+    """The ledger header's calibration: a sentence, one line per world (each rate pooled over
+    the claims and its worst claim, with Clopper–Pearson 95 % bounds; the claims whose lower
+    bound is above α), then the rates pooled per family, world by world."""
     fam = families(table, alpha)
     lattice = float(table["lattice"].iloc[0]) if len(table) else 0.0
     replicates = int(table["replicates"].iloc[0]) if len(table) else 0
-    verdict = ("every family within α + 3 SE" if fam["ok"].all() else "above α + 3 SE: "
-               + ", ".join(fam.loc[~fam["ok"], "family"]))
-    inexact = int((table["false_holds"].notna() & ~table["exact"].astype(bool)).sum())
-    if inexact:
-        verdict += (f"; {inexact} claim{'s' if inexact > 1 else ''} whose units no means put "
-                    "all on the boundary of contradicted (least squares)")
-    head = ("Calibration (parametric bootstrap of this ledger: each setting drawn at its own mean "
-            "and sd, each claim moved to its boundary, shared runs kept shared, on the "
-            f"{lattice:g}-point lattice; {replicates} replicates a claim; mean / max (Monte "
-            f"Carlo SE of the max) at α {alpha:g}): {verdict}.")
-    cells = ["| rate | " + " | ".join(f"{f} ({n})" for f, n in zip(fam["family"], fam["claims"],
-                                                                  strict=True)) + " |",
-             "|---|" + "---:|" * len(fam)]
-    for kind in RATES:
-        cells.append(f"| false {kind} | " + " | ".join(
-            f"{r[f'{kind}_mean']:.3f} / {r[f'{kind}_max']:.3f} ({r[f'{kind}_max_se']:.3f})"
-            for _, r in fam.iterrows()) + " |")
-    return [head, "", *cells]
+    inexact = int((table["units"] > 0).sum() - table["exact"].astype(bool).sum())
+    head = (f"Calibration (a bootstrap of this ledger at its claims' boundaries, shared runs "
+            f"kept shared, on the {lattice:g}-point lattice; {replicates:,} replicates a claim "
+            f"and boundary in each world; the rate pooled over the claims [Clopper–Pearson "
+            f"{CONFIDENCE:.0%}], then the worst claim's; at α {alpha:g}; false holds and "
+            "negligible at each unit's boundary, false contradictions at the claim's)"
+            + (f"; {inexact} claim{'s' if inexact > 1 else ''} whose units no means put all on "
+               "the boundary (least squares)" if inexact else "") + ":")
+    lines = [head, ""]
+    overall = fam[fam["family"] == "all"].set_index(["world", "rate"])
+    for world in WORLDS:
+        parts, above = [], 0
+        for kind in RATES:
+            r = overall.loc[(world, kind)]
+            if not r["claims"]:
+                continue
+            above += int(r["above"])
+            parts.append(f"false {kind} {r['pooled']:.3f} [{r['pooled_low']:.3f}, "
+                         f"{r['pooled_high']:.3f}], worst {r['worst_rate']:.3f} "
+                         f"[{r['worst_low']:.3f}, {r['worst_high']:.3f}]")
+        verdict = (f"{above} rate{'s' if above != 1 else ''} of a claim with its lower bound "
+                   "above α" if above else "no claim's lower bound above α")
+        lines.append(f"- {world} ({WORLD_WORDS[world]}): " + "; ".join(parts) + f"; {verdict}.")
+    names = [f for f in dict.fromkeys(fam["family"]) if f != "all"] + ["all"]
+    counts = fam[fam["rate"] == "holds"].groupby("family", sort=False)["claims"].max()
+    lines += ["", "| world, rate | " + " | ".join(f"{f} ({counts.get(f, 0)})" for f in names)
+              + " |", "|---|" + "---:|" * len(names)]
+    cell = fam.set_index(["world", "rate", "family"])
+    for world in WORLDS:
+        for kind in RATES:
+            texts = []
+            for f in names:
+                r = cell.loc[(world, kind, f)] if (world, kind, f) in cell.index else None
+                texts.append("–" if r is None or not r["claims"] else
+                             f"{r['pooled']:.3f} [{r['pooled_low']:.3f}, {r['pooled_high']:.3f}]")
+            lines.append(f"| {world}, false {kind} | " + " | ".join(texts) + " |")
+    return lines
