@@ -19,6 +19,7 @@ from fednorm.plots import (
     style,
 )
 from fednorm.plots.cells import DIVERGED_NOTE, Orders, cell_stats, percent, value_label, value_text
+from fednorm.plots.improvement import make_improvement, make_profile
 from fednorm.plots.save import save_table
 from fednorm.plots.table import NO_RUN, SEEDS, cell_text, escape_cell, extra_text
 from fednorm.results import in_experiments
@@ -159,12 +160,30 @@ def _tuning(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
                              order=dict(fig.orders), title=fig.title or fig.name)
 
 
+def _improvement(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
+    if rows.empty:
+        raise ValueError(f"table {stem}: no rows matched its selection")
+    assert fig.rows is not None and fig.cols is not None and isinstance(fig.y, str)
+    return make_improvement(rows, stem, rows=fig.rows, cols=fig.cols, baseline=fig.baseline,
+                            y=fig.y, order=dict(fig.orders), title=fig.title or fig.name)
+
+
+def _profile(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
+    if rows.empty:
+        raise ValueError(f"figure {stem}: no rows matched its selection")
+    assert fig.rows is not None and fig.cols is not None and isinstance(fig.y, str)
+    return make_profile(rows, stem, rows=fig.rows, cols=fig.cols, y=fig.y,
+                        order=dict(fig.orders), title=fig.title or fig.name)
+
+
 DRAW: dict[str, Callable[[Figure, pd.DataFrame, str | Path], list[Path]]] = {
     **dict.fromkeys(_ARGS, _plain),
     "heatmap": _heatmap,
     "domains": _domains,
     "table": _table,
     "tuning": _tuning,
+    "improvement": _improvement,
+    "profile": _profile,
 }
 
 

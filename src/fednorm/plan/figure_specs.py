@@ -56,6 +56,8 @@ class Figure:
     select: str | None = None
     # domains: the domains shown, one column each (their test_accuracy_<domain>), in this order
     domains: tuple[str, ...] = ()
+    # improvement: the ``rows`` value every other one is compared with (fednorm.improvement)
+    baseline: Any = None
 
 
 def _resolve_value(fig: str, key: str, value: Any, present: list[Any],
@@ -131,9 +133,15 @@ FIGURE_KEYS: dict[str, dict[str, Any]] = {
                "select": "val_accuracy"},
     "domains": {"rows": "method", "row_order": None, "domains": None},
     "parts": {"parts": REQUIRED},
+    # rliable's reading (fednorm.improvement): each row's probability of improvement over the
+    # baseline and its IQM, over the settings ``cols`` (a table); the performance profile
+    "improvement": {"rows": "method", "cols": REQUIRED, "row_order": None,
+                    "baseline": REQUIRED},
+    "profile": {"rows": "method", "cols": REQUIRED, "row_order": None},
 }
 FIGURE_KINDS = tuple(FIGURE_KEYS)
-TABLE_KINDS = ("table", "tuning")  # written as data and text (TABLE_EXTENSIONS), no picture
+# written as data and text (TABLE_EXTENSIONS), no picture
+TABLE_KINDS = ("table", "tuning", "improvement")
 # What a part of a ``parts`` figure may be: a kind drawn on one axes (no panels of its own).
 PART_KINDS = ("curves", "final_vs", "bars")
 # The x a kind's axis may show: curves also the steps and the x computed from them
@@ -314,6 +322,15 @@ def _domains(spec: _FigureSpec, value: Any) -> dict[str, Any]:
     return {"domains": tuple(value)}
 
 
+def _baseline(spec: _FigureSpec, value: Any) -> dict[str, Any]:
+    """``baseline`` (kind improvement): a value of the rows' column that the runs have."""
+    present = list(dict.fromkeys(getattr(r, spec.fields["rows"]) for r in spec.runs))
+    if value not in present:
+        raise spec.error("baseline", value, f"a value of '{spec.fields['rows']}' that the "
+                         f"runs have: {present}")
+    return {"baseline": value}
+
+
 _KEY_RULES: dict[str, Callable[[_FigureSpec, Any], dict[str, Any]]] = {
     "x": _x,
     "hue": _hue,
@@ -328,6 +345,7 @@ _KEY_RULES: dict[str, Callable[[_FigureSpec, Any], dict[str, Any]]] = {
     "select": _select,
     **{key: _order(key) for key in ORDER_OF},
     "domains": _domains,
+    "baseline": _baseline,
 }
 assert {k for keys in FIGURE_KEYS.values() for k in keys} == set(_KEY_RULES)
 
