@@ -650,6 +650,12 @@ HEATMAP = {"experiment": "dir", "kind": "heatmap", "rows": "split", "cols": "loc
     ({"kind": "curves", "x": "epoch", "compare": None, "rows": None, "cols": None},
      r"'x' has value 'epoch'; allowed: one of \['step', 'round', 'progress'"),
     ({"kind": "table", "compare": None, "cols": None}, r"kind 'table' needs \['rows', 'cols'\]"),
+    ({"kind": "improvement", "compare": None, "rows": "normalizer", "baseline": "central"},
+     r"'baseline' has value 'central'; allowed: a value of 'normalizer' that the runs have"),
+    ({"kind": "improvement", "compare": None, "rows": "normalizer", "cols": "split"},
+     r"key 'baseline' is missing; kind 'improvement' needs \['cols', 'baseline'\]"),
+    ({"kind": "profile", "compare": None, "rows": "normalizer", "baseline": "bn"},
+     r"key 'baseline' is not one of kind 'profile'"),
 ])
 def test_bad_fixbn_figure_specs_name_the_key_the_value_and_what_is_allowed(spec, expected):
     spec = {k: v for k, v in {**HEATMAP, **spec}.items() if v is not None}

@@ -48,7 +48,7 @@ def improvement_markdown(data: pd.DataFrame, *, title: str, y: str) -> str:
     def num(v: float) -> str:
         return "–" if np.isnan(v) else f"{v:.2f}"
 
-    lines = [f"# {title}", "", f"P(X > {data['baseline'].iloc[0]}): a run of the method "
+    lines = [f"**{title}**", "", f"P(X > {data['baseline'].iloc[0]}): a run of the method "
              "against a run of the baseline in the same setting, ties 1/2, averaged over the "
              "settings both ran; IQM: the mean of the middle 50 % of the method's runs; "
              "[95 % stratified-bootstrap interval over seeds].", "",
