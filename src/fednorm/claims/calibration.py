@@ -26,19 +26,24 @@ seed takes the median σ of its claim's other settings, else of the ledger's.
 
 **The boundaries** (the rule is symmetric, so the claim's two verdicts share one):
 
-- *false holds*: each unit in turn moved to the boundary of its ``holds`` null, the least-norm
-  shift of the means along its contrast c, μ' = μ + c (b − c·μ) / |c|² (sign: margin + slack =
-  0; ``within``: margin = δ and = −δ, the worse of the two), the other units where the shift
-  leaves them; the claim's rate is its least favourable unit's share of draws in which that
-  unit holds (an upper bound on the claim's: it holds only when all its units do);
-- *false contradictions*: all the claim's units at once on the same boundary (sign: margin +
-  slack = 0; ``within``: |margin| = δ on the side of each unit's fitted margin), by least
-  squares, μ' = μ + C⁺(b − Cμ); the rate is the share of draws in which the claim is
-  contradicted (Holm over its units, as the ledger judges). Where no means put every unit on
-  it at once (C of deficient row rank) the table's ``exact`` is false;
-- *false negligible* (sign claims): each unit in turn at |margin + slack| = sesoi (either
-  side, the worse), the share of draws in which that unit is negligible (an upper bound on the
+- *false holds*: every unit on the boundary of its ``holds`` null (sign: margin + slack = 0;
+  ``within``: margin = δ, and then = −δ); the claim's rate is its least favourable unit's share
+  of draws in which that unit holds (an upper bound on the claim's: it holds only when all its
+  units do);
+- *false contradictions*: the same boundary, from the other side (the rule is symmetric;
+  ``within``: |margin| = δ on the side of each unit's fitted margin); the rate is the share of
+  draws in which the claim is contradicted (Holm over its units, as the ledger judges);
+- *false negligible* (sign claims): every unit at margin + slack = sesoi, and then = −sesoi;
+  the least favourable unit's share of draws in which it is negligible (an upper bound on the
   claim's, which needs every unit negligible); NaN for ``within`` claims (no such verdict).
+
+The means are moved by least squares, μ' = μ + C⁺(b − Cμ), all the claim's units at once. A
+unit's verdict is its own test, whose draws depend on the means only through its margin, so
+one draw of the claim gives every unit's rate. Where no means put every unit on a boundary at
+once (C of deficient row rank: pairs that close a cycle), each unit is moved alone for its
+holds and negligible rates, the least-norm shift along its contrast c, μ' = μ + c (b − c·μ) /
+|c|², and only the settings it involves are drawn; the contradictions stay at least squares,
+and the table's ``exact`` is false.
 
 Each rate comes with its Clopper–Pearson (exact binomial) 95 % interval over the replicates
 (:func:`clopper_pearson`); :func:`families` pools the claims of each relation kind (the
@@ -218,50 +223,59 @@ def _judge(values: np.ndarray, contrasts: np.ndarray, claim: Relation, rule: Rul
                          alpha=rule.alpha, min_seeds=rule.min_seeds, lattice=rule.lattice)
 
 
+def world_sds(world: str, sds: np.ndarray, contrasts: np.ndarray) -> np.ndarray:
+    """The settings' σ that ``world`` draws with (``unequal``'s: :func:`unequal`)."""
+    if world not in WORLDS:
+        raise ValueError(f"world: {world!r}; allowed: {', '.join(WORLDS)}")
+    return unequal(sds, contrasts) if world == "unequal" else sds
+
+
 def world_draw(world: str, rng: np.random.Generator, means: np.ndarray, sds: np.ndarray,
-               values: np.ndarray, contrasts: np.ndarray, replicates: int, lattice: float
+               values: np.ndarray, replicates: int, lattice: float, block: float
                ) -> np.ndarray:
     """Values (worlds, replicates, settings, seeds) of ``world`` (:data:`WORLDS`) at each row
-    of ``means`` (worlds, settings); ``sds``, ``values``: the claim's fitted σ and its data."""
+    of ``means`` (worlds, settings): ``sds`` the world's σ (:func:`world_sds`), ``values``
+    the ledger's runs of those settings, ``block`` the sd of a seed's common part."""
     seen = np.isfinite(values)
-    if world == "parametric":
-        return draw(rng, means, sds, seen, replicates, lattice)
     if world == "resampled":
         return resample(rng, means, values, replicates, lattice)
-    if world == "collapse":  # 20 points keep a value on the lattice
-        return collapse(rng, draw(rng, means, sds, seen, replicates, lattice))
-    if world == "unequal":
-        return draw(rng, means, unequal(sds, contrasts), seen, replicates, lattice)
-    raise ValueError(f"world: {world!r}; allowed: {', '.join(WORLDS)}")
+    drawn = draw(rng, means, sds, seen, replicates, lattice, block)
+    return collapse(rng, drawn) if world == "collapse" else drawn  # 20 points: on the lattice
 
 
-def boundary_worlds(claim: Relation, rule: Rule, means: np.ndarray, contrasts: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """(means (worlds, settings), each world's rate (index into :data:`RATES`), its unit
-    (−1: the claim), whether the contradicted boundary is reached exactly): the worlds of the
-    module's docstring, the contradicted one last."""
-    holds_at, against_at, negligible_at = bounds(claim, rule, contrasts @ means)
-    rows, rate, unit = [], [], []
-    for index, at in ((0, holds_at), (2, negligible_at)):
-        for u, sides in enumerate(at):
-            for b in sides:
-                rows.append(to_boundary(means, contrasts[u], [b]))
-                rate.append(index)
-                unit.append(u)
-    moved = to_boundary(means, contrasts, against_at)
-    return (np.stack([*rows, moved]), np.array([*rate, 1]), np.array([*unit, -1]),
-            bool(np.allclose(contrasts @ moved, against_at)))
+def targets(claim: Relation, rule: Rule, margins: np.ndarray
+            ) -> list[tuple[np.ndarray, tuple[int, ...]]]:
+    """The boundaries the claim is drawn at: (each unit's margin there (units,), the rates
+    counted there: indices into :data:`RATES`), from :func:`bounds`."""
+    holds_at, against_at, negligible_at = bounds(claim, rule, margins)
+    if claim.kind != "within":  # the rule is symmetric: holds and contradicted share one
+        return [(holds_at[:, 0], (0, 1)), *((negligible_at[:, k], (2,)) for k in range(2))]
+    sides = [(holds_at[:, k], (0,)) for k in range(2)]
+    for k in range(2):  # every fitted margin on one side: that side's world is the other's
+        if np.array_equal(sides[k][0], against_at):
+            sides[k] = (against_at, (0, 1))
+            return sides
+    return [*sides, (against_at, (1,))]
 
 
-def hits(codes: np.ndarray, claimed: np.ndarray, rate: np.ndarray, unit: np.ndarray
-         ) -> np.ndarray:
-    """Per world (worlds,): the draws with its rate's verdict, from unit ``codes`` (worlds,
-    replicates, units) and claim codes ``claimed`` (worlds, replicates, 1): a unit world
-    counts its unit's holds or negligible, the claim's world its contradictions."""
-    code = np.array([HOLDS, CONTRADICTED, NEGLIGIBLE])[rate]
-    own = np.take_along_axis(codes, np.maximum(unit, 0)[:, None, None], axis=-1)[..., 0]
-    whole = claimed[..., 0]
-    return np.where(unit[:, None] >= 0, own == code[:, None], whole == code[:, None]).sum(axis=1)
+def _chunks(replicates: int) -> list[int]:
+    return [min(CHUNK, replicates - start) for start in range(0, replicates, CHUNK)]
+
+
+def _unit_hits(world: str, rng: np.random.Generator, moved: np.ndarray, sd: np.ndarray,
+               values: np.ndarray, contrasts: np.ndarray, claim: Relation, rule: Rule,
+               replicates: int, block: float) -> tuple[np.ndarray, int]:
+    """(per unit, the draws with each verdict code HOLDS, CONTRADICTED, NEGLIGIBLE (3,
+    units); the draws with the claim contradicted) with the settings at ``moved``."""
+    hits, against = np.zeros((3, len(contrasts)), dtype=np.int64), 0
+    for size in _chunks(replicates):
+        drawn = world_draw(world, rng, moved[None], sd, values, size, rule.lattice, block)
+        verdicts = _judge(drawn, contrasts, claim, rule)
+        for k, code in enumerate((HOLDS, CONTRADICTED, NEGLIGIBLE)):
+            hits[k] += (verdicts.codes[0] == code).sum(axis=0)
+        claimed = claim_codes(verdicts, np.zeros(len(contrasts), dtype=int), rule.alpha)
+        against += int((claimed[0, :, 0] == CONTRADICTED).sum())
+    return hits, against
 
 
 def claim_counts(claim: Relation, values: np.ndarray, contrasts: np.ndarray, rule: Rule,
@@ -269,20 +283,41 @@ def claim_counts(claim: Relation, values: np.ndarray, contrasts: np.ndarray, rul
                  ) -> tuple[dict[str, np.ndarray], bool]:
     """Per world: the draws (out of ``replicates``) with a false holds, contradicted and
     negligible verdict at the least favourable boundary of each (NaN: no such boundary), and
-    whether the contradicted boundary is reached exactly."""
+    whether the contradicted boundary is reached exactly.
+
+    A unit's verdict is its own test, whose draws depend on the means only through its
+    margin: where least squares puts every unit on a boundary at once, one draw of the claim
+    gives each unit's rate there (and the claim's contradictions); where it cannot, each
+    unit is moved alone and only the settings it involves are drawn and judged."""
     means, sds = spreads(values, rule.lattice, fallback)
-    worlds, rate, unit, exact = boundary_worlds(claim, rule, means, contrasts)
-    out = {}
+    block = float(np.median(sds))
+    out, exact = {}, True
     for world in WORLDS:
-        count = np.zeros(len(worlds), dtype=np.int64)
-        for start in range(0, replicates, CHUNK):
-            size = min(CHUNK, replicates - start)
-            drawn = world_draw(world, rng, worlds, sds, values, contrasts, size, rule.lattice)
-            verdicts = _judge(drawn, contrasts, claim, rule)
-            claimed = claim_codes(verdicts, np.zeros(len(contrasts), dtype=int), rule.alpha)
-            count += hits(verdicts.codes, claimed, rate, unit)
-        out[world] = np.array([count[rate == r].max() if (rate == r).any() else math.nan
-                               for r in range(len(RATES))], dtype=float)
+        sd = world_sds(world, sds, contrasts)
+        counts = np.full(len(RATES), -1.0)
+        for at, rates in targets(claim, rule, contrasts @ means):
+            moved = to_boundary(means, contrasts, at)
+            reached = bool(np.allclose(contrasts @ moved, at))
+            if 1 in rates:
+                exact = exact and reached
+            if reached or 1 in rates:
+                hits, against = _unit_hits(world, rng, moved, sd, values, contrasts, claim,
+                                           rule, replicates, block)
+                if 1 in rates:
+                    counts[1] = max(counts[1], against)
+                if not reached:
+                    continue
+            else:
+                hits = np.zeros((3, len(contrasts)), dtype=np.int64)
+                for u, c in enumerate(contrasts):
+                    inv = c != 0
+                    alone = to_boundary(means, c, [at[u]])[inv]
+                    hits[:, u] = _unit_hits(world, rng, alone, sd[inv], values[inv],
+                                            c[None, inv], claim, rule, replicates, block)[0][:, 0]
+            for r in rates:
+                if r != 1:
+                    counts[r] = max(counts[r], hits[r].max())
+        out[world] = np.where(counts < 0, math.nan, counts)
     return out, exact
 
 
