@@ -18,9 +18,9 @@ part b_s ~ N(0, BLOCK²) (cancelled by pairing), σ_j = σ or, strained, setting
 - ``within``: every pair within δ (TOST).
 
 Each unit's truth is put on the boundary of the null of ``holds`` (greater, best, trend: all
-settings equal; within: adjacent settings δ apart) and of ``contradicted`` (greater: adjacent
-settings sesoi apart; best: setting 0 sesoi below the others; trend: a linear change of −sesoi;
-within: δ apart); the rate is reported for the units on the boundary. Rates are per unit, each
+settings equal; within: adjacent settings δ apart) and of ``contradicted`` (the rule is
+symmetric: greater, best, trend the same boundary, all settings equal; within: δ apart); the
+rate is reported for the units on the boundary. Rates are per unit, each
 over the replicates, with their Monte Carlo standard error sqrt(max(rate, α)(1 − ·)/R); ``ok``:
 every unit's rate ≤ α + 3 SE.
 
@@ -68,7 +68,7 @@ class Design:
         truth = self.contrasts @ means
         if self.within:
             return np.isclose(np.abs(truth), DELTA)
-        return np.isclose(truth, 0.0 if verdict == HOLDS else -SESOI)
+        return np.isclose(truth, 0.0)  # a sign claim's two verdicts share one boundary
 
 
 def _pairs() -> np.ndarray:
@@ -84,12 +84,9 @@ def designs() -> dict[str, Design]:
     best = np.array([eye[0] - eye[k] for k in range(1, SETTINGS)])
     zero = np.zeros(SETTINGS)
     return {
-        "pairs": Design("pairs", pairs, np.arange(len(pairs)), False, zero,
-                        -SESOI * ladder[::-1] + SESOI * (SETTINGS - 1)),
-        "best": Design("best", best, np.zeros(len(best), dtype=int), False, zero,
-                       np.r_[0.0, np.full(SETTINGS - 1, SESOI)]),
-        "trend": Design("trend", trend, np.zeros(1, dtype=int), False, zero,
-                        -SESOI * trend[0] / float(trend[0] @ trend[0])),
+        "pairs": Design("pairs", pairs, np.arange(len(pairs)), False, zero, zero),
+        "best": Design("best", best, np.zeros(len(best), dtype=int), False, zero, zero),
+        "trend": Design("trend", trend, np.zeros(1, dtype=int), False, zero, zero),
         "within": Design("within", pairs, np.arange(len(pairs)), True, DELTA * ladder,
                          DELTA * ladder),
     }

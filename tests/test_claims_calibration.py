@@ -163,9 +163,14 @@ def test_the_detectable_margin_on_four_seeds_holds_about_three_times_in_four():
     assert 0.70 <= rate <= 0.85, (truth, rate)
 
 
-def test_every_pair_on_the_boundary_is_counted_and_no_other():
-    design = sim.designs()["pairs"]
+def test_every_unit_on_the_boundary_is_counted_and_no_other():
+    """A sign claim's holds and contradicted share one boundary (all settings equal); δ apart,
+    a near-equality's units are on theirs only between adjacent settings."""
+    for name in ("pairs", "best", "trend"):
+        design = sim.designs()[name]
+        assert design.boundary(design.contradicted_null, V_CONTRADICTED).all()
+        assert design.boundary(design.holds_null, V_HOLDS).all()
+    design = sim.designs()["within"]
     pairs = list(itertools.combinations(range(sim.SETTINGS), 2))
     adjacent = [b - a == 1 for a, b in pairs]
     assert design.boundary(design.contradicted_null, V_CONTRADICTED).tolist() == adjacent
-    assert design.boundary(design.holds_null, V_HOLDS).all()

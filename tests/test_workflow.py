@@ -269,6 +269,14 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     tuning = pd.read_csv(work / ".test/figures/compare/tuning.csv")
     assert tuning["method"].tolist() == ["bn", "hybridbn"]
     assert set(tuning["lr_scale"]) <= {1.0, 2.0} and tuning["common_mean"].notna().all()
+    for suffix in ("", "_feature_shift"):  # rliable's reading of the comparisons
+        gains = pd.read_csv(work / f".test/figures/compare/improvement{suffix}.csv")
+        assert gains["method"].iloc[0] == "bn" and gains["probability"].iloc[1:].notna().all()
+        inside = gains.iloc[1:]
+        assert ((inside.low <= inside.probability) & (inside.probability <= inside.high)).all()
+        curves = pd.read_csv(work / f".test/figures/compare/performance_profile{suffix}.csv")
+        assert set(curves["method"]) == set(gains["method"])
+        assert (curves.groupby("method")["fraction"].diff().dropna() <= 0).all()
     ok = summary[summary.status == "ok"]
     assert ok.test_accuracy.between(0, 1).all()
     fbn_runs = ok[ok.model == "fbn_cnn"]  # the others (LeNet) evaluate every 4 steps
