@@ -72,7 +72,7 @@ from fednorm.claims.verdicts import model_of
 from fednorm.claims.words import Relation, Rule, Words
 
 REPLICATES = 10_000  # a claim's draws at each boundary in each world
-CHUNK = 2_000  # replicates judged in one call (memory: worlds × chunk × settings × seeds)
+CHUNK = 2_000_000  # values (replicates × settings × seeds) judged in one call, at most
 SEED = 20250555  # with each claim's index, the seed of its draws: the same table every run
 WORLDS = ("parametric", "resampled", "collapse", "unequal")
 RATES = ("holds", "contradicted", "negligible")
@@ -258,8 +258,10 @@ def targets(claim: Relation, rule: Rule, margins: np.ndarray
     return [*sides, (against_at, (1,))]
 
 
-def _chunks(replicates: int) -> list[int]:
-    return [min(CHUNK, replicates - start) for start in range(0, replicates, CHUNK)]
+def _chunks(replicates: int, cells: int) -> list[int]:
+    """Replicates judged a call: :data:`CHUNK` values at most (``cells`` a replicate)."""
+    step = max(1, CHUNK // max(cells, 1))
+    return [min(step, replicates - start) for start in range(0, replicates, step)]
 
 
 def _unit_hits(world: str, rng: np.random.Generator, moved: np.ndarray, sd: np.ndarray,
@@ -268,7 +270,7 @@ def _unit_hits(world: str, rng: np.random.Generator, moved: np.ndarray, sd: np.n
     """(per unit, the draws with each verdict code HOLDS, CONTRADICTED, NEGLIGIBLE (3,
     units); the draws with the claim contradicted) with the settings at ``moved``."""
     hits, against = np.zeros((3, len(contrasts)), dtype=np.int64), 0
-    for size in _chunks(replicates):
+    for size in _chunks(replicates, values.size):
         drawn = world_draw(world, rng, moved[None], sd, values, size, rule.lattice, block)
         verdicts = _judge(drawn, contrasts, claim, rule)
         for k, code in enumerate((HOLDS, CONTRADICTED, NEGLIGIBLE)):
