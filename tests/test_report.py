@@ -18,7 +18,9 @@ PROFILES = {"paper": ("config/config.yaml",), "quick": ("config/config.yaml", "c
 # The figures of config/config.yaml that no paper has (README, The figures)
 OURS = {"fbn/norm_error_curves", "fbn/norm_error_vs_heterogeneity", "fbn/byzantine_norm_error",
         "compare/heatmap", "compare/table", "compare/norm_error", "compare/tuning",
-        "compare/small_batch", "compare/feature_shift", "compare/feature_shift_domains"}
+        "compare/small_batch", "compare/feature_shift", "compare/feature_shift_domains",
+        "compare/improvement", "compare/performance_profile",
+        "compare/improvement_feature_shift", "compare/performance_profile_feature_shift"}
 
 
 def _plan(profile):

@@ -198,6 +198,15 @@ def shows(fig: Figure) -> str:
         extra = f", and the mean {_metric(fig.extra)} per row{chosen}" if fig.extra else chosen
         return (f"the final {_metric(fig.y)} as mean ± std over seeds, rows "
                 f"{_literal(fig.rows)}, columns {_literal(fig.cols)}{extra}")
+    if fig.kind == "improvement":
+        return (f"per {_literal(fig.rows)}, the probability that a run of it beats a run of "
+                f"{config_text(fig.baseline)} in the same {_literal(fig.cols)} (final "
+                f"{_metric(fig.y)}, ties 1/2), averaged over them, its mean and interquartile "
+                "mean, with 95 % stratified-bootstrap intervals over seeds")
+    if fig.kind == "profile":
+        return (f"per {_literal(fig.rows)}, the fraction of its runs over every "
+                f"{_literal(fig.cols)} whose final {_metric(fig.y)} is above τ, against τ, with "
+                "95 % stratified-bootstrap bands")
     parts = "; ".join(f"({chr(ord('a') + i)}) {shows(p)}" for i, p in enumerate(fig.parts))
     return f"{len(fig.parts)} panels side by side: {parts}"
 
