@@ -300,16 +300,15 @@ def claim_counts(claim: Relation, values: np.ndarray, contrasts: np.ndarray, rul
         for at, rates in targets(claim, rule, contrasts @ means):
             moved = to_boundary(means, contrasts, at)
             reached = bool(np.allclose(contrasts @ moved, at))
-            if 1 in rates:
+            if 1 in rates:  # the claim's contradictions: every unit at once (least squares)
                 exact = exact and reached
-            if reached or 1 in rates:
                 hits, against = _unit_hits(world, rng, moved, sd, values, contrasts, claim,
                                            rule, replicates, block)
-                if 1 in rates:
-                    counts[1] = max(counts[1], against)
-                if not reached:
-                    continue
-            else:
+                counts[1] = max(counts[1], against)
+            elif reached:
+                hits = _unit_hits(world, rng, moved, sd, values, contrasts, claim, rule,
+                                  replicates, block)[0]
+            if not reached:  # each unit alone, on the settings it involves
                 hits = np.zeros((3, len(contrasts)), dtype=np.int64)
                 for u, c in enumerate(contrasts):
                     inv = c != 0
