@@ -214,13 +214,16 @@ def test_each_world_draws_what_it_says():
     means, residuals = cal.residuals(values)
     drawn = cal.resample(rng, means[None], values, 500, 0.0)[0]  # (500, settings, seeds)
     n = np.isfinite(values).sum(axis=1)
-    scale = np.sqrt(n / (n - 1) * 3 / 2)
+    scale = np.sqrt(n / (n - 1))
     columns = {tuple(np.round(residuals[:, s] * scale, 9)) for s in range(4)}
     for r in range(0, 500, 7):  # every drawn seed is one of the ledger's seeds, whole
         for s in range(4):
             shown = np.round(np.nan_to_num(drawn[r, :, s] - means), 9)
             assert tuple(shown) in columns
     assert np.isnan(drawn[:, 0]).any() and np.isfinite(drawn[:, 1:]).all()
+    margin = values[1] - values[2]  # a unit's drawn margins: its own, centred and rescaled
+    own = set(np.round((margin - margin.mean()) * np.sqrt(4 / 3), 9))
+    assert set(np.round(drawn[:, 1] - drawn[:, 2] - (means[1] - means[2]), 9).ravel()) <= own
     shifted = cal.collapse(rng, np.zeros((200, 3, 6)))
     low, high = cal.clopper_pearson((shifted == -cal.COLLAPSE).sum(), shifted.size)
     assert set(np.unique(shifted)) == {0.0, -cal.COLLAPSE} and low <= 0.1 <= high

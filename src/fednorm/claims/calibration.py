@@ -17,8 +17,11 @@ seed takes the median σ of its claim's other settings, else of the ledger's.
   would see it);
 - ``resampled``: x_js = μ_j + r_j,s* with s* drawn with replacement from the seeds, the whole
   column of residuals of settings + seeds at once (shared runs stay shared), each residual
-  rescaled by √(n_j / (n_j − 1) · K / (K − 1)) for the two means it lost; a cell is missing
-  where seed s* is missing;
+  rescaled by √(n_j / (n_j − 1)) for the mean it lost (a contrast of the residuals of a seed
+  is its margin less the mean margin: the seeds' part cancels, so no factor for it); a cell
+  is missing where seed s* is missing. (Six seeds drawn with replacement are on average 4
+  distinct ones: the t test sees less spread than the seeds have, so this world's rates
+  include the bootstrap's own optimism, not only the residuals' shape);
 - ``collapse``: ``parametric`` with each run, independently, losing :data:`COLLAPSE` points
   with chance :data:`COLLAPSE_CHANCE` (a seed that collapses);
 - ``unequal``: ``parametric`` with every σ_j at the claim's median σ but one setting's at
@@ -172,11 +175,10 @@ def resample(rng: np.random.Generator, means: np.ndarray, values: np.ndarray, re
     """World ``resampled``: values (..., replicates, settings, seeds) for each world of
     ``means`` (..., settings): μ_j plus the rescaled residuals of ``values`` (settings ×
     seeds) of seeds drawn with replacement, a whole seed's column at once."""
-    k, s = values.shape
+    s = values.shape[1]
     seen = np.isfinite(values)
     n = seen.sum(axis=1)
-    scale = np.sqrt(n / np.maximum(n - 1, 1) * (k / (k - 1) if k > 1 else 1.0))
-    r = residuals(values)[1] * scale[:, None]
+    r = residuals(values)[1] * np.sqrt(n / np.maximum(n - 1, 1))[:, None]
     lead = means.shape[:-1]
     pick = rng.integers(0, s, (*lead, replicates, s))
     x = means[..., None, :, None] + np.moveaxis(r[:, pick], 0, -2)
