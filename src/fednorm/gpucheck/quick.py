@@ -19,7 +19,8 @@ recorded with its traceback, the others still run, the report rewritten after ea
    DAG on the real digits at 8 seeds, one training job on the GPU at a time: ``--resources
    gpu=1``), then from its outputs: each run.json's device and arithmetic (counted), the words
    ledger's verdicts (figures/gpu_quick/claims_words.csv: counts) and its calibration
-   (claims_calibration.csv: each claim's false holds and contradictions under the bootstrap).
+   (claims_calibration.csv: each claim's false holds, contradictions and negligible verdicts in
+   each of the bootstrap's worlds).
 
 ``--smoke``: the same steps at tiny sizes on the CPU (bundles of 1, 2, 4; 1 and 2 processes;
 the DAG on .test/config.yaml's synthetic runs, its FBN experiments alone at 2 seeds, up to the
@@ -354,7 +355,7 @@ def dag_outputs(plan: Any) -> dict[str, Any]:
                                            for k, v in runs.items()],
                        "the words ledger's verdicts": [{"verdict": k, "claims": v}
                                                       for k, v in (ledger or {}).items()],
-                       "its calibration (parametric bootstrap)": rows}}
+                       "its calibration (the bootstrap's worlds)": rows}}
 
 
 def summary(check: Check, smoke: bool, before: dict[str, Any] | None = None
