@@ -438,17 +438,17 @@ def calibration_lines(table: pd.DataFrame, alpha: float) -> list[str]:
     lines = [head, ""]
     overall = fam[fam["family"] == "all"].set_index(["world", "rate"])
     for world in WORLDS:
-        parts, above = [], 0
+        parts, above, rated = [], 0, 0
         for kind in RATES:
             r = overall.loc[(world, kind)]
             if not r["claims"]:
                 continue
-            above += int(r["above"])
+            above, rated = above + int(r["above"]), rated + int(r["claims"])
             parts.append(f"false {kind} {r['pooled']:.3f} [{r['pooled_low']:.3f}, "
                          f"{r['pooled_high']:.3f}], worst {r['worst_rate']:.3f} "
                          f"[{r['worst_low']:.3f}, {r['worst_high']:.3f}]")
-        verdict = (f"{above} rate{'s' if above != 1 else ''} of a claim with its lower bound "
-                   "above α" if above else "no claim's lower bound above α")
+        verdict = (f"{above} of {rated} claims' rates with the lower bound above α (at a rate "
+                   f"of α, {(1 - CONFIDENCE) / 2:.1%} of them by chance)")
         lines.append(f"- {world} ({WORLD_WORDS[world]}): " + "; ".join(parts) + f"; {verdict}.")
     names = [f for f in dict.fromkeys(fam["family"]) if f != "all"] + ["all"]
     counts = fam[fam["rate"] == "holds"].groupby("family", sort=False)["claims"].max()
