@@ -256,10 +256,10 @@ def _plan_summary(plan):
 def _check_words(plan, words, n_seeds, one_seed=()):
     """Every qualitative claim selects the seeds of one setting per group, each of its units
     has runs with ``n_seeds`` seeds (one for claims on experiments whose names start with one
-    of ``one_seed``), and on equal accuracies no sign
-    relation holds while every near-equality does, unless it has one seed (the 5-point spread
-    assumed then exceeds every δ). A claim on experiments an override dropped is not run.
-    Returns the ids of those."""
+    of ``one_seed``), and on equal accuracies every sign relation is negligible (the margin 0,
+    its sd floored at the lattice, is within ±sesoi by TOST) and every near-equality holds,
+    unless it has one seed (then nothing is firm). A claim on experiments an override dropped
+    is not run. Returns the ids of those."""
     table = words_ledger(words, _plan_summary(plan)).set_index("id")
     dropped = sorted(c.id for c in words.claims if set(c.experiments) <= plan.dropped)
     assert (table.loc[dropped, "verdict"] == WORDS_NOT_RUN).all()
@@ -269,7 +269,8 @@ def _check_words(plan, words, n_seeds, one_seed=()):
         single = any(e.startswith(one_seed) for e in claim.experiments) if one_seed else False
         seeds = 1 if single else n_seeds
         assert table.loc[claim.id, "n_seeds"] == seeds, claim.id
-        expected = "holds" if claim.kind == "within" and seeds > 1 else "inconclusive"
+        expected = ("inconclusive" if seeds < 2 else "holds" if claim.kind == "within"
+                    else "negligible")
         assert table.loc[claim.id, "verdict"] == expected, claim.id
     return dropped
 

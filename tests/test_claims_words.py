@@ -18,6 +18,7 @@ from fednorm.claims.words import (
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
+    NEGLIGIBLE,
     NOT_RUN,
     Words,
     check_plan,
@@ -98,7 +99,8 @@ def test_margins_are_paired_by_seed():
 
 
 def test_a_sign_holds_or_is_contradicted_by_the_one_sided_t_test():
-    """One claim of one unit: the pool has no other unit, so its test is scipy's paired t."""
+    """One claim of one unit: the pool has no other unit, so its test is scipy's paired t, the
+    claim's null and its mirror's alike."""
     margins = [3.0, 5.0, 4.0]
     row = _judge(_pairs(FBN, BN, [53, 55, 54], [50, 50, 50]))
     p = stats.ttest_1samp(margins, 0, alternative="greater").pvalue
@@ -107,23 +109,47 @@ def test_a_sign_holds_or_is_contradicted_by_the_one_sided_t_test():
     assert (row.margin, row.df, row.sesoi) == (pytest.approx(4), 2, 2)
     assert row.p == pytest.approx(p, abs=1e-12) and row.se == pytest.approx(se, abs=1e-12)
     assert (row.low, row.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
-    # below zero but not by sesoi = 2 with confidence: not contradicted
+    # the mirror: the same runs with the sides swapped are contradicted, with the same p
+    mirror = _judge(_pairs(FBN, BN, [53, 55, 54], [50, 50, 50]), a=BN, b=FBN)
+    assert mirror.verdict == CONTRADICTED and mirror.p == pytest.approx(p, abs=1e-12)
+    # below zero by less than sesoi = 2, tightly: contradicted all the same (no sesoi there)
+    small = [-1.5, -1.6, -1.4]
     row = _judge(_pairs(FBN, BN, [48.5, 48.4, 48.6], [50, 50, 50]))
-    assert (row.verdict, row.needs) == (INCONCLUSIVE, "seeds") and -2 < row.high < 0
-    against, runs = [-4.0, -4.1, -3.9], _pairs(FBN, BN, [46, 45.9, 46.1], [50, 50, 50])
-    row = _judge(runs)
-    assert row.verdict == CONTRADICTED and row.high < -2
-    assert row.p == pytest.approx(stats.ttest_1samp(against, -2, alternative="less").pvalue,
+    assert row.verdict == CONTRADICTED and -2 < row.high < 0
+    assert row.p == pytest.approx(stats.ttest_1samp(small, 0, alternative="less").pvalue,
                                   abs=1e-12)
-    # a larger smallest effect (the paper's, or the claim's own, which wins) spares it
-    assert _judge(runs, rule={"sesoi": {"fixbn": 5, "default": 1}}).verdict == INCONCLUSIVE
-    row = _judge(runs, rule={"sesoi": {"fbn": 5}}, sesoi=1)
-    assert (row.verdict, row.sesoi) == (CONTRADICTED, 1)
+    assert _judge(_pairs(FBN, BN, [48.5, 48.4, 48.6], [50] * 3), a=BN, b=FBN).verdict == HOLDS
+    # neither way, and within ±sesoi by TOST: negligible, for the claim and its mirror
+    tiny, runs = [0.3, -0.2, 0.1], _pairs(FBN, BN, [50.3, 49.8, 50.1], [50, 50, 50])
+    row = _judge(runs)
+    tost = max(stats.ttest_1samp(tiny, -2, alternative="greater").pvalue,
+               stats.ttest_1samp(tiny, 2, alternative="less").pvalue)
+    assert row.verdict == NEGLIGIBLE and row.p == pytest.approx(tost, abs=1e-12)
+    assert _judge(runs, a=BN, b=FBN).verdict == NEGLIGIBLE
+    # a smallest effect (the paper's, or the claim's own, which wins) too small to contain it
+    assert _judge(runs, rule={"sesoi": {"fixbn": 0.2, "default": 5}}).verdict == INCONCLUSIVE
+    assert _judge(runs, rule={"sesoi": {"fixbn": 0.2}}, sesoi=3).verdict == NEGLIGIBLE
     # slack: a > b − 5 holds on margins of −4 (their p recomputed against −5)
+    against, runs = [-4.0, -4.1, -3.9], _pairs(FBN, BN, [46, 45.9, 46.1], [50, 50, 50])
+    assert _judge(runs).verdict == CONTRADICTED
     row = _judge(runs, slack=5)
     assert row.verdict == HOLDS
     assert row.p == pytest.approx(stats.ttest_1samp(against, -5, alternative="greater").pvalue)
     assert _judge(_pairs(FBN, BN, [50, 50], [60, 60]), b=GN).verdict == NOT_RUN
+
+
+def test_the_sign_flip_p_and_a_collapsing_seed_stand_beside_the_t():
+    """The exact sign-flip p of six margins (2^6 patterns, written out here), and a seed 3 MADs
+    away flagged in the detail; neither changes the verdict."""
+    a, b = [55, 54, 56, 55, 53, 30], [50] * 6
+    row = _judge(_pairs(FBN, BN, a, b))
+    margins = np.subtract(a, b)
+    sums = [sum(s * m for s, m in zip(signs, margins, strict=True))
+            for signs in np.array(np.meshgrid(*[[1, -1]] * 6)).T.reshape(-1, 6)]
+    flip = np.mean([x >= margins.sum() for x in sums])
+    assert row.flip_p == pytest.approx(flip) and row.outlier_seeds == 1
+    assert "1 seed > 3 MADs from the median margin" in row.detail
+    assert row.verdict == INCONCLUSIVE  # the t test's, not the sign flip's (p 1/64 < α)
 
 
 def test_one_seed_never_gives_a_firm_verdict():
@@ -218,23 +244,40 @@ def _e_runs(norm, values_by_e):
             for e, vs in values_by_e.items() for s, v in enumerate(vs)]
 
 
-def test_a_trend_is_the_least_squares_change_from_first_to_last():
+def test_a_trend_holds_when_every_step_does():
+    """Neighbours (the default): one unit per adjacent step, the claim holds only when every
+    step holds (intersection–union); ``ends``: first to last; ``slope``: the least-squares
+    change from first to last, for words that say "on average"."""
     trend = {**_bare(), "relation": "trend", "over": "local_steps", "direction": "decreasing",
              "where": GN}
     values = {1: [60, 62, 61], 5: [50, 55, 49], 25: [52, 50, 54], 100: [40, 39, 42]}
     ranked = np.array([values[e] for e in (100, 25, 5, 1)], dtype=float)  # decreasing in E
     slopes = [np.polyfit(np.arange(4), ranked[:, s], 1)[0] * 3 for s in range(3)]
     words = parse_words({"claims": [trend, {**trend, "id": "ends", "steps": "ends"},
-                                    {**trend, "id": "up", "direction": "increasing"}]})
+                                    {**trend, "id": "up", "direction": "increasing"},
+                                    {**trend, "id": "slope", "steps": "slope"}]})
     table = words_ledger(words, _summary(_e_runs("gn", values))).set_index("id")
-    assert table.loc["c", "margin"] == pytest.approx(np.mean(slopes))
+    assert table.n_units.tolist() == [3, 1, 3, 1]
+    # the step from E = 25 to 5 goes both ways over the seeds: the claim is not decided
+    assert table.loc["c", "verdict"] == INCONCLUSIVE
+    assert table.loc["c", "margin"] == pytest.approx(np.mean(ranked[2] - ranked[1]))
+    assert "local_steps=25 → local_steps=5" not in table.loc["c", "detail"]
+    assert "25 → 5: " in table.loc["c", "detail"]
     assert table.loc["ends", "margin"] == pytest.approx(np.mean(ranked[3] - ranked[0]))
-    assert table.loc["c", "margin"] != pytest.approx(table.loc["ends", "margin"])
-    assert table.loc["up", "margin"] == pytest.approx(-np.mean(slopes))
-    assert table.n_units.tolist() == [1, 1, 1]
-    assert table.verdict.tolist() == [HOLDS, HOLDS, CONTRADICTED]
+    assert table.loc["slope", "margin"] == pytest.approx(np.mean(slopes))
+    assert table.loc[["ends", "slope"], "verdict"].tolist() == [HOLDS, HOLDS]
+    assert table.loc["up", "verdict"] == CONTRADICTED  # Holm over its steps: 100 → 25 falls
+    # four levels 50, 80, 40, 75 (increasing in E, tight): a slope would call it increasing
+    zigzag = {e: [v, v + 0.5, v - 0.5] for e, v in zip((1, 5, 25, 100), (50, 80, 40, 75),
+                                                       strict=True)}
+    rows = words_ledger(parse_words({"claims": [{**trend, "direction": "increasing"},
+                                                {**trend, "id": "slope", "steps": "slope",
+                                                 "direction": "increasing"}]}),
+                        _summary(_e_runs("gn", zigzag))).set_index("id")
+    assert rows.loc["c", "verdict"] == CONTRADICTED and rows.loc["slope", "verdict"] == HOLDS
     three = {e: values[e] for e in (1, 5, 25)}  # 3 values: the slope x 2 is last − first
-    row = words_ledger(parse_words({"claims": [trend]}), _summary(_e_runs("gn", three))).iloc[0]
+    row = words_ledger(parse_words({"claims": [{**trend, "steps": "slope"}]}),
+                       _summary(_e_runs("gn", three))).iloc[0]
     ranked = np.array([three[e] for e in (25, 5, 1)], dtype=float)
     fits = [np.polyfit(np.arange(3), ranked[:, s], 1)[0] * 2 for s in range(3)]
     assert row.margin == pytest.approx(np.mean(fits))
@@ -255,12 +298,12 @@ def test_best_is_one_unit_per_other_group_with_holm_over_them():
     assert (row.verdict, row.n_units) == (HOLDS, 2)
     row = _best([BN, GN], fbn=fbn, bn=[50, 51, 50], gn=[70, 71, 70.5])
     assert row.verdict == CONTRADICTED and "vs normalizer=gn: -9.5" in row.detail
-    # BN beats FBN by 4.5 ± 0.6: p_against in (α/3, α); GN and LN lose by exactly 10 (no
+    # BN beats FBN by 2 ± 0.6: p_against in (α/3, α); GN and LN lose by exactly 10 (no
     # variance: the pool is BN's unit alone, so its raw p is scipy's)
-    against = [-3.5, -4.5, -5.5]
-    raw = stats.ttest_1samp(against, -2, alternative="less").pvalue
+    against = [-1.0, -2.0, -3.0]
+    raw = stats.ttest_1samp(against, 0, alternative="less").pvalue
     assert ALPHA / 3 < raw < ALPHA
-    values = {"fbn": [50, 50, 50], "bn": [53.5, 54.5, 55.5], "gn": [40] * 3, "ln": [40] * 3}
+    values = {"fbn": [50, 50, 50], "bn": [51, 52, 53], "gn": [40] * 3, "ln": [40] * 3}
     alone = _best([BN], **values)
     assert (alone.verdict, alone.p) == (CONTRADICTED, pytest.approx(raw, abs=1e-12))
     three = _best([BN, GN, LN], **values)
@@ -318,13 +361,13 @@ def test_the_claims_file_states_its_estimand_for_claims_without_their_own_at(tmp
 def test_the_window_estimand_judges_the_mean_of_the_window_points():
     """Seeds whose last point alone ties (FBN and BN equal at step 20) but whose window means
     differ by the last-but-one point (step 16: FBN 4 points up, falling to the tie; BN flat):
-    window margins +2 at each seed hold, the final margins 0 do not."""
+    window margins +2 at each seed hold, the final margins 0 are negligible (within ±sesoi)."""
     summary = _summary(_pairs(FBN, BN, [50, 50.5, 49.5], [50, 50.5, 49.5]))
     summary.loc[(summary.step == 16) & (summary.normalizer == "fbn"), "test_accuracy"] += 0.04
     window = words_ledger(parse_words({"claims": [_claim()]}, at="window"), summary).iloc[0]
     final = words_ledger(parse_words({"claims": [_claim()]}), summary).iloc[0]
     assert (window.margin, window.verdict) == (pytest.approx(2), HOLDS)
-    assert (final.margin, final.verdict) == (pytest.approx(0), INCONCLUSIVE)
+    assert (final.margin, final.verdict) == (pytest.approx(0), NEGLIGIBLE)
 
 
 def test_q_is_benjamini_hochberg_over_the_ledgers_p():
@@ -336,8 +379,13 @@ def test_q_is_benjamini_hochberg_over_the_ledgers_p():
     table = words_ledger(parse_words({"claims": claims}), _summary(runs))
     known = table.p.notna()
     assert known.tolist() == [True, True, True, False]  # f: not run
-    assert table.q[known].to_numpy() == pytest.approx(
-        stats.false_discovery_control(table.p[known].to_numpy()), abs=1e-12)
+    assert table.verdict.tolist()[:3] == [HOLDS, NEGLIGIBLE, INCONCLUSIVE]
+    for side in ("for", "against", "negligible"):  # each null's p's over the ledger
+        assert table[f"q_{side}"][known].to_numpy() == pytest.approx(
+            stats.false_discovery_control(table[f"p_{side}"][known].to_numpy()), abs=1e-12)
+    # p and q: the verdict's null's (negligible: equivalence; otherwise the claim's)
+    assert table.p.tolist()[:3] == [table.p_for[0], table.p_negligible[1], table.p_for[2]]
+    assert table.q.tolist()[:3] == [table.q_for[0], table.q_negligible[1], table.q_for[2]]
     assert math.isnan(table.q[3])
 
 
@@ -445,21 +493,20 @@ def test_a_method_claim_is_judged_at_each_methods_chosen_rate_on_fresh_seeds():
                         summary).verdict[0] == CONTRADICTED
 
 
-def test_a_papers_own_method_is_contradicted_only_at_its_tuned_values_on_fresh_seeds():
-    """FBN 9.5 points under BN on two seeds: a claim of another paper is contradicted at the
-    common rate; FBN's own paper's claim is not (inconclusive, needs tuning, the margin kept),
-    until its tuned rate on fresh seeds contradicts it too."""
+def test_a_papers_own_method_is_judged_as_any_other_at_the_rate_its_row_names():
+    """FBN 9.5 points under BN on two seeds at the common rate: the claim of FBN's own paper and
+    of another paper get the same verdict and the same rates label (no override favours a
+    paper's own method); at its tuned rate on fresh seeds, the same holds there."""
     common = {"fbn": [40, 41], "bn": [50, 50]}
     untuned = _tuned_summary(common, {"gn": {1: _seeds(50)}})  # no tuning cell of theirs
     other = words_ledger(parse_words({"claims": [_claim()]}), untuned).iloc[0]
-    assert other.verdict == CONTRADICTED
-    own = parse_words({"claims": [_claim(paper="fbn")]})
-    row = words_ledger(own, untuned).iloc[0]
-    assert (row.verdict, row.needs, row.margin) == (INCONCLUSIVE, "tuning", pytest.approx(-9.5))
-    assert "contradicted at values not tuned on held-out data" in row.detail
+    own = words_ledger(parse_words({"claims": [_claim(paper="fbn")]}), untuned).iloc[0]
+    assert other.verdict == own.verdict == CONTRADICTED and own.rates == other.rates
+    assert own.margin == pytest.approx(-9.5)
     tuned = {"fbn": {0.25: _seeds(20, 20), 1: {0: 45, 1: 46, 2: 40, 3: 41}, 4: _seeds(20, 20)},
              "bn": {0.25: _seeds(30, 30), 1: _seeds(50, 50, 50, 50), 4: _seeds(30, 30)}}
-    row = words_ledger(own, _tuned_summary(common, tuned)).iloc[0]
+    row = words_ledger(parse_words({"claims": [_claim(paper="fbn")]}),
+                       _tuned_summary(common, tuned)).iloc[0]
     assert (row.verdict, row.margin) == (CONTRADICTED, pytest.approx(-9.5))
     assert row.rates.startswith("normalizer=fbn: lr × 1 (chosen on seeds 0, 1; judged on 2, 3)")
 
@@ -483,7 +530,7 @@ def test_the_ledger_is_written_with_counts_per_verdict_and_paper(tmp_path):
     assert list(written.columns) == list(WORDS_COLUMNS)
     assert list(written.verdict) == [HOLDS, NOT_RUN]  # p 0.015 < α
     md = paths[1].read_text()
-    assert ("Verdicts: 1 holds, 0 contradicted, 0 budget-limited, 0 inconclusive, "
+    assert ("Verdicts: 1 holds, 0 contradicted, 0 negligible, 0 inconclusive, "
             "0 undecidable, 1 not run.") in md
     assert "| FBN | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in md
     assert "| FixBN | 1 | 0 | 0 | 0 | 0 | 0 | 1 |" in md

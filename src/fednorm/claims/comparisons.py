@@ -285,8 +285,9 @@ def _cells(axes: Sequence[str], rows: pd.DataFrame) -> list[tuple[str, pd.DataFr
 def _contrasts(claim: Relation, rows: pd.DataFrame, runs: pd.DataFrame
                ) -> list[tuple[str, tuple[Group, ...], tuple[float, ...]]]:
     """(label, groups, coefficients) per unit in ``rows`` (one cell of for_each): a pair is
-    (better, worse) with (1, −1); a trend of L values is its groups in the claimed direction
-    with the least-squares change from first to last (:func:`trend_contrast`)."""
+    (better, worse) with (1, −1); a trend is one pair per adjacent step of its values in the
+    claimed direction (``steps: neighbours``), its first and last (``ends``), or all its groups
+    with the least-squares change from first to last (``slope``: :func:`trend_contrast`)."""
     if claim.kind == "trend":
         assert claim.over is not None
         xs = values_of(rows[claim.over])
@@ -295,10 +296,12 @@ def _contrasts(claim: Relation, rows: pd.DataFrame, runs: pd.DataFrame
         if claim.steps == "ends":
             xs = [xs[0], xs[-1]]
         groups = tuple(((claim.over, x),) for x in xs)
-        label = " → ".join(config_text(x) for x in xs)
-        if len(xs) == 2:  # the larger end first: a pair (better, worse)
-            return [(label, groups[::-1], (1.0, -1.0))]
-        return [(label, groups, tuple(float(c) for c in trend_contrast(len(xs))))]
+        if claim.steps == "slope" and len(xs) > 2:
+            return [(" → ".join(config_text(x) for x in xs), groups,
+                     tuple(float(c) for c in trend_contrast(len(xs))))]
+        # each step a pair, the later value (in the claimed direction) the better
+        return [(f"{config_text(x)} → {config_text(y)}", (g_y, g_x), (1.0, -1.0))
+                for x, y, g_x, g_y in zip(xs, xs[1:], groups, groups[1:], strict=False)]
     a = resolve(claim.a, runs)
     if claim.kind == "best":
         return [(f"vs {', '.join(f'{k}={config_text(v)}' for k, v in g)}", (a, resolve(g, runs)),

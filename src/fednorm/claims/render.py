@@ -19,6 +19,7 @@ from fednorm.claims.words import (
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
+    NEGLIGIBLE,
     NOT_RUN,
     UNDECIDABLE,
     VERDICTS,
@@ -57,10 +58,12 @@ def words_markdown(table: pd.DataFrame, words: Words, header: Sequence[str] = ()
         f"α = {alpha:g}, one look on a design fixed before the runs, runs paired by seed, each "
         "unit tested on its own margins (the paired t: exact whatever the settings' noise and "
         "whatever runs units share; docs/claims.md). **holds**: the claim's opposite is "
-        "rejected; **contradicted**: the claim is rejected by at least its smallest effect of "
-        "interest (sesoi; near-equalities: the interval outside ±δ), also at twice the budget; "
-        "**budget-limited**: contradicted, but not at twice the budget; **inconclusive**: "
-        "neither (`needs`: seeds, or tuning where a side's rate sits at an edge of its grid); "
+        "rejected (every unit); **contradicted**: the claim's mirror holds on some unit, Holm over "
+        "the claim's units (near-equalities: the interval outside ±δ); **negligible**: neither, "
+        "and an equivalence test puts every unit's margin within ±sesoi, the smallest effect of "
+        "interest; a claim and its mirror are judged by the same rule; **inconclusive**: "
+        "none of these (`needs`: seeds, or tuning where a verdict would disfavour a side whose "
+        "chosen value sits at an edge of its grid); "
         "**undecidable**: inconclusive where the power stated before the runs said its seeds "
         "could not decide it; **not run**: no runs. *detectable*: the margin its design finds "
         "with power 0.8 (near-equalities: the δ it needs), from seed noise measured on other "
@@ -91,8 +94,9 @@ def words_markdown(table: pd.DataFrame, words: Words, header: Sequence[str] = ()
     return "\n".join(lines) + "\n"
 
 
-WORD_COLOURS = {HOLDS: "#2ca02c", CONTRADICTED: "#d62728", BUDGET_LIMITED: "#9467bd",
-                INCONCLUSIVE: "#ff7f0e", UNDECIDABLE: "#bcbd22", NOT_RUN: "#999999"}
+WORD_COLOURS = {HOLDS: "#2ca02c", CONTRADICTED: "#d62728", NEGLIGIBLE: "#1f77b4",
+                BUDGET_LIMITED: "#9467bd", INCONCLUSIVE: "#ff7f0e", UNDECIDABLE: "#bcbd22",
+                NOT_RUN: "#999999"}
 
 
 def words_figure(table: pd.DataFrame) -> Figure:

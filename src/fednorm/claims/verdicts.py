@@ -37,7 +37,7 @@ intersection-union test), its ``p_against`` the smallest Holm-adjusted one.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,19 +49,23 @@ from fednorm.claims.comparisons import (
     Margins,
     Side,
     compare_all,
-    compares_methods,
     margins,
 )
 from fednorm.claims.rule import CONTRADICTED as CONTRADICTED_CODE
 from fednorm.claims.rule import HOLDS as HOLDS_CODE
-from fednorm.claims.rule import decide, floored
+from fednorm.claims.rule import INCONCLUSIVE as INCONCLUSIVE_CODE
+from fednorm.claims.rule import NEGLIGIBLE as NEGLIGIBLE_CODE
+from fednorm.claims.rule import UNDECIDABLE as UNDECIDABLE_CODE
+from fednorm.claims.rule import claim_verdict as rule_claim_verdict
+from fednorm.claims.rule import decide, floored, outlier_seeds, sign_flip_ps
 from fednorm.claims.stats import Test, equivalence_test, fit_contrasts, sign_test
 from fednorm.claims.words import (
-    BUDGET_LIMITED,
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
+    NEGLIGIBLE,
     NOT_RUN,
+    UNDECIDABLE,
     Relation,
     Rule,
     Words,
@@ -78,7 +82,7 @@ class Unit:
     values: str = ""  # each side's mean over its seeds, in words
     test: Test | None = None
     p_for: float = 1.0  # the p of the claim's opposite (the t test's, or the sign test's)
-    p_against: float = 1.0  # of the claim, Holm-adjusted over the claim's units
+    p_against: float = 1.0  # of the claim's mirror (its own test, unadjusted)
     n_for: int = 0
     n_against: int = 0
     n_diverged: int = 0
@@ -92,6 +96,11 @@ class Unit:
     # budget), '' (decided or not measurable)
     needs: str = ""
     recheck: str = ""  # a contradiction at twice the budget (fednorm.claims.words_ledger)
+    p_negligible: float = 1.0  # of |margin + slack| ≥ sesoi (TOST; 1 for a near-equality)
+    p_holm: float = 1.0  # p_against, Holm-adjusted over the claim's units
+    flip_for: float = math.nan  # the exact sign-flip p's of the same margins, beside the t's
+    flip_against: float = math.nan
+    outliers: int = 0  # seeds whose margin is > 3 MADs from the median (a collapsing seed)
 
     @property
     def n_seeds(self) -> int:
@@ -190,42 +199,58 @@ def _values_text(sides: Sequence[Side]) -> str:
     return "; ".join(parts)
 
 
+def edge_code(unit: Comparison) -> int:
+    """Which of a unit's sides sit at an edge of their tuning grid, by the sign of their
+    coefficient (fednorm.claims.rule.decide's ``edge``): +1 a positive side, −1 a negative
+    one, 2 both, 0 none."""
+    pos = any(s.edge for s, c in zip(unit.sides, unit.coefs, strict=True) if c > 0)
+    neg = any(s.edge for s, c in zip(unit.sides, unit.coefs, strict=True) if c < 0)
+    return 2 if pos and neg else 1 if pos else -1 if neg else 0
+
+
 def _decided(units: Sequence[tuple[Comparison, Margins]], tests: Sequence[Test | None],
-             claim: Relation, rule: Rule, alpha: float
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(codes, p_for, Holm-adjusted p_against) of a claim's units by the rule's one function
-    (fednorm.claims.rule.decide), on arrays of its units."""
+             claim: Relation, rule: Rule, alpha: float) -> tuple[np.ndarray, ...]:
+    """The rule's one function (fednorm.claims.rule.decide) on a claim's units: (codes, p_for,
+    p_against, p_negligible, Holm-adjusted p_against), and the sign-flip p's and outlier
+    seeds of their margins."""
     k = len(units)
     nan = math.nan
     estimate = np.array([t.estimate if t else nan for t in tests])
     se = np.array([t.se if t else nan for t in tests])
     df = np.array([t.df if t else 0.0 for t in tests])
     n = np.array([len(m.values) for _, m in units])
-    sesoi = rule.sesoi_of(claim)
-    shifted = [np.asarray(m.values, dtype=float) + claim.slack for _, m in units]
+    seeds = max((len(m.values) for _, m in units), default=0)
+    shifted = np.full((k, seeds), nan)
+    for i, (_, m) in enumerate(units):
+        shifted[i, :len(m.values)] = np.asarray(m.values, dtype=float) + claim.slack
     n_for = np.array([m.n_for for _, m in units])
     n_against = np.array([m.n_against for _, m in units])
-    ups = np.array([int((x > 0).sum()) for x in shifted]) + n_for
-    downs = np.array([int((x < -sesoi).sum()) for x in shifted]) + n_against
+    ups = (shifted > 0).sum(axis=-1) + n_for
+    downs = (shifted < 0).sum(axis=-1) + n_against
     within = claim.kind == "within"
     delta = claim.delta if claim.delta is not None else nan
-    return decide(estimate, se, df, n, ups, downs, claim=np.zeros(k, dtype=int),
-                  within=np.full(k, within), slack=np.full(k, claim.slack),
-                  sesoi=np.full(k, sesoi), delta=np.full(k, delta), alpha=alpha,
-                  min_seeds=rule.min_seeds, n_for=n_for, n_against=n_against)
+    edge = np.array([edge_code(u) if u.sides else 0 for u, _ in units])
+    decided = decide(estimate, se, df, n, ups, downs, claim=np.zeros(k, dtype=int),
+                     within=np.full(k, within), slack=np.full(k, claim.slack),
+                     sesoi=np.full(k, rule.sesoi_of(claim)), delta=np.full(k, delta),
+                     alpha=alpha, min_seeds=rule.min_seeds, n_for=n_for, n_against=n_against,
+                     edge=edge)
+    return (*decided, *sign_flip_ps(shifted), outlier_seeds(shifted, rule.lattice))
 
 
-VERDICT_OF = {HOLDS_CODE: HOLDS, CONTRADICTED_CODE: CONTRADICTED, 0: INCONCLUSIVE}
+VERDICT_OF = {HOLDS_CODE: HOLDS, CONTRADICTED_CODE: CONTRADICTED, NEGLIGIBLE_CODE: NEGLIGIBLE,
+              INCONCLUSIVE_CODE: INCONCLUSIVE, UNDECIDABLE_CODE: UNDECIDABLE}
+CODE_OF = {v: k for k, v in VERDICT_OF.items()}
 
 
 def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
                 fit_of: dict[tuple[Any, ...], Fit], rule: Rule, alpha: float) -> list[Unit]:
     """Every unit of ``claim`` judged: tests of its contrast of its experiment's model
-    (:func:`pools`), decided by the rule (fednorm.claims.rule.decide: Holm over the claim's
-    units)."""
+    (:func:`pools`), decided by the rule (fednorm.claims.rule.decide)."""
     tests = [_test(u, m, claim, rule, fit_of.get(u.key, Fit()), alpha) if u.sides else None
              for u, m in units]
-    codes, p_for, p_against = _decided(units, tests, claim, rule, alpha)
+    codes, p_for, p_against, p_negligible, p_holm, flip_for, flip_against, outliers = (
+        _decided(units, tests, claim, rule, alpha))
     out = []
     for i, ((unit, m), test) in enumerate(zip(units, tests, strict=True)):
         if not unit.sides:
@@ -233,58 +258,54 @@ def judge_claim(claim: Relation, units: Sequence[tuple[Comparison, Margins]],
             out.append(Unit(unit.label, verdict, reason=unit.reason))
             continue
         verdict = VERDICT_OF[int(codes[i])]
-        needs = "seeds" if verdict == INCONCLUSIVE else ""
+        at_edge = edge_code(unit) != 0
+        needs = ("tuning" if at_edge and verdict == INCONCLUSIVE else
+                 "seeds" if verdict == INCONCLUSIVE else "")
         climbing = [s for s in unit.sides if s.settled is False]
-        unsettled = ("not settled: " + ", ".join(f"{s.label} +{s.gain:.1f}" for s in climbing)
-                     + " points over the last quarter of the budget" if climbing else "")
-        if verdict == CONTRADICTED and claim.own_method and compares_methods(claim) and (
-                not unit.tuned):
-            # a paper's own method is contradicted against others only at its own tuned values,
-            # judged on seeds the choice never saw; this margin stays in the detail (a claim
-            # on the method alone, one setting against another, has nothing to tune)
-            verdict, needs = INCONCLUSIVE, "tuning"
-            unsettled = "; ".join(t for t in (unsettled, UNTUNED) if t)
-        if verdict in (HOLDS, CONTRADICTED) and any(s.edge for s in unit.sides):
-            verdict, needs = INCONCLUSIVE, "tuning"
-            unsettled = "; ".join(t for t in (unsettled, EDGE) if t)
+        notes = ["not settled: " + ", ".join(f"{s.label} +{s.gain:.1f}" for s in climbing)
+                 + " points over the last quarter of the budget"] if climbing else []
+        if at_edge:
+            notes.append(EDGE)
         measured = [s.settled for s in unit.sides if s.settled is not None]
         out.append(Unit(unit.label, verdict, _values_text(unit.sides), test, float(p_for[i]),
                         float(p_against[i]), m.n_for, m.n_against,
                         sum(int(s.runs["diverged"].sum()) for s in unit.sides),
-                        settled=all(measured) if measured else None, unsettled=unsettled,
+                        settled=all(measured) if measured else None,
+                        unsettled="; ".join(notes),
                         rates="; ".join(f"{s.label}: {s.rate}" for s in unit.sides)
-                        + unit.note, needs=needs))
+                        + unit.note, needs=needs, p_negligible=float(p_negligible[i]),
+                        p_holm=float(p_holm[i]), flip_for=float(flip_for[i]),
+                        flip_against=float(flip_against[i]), outliers=int(outliers[i])))
     return out
 
 
-EDGE = ("a side's chosen rate is at an edge of its tuning grid: its optimum may lie beyond "
-        "(needs: tuning)")
-UNTUNED = ("contradicted at values not tuned on held-out data (a paper's own method is "
-           "contradicted only at its tuned rate and keys, on fresh seeds)")
+EDGE = ("a side's chosen value is at an edge of its tuning grid: a verdict that disfavours it "
+        "is withheld (needs: tuning)")
 
 
-def claim_verdict(units: Sequence[Unit]) -> str:
-    """A claim's verdict from its units' (see the module's docstring)."""
+def claim_verdict(units: Sequence[Unit], alpha: float, decidable: bool = True) -> str:
+    """A claim's verdict from its units' (fednorm.claims.rule.claim_verdict; ``not run`` when
+    no unit has runs, ``inconclusive`` when a group's runs differ in more than their seed)."""
     verdicts = [u.verdict for u in units]
     if not units or all(v == NOT_RUN for v in verdicts):
         return NOT_RUN
     if any(u.verdict == INCONCLUSIVE and u.reason for u in units):
         return INCONCLUSIVE  # refused: a selection that is not the seeds of one setting
-    if CONTRADICTED in verdicts:
-        return CONTRADICTED
-    if BUDGET_LIMITED in verdicts:
-        return BUDGET_LIMITED  # contradicted at 1x, not at twice the budget
-    return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+    judged = [u for u in units if u.verdict != NOT_RUN]
+    code = rule_claim_verdict([CODE_OF[u.verdict] for u in judged],
+                              [u.p_holm for u in judged], alpha, decidable)
+    return VERDICT_OF[code]
 
 
-def claim_p(units: Sequence[Unit]) -> tuple[float, float]:
-    """The claim's (p_for, p_against): the largest unit p_for (the intersection-union test of
-    'every unit holds') and the smallest Holm-adjusted p_against (NaN, NaN when no unit was
-    judged)."""
+def claim_p(units: Sequence[Unit]) -> tuple[float, float, float]:
+    """The claim's (p_for, p_against, p_negligible): the largest unit p_for and p_negligible
+    (the intersection-union tests of 'every unit holds' and 'every unit is negligible') and the
+    smallest Holm-adjusted p_against (NaN when no unit was judged)."""
     judged = [u for u in units if not u.reason]
     if not judged:
-        return math.nan, math.nan
-    return max(u.p_for for u in units), min(u.p_against for u in judged)
+        return math.nan, math.nan, math.nan
+    return (max(u.p_for for u in units), min(u.p_holm for u in judged),
+            max(u.p_negligible for u in judged))
 
 
 def deciding(units: Sequence[Unit], verdict: str) -> Unit | None:
@@ -293,7 +314,7 @@ def deciding(units: Sequence[Unit], verdict: str) -> Unit | None:
     tested = [u for u in units if u.test is not None or u.n_for or u.n_against]
     if verdict == CONTRADICTED:
         against = [u for u in units if u.verdict == CONTRADICTED]
-        return min(against, key=lambda u: u.p_against)
+        return min(against, key=lambda u: u.p_holm)
     return max(tested, key=lambda u: u.p_for) if tested else None
 
 
@@ -307,11 +328,16 @@ class Judged:
     verdict: str = INCONCLUSIVE
     p_for: float = math.nan
     p_against: float = math.nan
+    p_negligible: float = math.nan
 
 
-def judge_compared(words: Words, compared: dict[str, list[Comparison]]) -> list[Judged]:
+def judge_compared(words: Words, compared: dict[str, list[Comparison]],
+                   decidable: Mapping[str, bool] | None = None) -> list[Judged]:
     """Every claim of ``words`` judged on its units ``compared`` (claim id -> its units) at
-    α (one look), each unit a contrast of its experiment's model."""
+    α (one look), each unit a contrast of its experiment's model; ``decidable``: claim id ->
+    whether its power stated before the runs can decide it (else an inconclusive claim is
+    ``undecidable``)."""
+    decidable = decidable or {}
     alpha = words.rule.alpha
     within = {c.id: c.kind == "within" for c in words.claims}
     measured = {cid: [(u, margins(u, within[cid]) if u.sides else Margins(()))
@@ -323,11 +349,12 @@ def judge_compared(words: Words, compared: dict[str, list[Comparison]]) -> list[
     for claim in words.claims:
         units = judge_claim(claim, measured[claim.id], fit_of, words.rule, alpha)
         at_common = judge_claim(claim, common[claim.id], fit_of, words.rule, alpha)
-        verdict = claim_verdict(units)
+        verdict = claim_verdict(units, alpha, decidable.get(claim.id, True))
         out.append(Judged(claim, tuple(units), tuple(at_common), verdict, *claim_p(units)))
     return out
 
 
-def judge(words: Words, summary: pd.DataFrame) -> list[Judged]:
+def judge(words: Words, summary: pd.DataFrame,
+          decidable: Mapping[str, bool] | None = None) -> list[Judged]:
     """Every claim of ``words`` judged on ``summary`` at α, one look."""
-    return judge_compared(words, compare_all(words, summary))
+    return judge_compared(words, compare_all(words, summary), decidable)

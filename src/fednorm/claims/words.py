@@ -45,9 +45,11 @@ per seed that the claim says is positive (in points for an accuracy), runs paire
 - ``greater``: ``a`` − ``b`` > −slack (``slack`` optional, default 0);
 - ``best``: ``a`` − each of ``others`` > −slack (one comparison per other group);
 - ``trend``: along ``over`` (its values sorted, in the claimed ``direction``: increasing |
-  decreasing), the least-squares change from the first value to the last over their ranks
-  (:func:`fednorm.claims.stats.trend_contrast`) > −slack; ``steps: ends`` compares only the
-  first value with the last;
+  decreasing), each adjacent pair's step > −slack, one unit a pair (``steps: neighbours``, the
+  default: the claim holds when every step does, an intersection–union test); ``steps: ends``
+  compares only the first value with the last; ``steps: slope`` the least-squares change from
+  the first value to the last over their ranks (:func:`fednorm.claims.stats.trend_contrast`),
+  for words that say "on average";
 - ``within``: |``a`` − ``b``| ≤ ``delta`` (points): near-equality.
 
 The verdicts, with their stated error rates, are :mod:`fednorm.claims.verdicts`' and
@@ -76,11 +78,14 @@ from fednorm.results import AT, in_experiments, matches, values_of
 from fednorm.summarize import config_columns
 
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "holds", "contradicted", "inconclusive", "not run"
+# neither way: the margin within ±sesoi by an equivalence test (fednorm.claims.rule)
+NEGLIGIBLE = "negligible"
 # a contradiction of a paper's own method that twice the budget does not confirm
 BUDGET_LIMITED = "budget-limited"
 # inconclusive where the power stated before the runs said its design could not decide it
 UNDECIDABLE = "undecidable"
-VERDICTS = (HOLDS, CONTRADICTED, BUDGET_LIMITED, INCONCLUSIVE, UNDECIDABLE, NOT_RUN)
+VERDICTS = (HOLDS, CONTRADICTED, NEGLIGIBLE, INCONCLUSIVE, UNDECIDABLE, NOT_RUN)
+FIRM = (HOLDS, CONTRADICTED, NEGLIGIBLE)  # the verdicts a claim's seeds decided
 RELATIONS = ("greater", "best", "trend", "within")
 DIRECTIONS = ("increasing", "decreasing")
 SYMBOLIC = ("min", "max")
@@ -94,7 +99,7 @@ _KIND_KEYS = {"greater": ("a", "b"), "best": ("a", "others"), "trend": ("over", 
               "within": ("a", "b", "delta")}
 _KIND_OPTIONAL = {"greater": ("slack",), "best": ("slack",), "trend": ("slack", "steps"),
                   "within": ()}
-STEPS = ("neighbours", "ends")
+STEPS = ("neighbours", "ends", "slope")
 
 Group = tuple[tuple[str, Any], ...]  # column -> a value, or 'min' / 'max'
 

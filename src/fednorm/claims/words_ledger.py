@@ -39,6 +39,7 @@ from fednorm.claims.words import (
     BUDGET_LIMITED,
     CONTRADICTED,
     INCONCLUSIVE,
+    NEGLIGIBLE,
     NOT_RUN,
     UNDECIDABLE,
     Group,
@@ -49,7 +50,8 @@ from fednorm.claims.words import (
 WORDS_COLUMNS = ("id", "paper", "source", "words", "experiment", "where", "relation", "metric",
                  "at", "rates", "ours", "margin", "low", "high", "se", "df", "n_units",
                  "n_seeds", "n_diverged", "sesoi", "delta", "p", "q", "q_by", "p_for",
-                 "q_for", "q_by_for", "p_against", "q_against", "q_by_against", "settled",
+                 "q_for", "q_by_for", "p_against", "q_against", "q_by_against", "p_negligible",
+                 "q_negligible", "q_by_negligible", "flip_p", "outlier_seeds", "settled",
                  "own_method", "design_seeds", "noise_sd", "detectable", "needs", "verdict",
                  "detail", "note")
 
@@ -101,8 +103,13 @@ def outcome(unit: Unit) -> str:
         parts.append(f"{t.estimate:+.1f}{interval}")
     seeds = f"{unit.n_seeds} seed{'s' if unit.n_seeds != 1 else ''}"
     if t is not None and t.df:
-        seeds += f", df {t.df:.0f}, p_for {t.p_for:.2g}, p_against {unit.p_against:.2g}"
+        seeds += (f", df {t.df:.0f}, p_for {unit.p_for:.2g}, p_against {unit.p_against:.2g}"
+                  f", p_negligible {unit.p_negligible:.2g}"
+                  f", sign-flip p {unit.flip_for:.2g} / {unit.flip_against:.2g}")
     parts.append(seeds)
+    if unit.outliers:
+        parts.append(f"{unit.outliers} seed{'s' if unit.outliers > 1 else ''} > 3 MADs from "
+                     "the median margin")
     if unit.n_diverged:
         parts.append(f"{unit.n_diverged} run{'s' if unit.n_diverged > 1 else ''} diverged "
                      f"({unit.n_against} seed(s) against, {unit.n_for} for)")
@@ -120,7 +127,7 @@ def q_by(p: Sequence[float]) -> np.ndarray:
 def with_q(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` with its q-values over its p_for and p_against (BH's and BY's), then those of
     each verdict's side (:func:`_verdict_side`)."""
-    for side in ("for", "against"):
+    for side in ("for", "against", "negligible"):
         p = table[f"p_{side}"].astype(float).to_numpy()
         table[f"q_{side}"], table[f"q_by_{side}"] = bh(p), q_by(p)
     return _verdict_side(table)
@@ -140,8 +147,7 @@ def _row(judged: Judged, sesoi: float, power: Power | None) -> dict[str, Any]:
                        for u in units if u.values)
     needs = sorted({u.needs for u in units if u.needs})
     verdict = judged.verdict
-    if verdict == INCONCLUSIVE and power is not None and not power.decidable:
-        verdict = UNDECIDABLE
+    flip = (shown.flip_against if verdict == CONTRADICTED else shown.flip_for) if shown else 1.0
     return {
         "id": claim.id, "paper": claim.paper, "source": claim.source, "words": claim.words,
         "experiment": ", ".join(claim.experiments),
@@ -155,7 +161,9 @@ def _row(judged: Judged, sesoi: float, power: Power | None) -> dict[str, Any]:
         "n_diverged": sum(u.n_diverged for u in units),
         "sesoi": sesoi if claim.kind != "within" else math.nan,
         "delta": math.nan if claim.delta is None else claim.delta,
-        "p_for": judged.p_for, "p_against": judged.p_against, "settled": _settled_text(units),
+        "p_for": judged.p_for, "p_against": judged.p_against,
+        "p_negligible": judged.p_negligible, "flip_p": flip,
+        "outlier_seeds": sum(u.outliers for u in units), "settled": _settled_text(units),
         "own_method": claim.own_method,
         "design_seeds": power.seeds if power else math.nan,
         "noise_sd": power.sigma if power else math.nan,
@@ -176,19 +184,23 @@ def ledger_of(words: Words, judged: Sequence[Judged],
 
 
 def _verdict_side(table: pd.DataFrame) -> pd.DataFrame:
-    """``p``, ``q`` and ``q_by``: those of the verdict's side (contradicted, budget-limited:
-    against; otherwise for)."""
+    """``p``, ``q`` and ``q_by``: those of the verdict's side (contradicted: against;
+    negligible: p_negligible, its q's those of for; otherwise for)."""
     against = table["verdict"].isin([CONTRADICTED, BUDGET_LIMITED])
     table["p"] = table["p_against"].where(against, table["p_for"])
+    negligible = table["verdict"] == NEGLIGIBLE
+    table["p"] = table["p_negligible"].where(negligible, table["p"])
     for q in ("q", "q_by"):
         table[q] = table[f"{q}_against"].where(against, table[f"{q}_for"])
+        table[q] = table[f"{q}_negligible"].where(negligible, table[q])
     return table
 
 
 def words_ledger(words: Words, summary: pd.DataFrame,
                  powers: Mapping[str, Power] | None = None) -> pd.DataFrame:
     """One row per qualitative claim, in file order, judged at α (one stage)."""
-    return ledger_of(words, judge(words, summary), powers)
+    decidable = {cid: p.decidable for cid, p in (powers or {}).items()}
+    return ledger_of(words, judge(words, summary, decidable), powers)
 
 
 def rechecked(judged: Judged, doubled: Judged | None) -> Judged:
@@ -217,9 +229,9 @@ def rechecked(judged: Judged, doubled: Judged | None) -> Judged:
         at_2x = f"at twice the budget {shown}, {twin.verdict}"
         units.append(replace(unit, recheck=at_2x) if twin.verdict == CONTRADICTED else
                      replace(unit, verdict=BUDGET_LIMITED, recheck=at_2x))
-    p_for, p_against = claim_p(units)
-    return replace(judged, units=tuple(units), verdict=claim_verdict(units), p_for=p_for,
-                   p_against=p_against)
+    p_for, p_against, p_negligible = claim_p(units)
+    return replace(judged, units=tuple(units), verdict=claim_verdict(units, 1.0), p_for=p_for,
+                   p_against=p_against, p_negligible=p_negligible)
 
 
 def staged_ledger(words: Words, summary: pd.DataFrame,
@@ -230,7 +242,8 @@ def staged_ledger(words: Words, summary: pd.DataFrame,
     second stage's runs at a multiple of the budget (:func:`rechecked`;
     fednorm.claims.stage2 has the record)."""
     compared = compare_all(words, summary)  # no claim selects an '@x' twin
-    judged = judge_compared(words, compared)
+    decidable = {cid: p.decidable for cid, p in (powers or {}).items()}
+    judged = judge_compared(words, compared, decidable)
     if record is not None:
         twins = {e["source"]: e["run_id"] for e in record["runs"] if e.get("source")}
         twinned = twin_comparisons(words, compared, summary, twins, f"@x{record['budget']}")
