@@ -23,9 +23,10 @@ from fednorm.claims import comparisons
 from fednorm.claims import verdicts as real
 from fednorm.claims.rule import CONTRADICTED as V_CONTRADICTED
 from fednorm.claims.rule import HOLDS as V_HOLDS
+from fednorm.claims.rule import NEGLIGIBLE as V_NEGLIGIBLE
 from fednorm.claims.rule import verdict_codes
 from fednorm.claims.stats import ALPHA
-from fednorm.claims.words import CONTRADICTED, HOLDS, INCONCLUSIVE, Relation, Rule
+from fednorm.claims.words import CONTRADICTED, HOLDS, INCONCLUSIVE, NEGLIGIBLE, Relation, Rule
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +42,7 @@ def _simulation():
 
 
 sim = _simulation()
-CODE = {HOLDS: V_HOLDS, CONTRADICTED: V_CONTRADICTED, INCONCLUSIVE: 0}
+CODE = {HOLDS: V_HOLDS, CONTRADICTED: V_CONTRADICTED, NEGLIGIBLE: V_NEGLIGIBLE, INCONCLUSIVE: 0}
 SEED = 20240611
 
 
@@ -63,8 +64,8 @@ def _side(name: str, values: np.ndarray, diverged: np.ndarray) -> comparisons.Si
 
 def _judged(design, values: np.ndarray, diverged: np.ndarray, alpha: float) -> tuple:
     """judge_claim on one experiment's runs (settings, seeds; NaN: no run), ``diverged``
-    runs marked: per unit its verdict code, p_for, adjusted p_against and its diverged
-    seeds for and against (the vectorized judge's inputs)."""
+    runs marked: per unit its verdict code, p_for, p_against, its diverged seeds for and
+    against (the vectorized judge's inputs) and its Holm-adjusted p_against."""
     sides = [_side(f"setting {j}", values[j], diverged[j]) for j in range(len(values))]
     units = []
     for u, c in enumerate(design.contrasts):
@@ -84,8 +85,8 @@ def _judged(design, values: np.ndarray, diverged: np.ndarray, alpha: float) -> t
         judged = real.judge_claim(relation, [units[u] for u in members], fits,
                                   Rule(alpha=ALPHA), alpha)
         for u, j in zip(members, judged, strict=True):
-            out[u] = (CODE[j.verdict], j.p_for, j.p_against, j.n_for, j.n_against)
-    return tuple(np.array([out[u][k] for u in range(len(design.contrasts))]) for k in range(5))
+            out[u] = (CODE[j.verdict], j.p_for, j.p_against, j.n_for, j.n_against, j.p_holm)
+    return tuple(np.array([out[u][k] for u in range(len(design.contrasts))]) for k in range(6))
 
 
 @pytest.mark.parametrize("name", sorted(sim.designs()))
@@ -111,10 +112,11 @@ def test_the_vectorized_verdicts_are_judge_claims_unit_by_unit(name):
                         delta=sim.DELTA, sesoi=sim.SESOI, alpha=ALPHA, n_for=n_for,
                         n_against=n_against)
     seen = set()
-    for r, (codes, p_for, p_against, _, _) in enumerate(expected):
+    for r, (codes, p_for, p_against, _, _, p_holm) in enumerate(expected):
         assert got.codes[r].tolist() == codes.tolist(), r
         assert got.p_for[r] == pytest.approx(p_for, rel=1e-9, abs=1e-12)
         assert got.p_against[r] == pytest.approx(p_against, rel=1e-9, abs=1e-12)
+        assert got.p_holm[r] == pytest.approx(p_holm, rel=1e-9, abs=1e-12)
         seen |= set(codes.tolist())
     assert len(seen) >= 2  # more than one verdict among them
     assert n_for.any() or n_against.any()
