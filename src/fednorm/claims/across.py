@@ -77,21 +77,34 @@ def compare_files(a: str | Path, b: str | Path) -> pd.DataFrame:
     return compare_ledgers(pd.read_csv(a), pd.read_csv(b))
 
 
+def _seedless(record: dict) -> str | None:
+    """A ledger's design but its seeds (fednorm.claims.prereg.design); an older record's
+    design, which counted its seeds, as it is."""
+    design = record.get("design")
+    return None if design is None else design.get("seedless_sha256", design.get("sha256"))
+
+
 def preregistrations(a: str | Path, b: str | Path) -> tuple[str, bool]:
     """One line on the pre-registrations of two ledgers (claims_words.csv files: the
     claims_prereg.json beside each), and whether they differ: both recorded, and a different
-    claims file, rule or design (then the second ledger does not confirm the first)."""
+    claims file, rule, engine revision or design but its seeds (then the second ledger does
+    not confirm the first; disjoint seeds are what the two are for)."""
     records = [read_prereg(beside(p)) for p in (a, b)]
     if any(r is None for r in records):
         missing = [str(beside(p)) for p, r in zip((a, b), records, strict=True) if r is None]
         return f"pre-registration: not recorded ({', '.join(missing)})", False
     first, second = records
     assert first is not None and second is not None
+    hashes = (f"claims file {first['claims_sha256'][:12]}, rule {first['rule_sha256'][:12]}")
     if first["sha256"] == second["sha256"]:
-        return (f"pre-registration: the same in both ({first['sha256'][:12]}: claims file "
-                f"{first['claims_sha256'][:12]}, rule {first['rule_sha256'][:12]})"), False
-    parts = [name for name, key in (("claims file", "claims_sha256"), ("rule", "rule_sha256"),
-                                    ("design", "design")) if first.get(key) != second.get(key)]
+        return f"pre-registration: the same in both ({first['sha256'][:12]}: {hashes})", False
+    parts = [name for name, value in (
+        ("claims file", lambda r: r["claims_sha256"]), ("rule", lambda r: r["rule_sha256"]),
+        ("engine revision", lambda r: r.get("engine_revision")), ("design", _seedless))
+        if value(first) != value(second)]
+    if not parts:
+        return (f"pre-registration: the same in both but the seeds ({first['sha256'][:12]} "
+                f"against {second['sha256'][:12]}: {hashes})"), False
     files = [f for f in first["rule_files"] if first["rule_files"][f] !=
              second["rule_files"].get(f)]
     return (f"pre-registration differs: {' and '.join(parts)}"
