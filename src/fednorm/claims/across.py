@@ -1,10 +1,10 @@
 """Two claims-in-words ledgers of the same claims on disjoint seeds, side by side: does a verdict
 survive a change of seeds? (docs/claims.md, Verdicts across seeds.)
 
-A *judged* verdict is ``holds`` or ``contradicted`` or ``inconclusive``; ``not run`` is not
-judged. Between two ledgers a claim *keeps* its verdict, *moves* between a firm verdict
-(holds, contradicted) and inconclusive, or *flips* between holds and contradicted: a flip is
-what seed noise must never do.
+A *judged* verdict is a firm one (``holds``, ``contradicted``, ``negligible``) or
+``inconclusive`` / ``undecidable``; ``not run`` is not judged. Between two ledgers a claim
+*keeps* its verdict, *moves* (between two other verdicts), or *flips* between holds and
+contradicted: a flip is what seed noise must never do.
 
 The two ledgers confirm each other only under one pre-registration: the same claims file and
 the same deciding code and design (fednorm.claims.prereg; :func:`preregistrations` reads the
@@ -29,8 +29,9 @@ import pandas as pd
 from fednorm.claims.prereg import beside, read_prereg
 from fednorm.inputs import InputError
 
-FIRM = ("holds", "contradicted")
-JUDGED = (*FIRM, "inconclusive")
+FIRM = ("holds", "contradicted", "negligible")
+FLIP = {"holds", "contradicted"}
+JUDGED = (*FIRM, "inconclusive", "undecidable")
 
 
 def compare_ledgers(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -56,7 +57,7 @@ def compare_ledgers(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             return "not judged"
         if row.a == row.b:
             return "same"
-        return "flipped" if {row.a, row.b} == set(FIRM) else "moved"
+        return "flipped" if {row.a, row.b} == FLIP else "moved"
 
     both["change"] = both.apply(change, axis=1)
     return both[["a", "b", "change", *(c for c in both.columns if c.startswith("q_by"))]
@@ -69,7 +70,7 @@ def summary(table: pd.DataFrame) -> str:
     same = int((judged.change == "same").sum())
     share = 100 * same / len(judged) if len(judged) else float("nan")
     return (f"{len(judged)} claims judged in both: {same} keep their verdict ({share:.1f} %), "
-            f"{int((judged.change == 'moved').sum())} move between firm and inconclusive, "
+            f"{int((judged.change == 'moved').sum())} move to another verdict, "
             f"{int((judged.change == 'flipped').sum())} flip between holds and contradicted")
 
 
