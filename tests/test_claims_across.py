@@ -24,8 +24,8 @@ def test_each_shared_claim_keeps_moves_or_flips():
     assert dict(table.change) == {"c1": "same", "c2": "flipped", "c3": "moved", "c4": "same",
                                   "c5": "not judged", "c6": "same"}
     assert summary(table.reset_index()) == (
-        "5 claims judged in both: 3 keep their verdict (60.0 %), 1 move between firm and "
-        "inconclusive, 1 flip between holds and contradicted")
+        "5 claims judged in both: 3 keep their verdict (60.0 %), 1 move to another verdict, "
+        "1 flip between holds and contradicted")
 
 
 def test_ledgers_without_verdicts_or_shared_claims_are_refused():

@@ -30,3 +30,27 @@ def test_summary_carries_every_key_and_the_scenario_of_each_run(tmp_path):
                      ("none", "trimmed_mean", "trimmed mean"),
                      ("sf", "trimmed_mean", "SF, trimmed mean")}
     assert list(on_disk.columns[-len(SUMMARY_METRICS):]) == list(SUMMARY_METRICS)
+
+
+def test_summary_carries_each_runs_engine_revision_read_back_as_text(tmp_path):
+    """run.json's engine_revision on every row of its run, empty for a run.json without one;
+    a revision of digits alone ('0123456') stays text where the summary is read."""
+    from fednorm.integrity import read_summary
+    from fednorm.results import load_summary, run_table
+
+    plan = load_plan({"paths": {"results": str(tmp_path)},
+                      "run": {"steps": 10, "eval_every": 5},
+                      "experiments": {"e": {"grid": {"seed": [0, 1, 2]}}}})
+    revisions = dict(zip(plan.runs, ["0123456", "2cf004e", None], strict=True))
+    for run_id, revision in revisions.items():
+        run_dir = tmp_path / "runs" / run_id
+        run_dir.mkdir(parents=True)
+        pd.DataFrame({c: [0.5, 0.25] for c in METRIC_COLUMNS}).assign(step=[0, 10]).to_csv(
+            run_dir / "metrics.csv", index=False)
+        meta = {"status": "ok", "wall_time_s": 1.0,
+                **({"engine_revision": revision} if revision else {})}
+        (run_dir / "run.json").write_text(json.dumps(meta))
+    summarize(plan)
+    for frame in (load_summary(tmp_path), read_summary(tmp_path / "summary.csv", plan.runs)):
+        got = run_table(frame).set_index("run_id")["engine_revision"]
+        assert {r: None if pd.isna(v) else v for r, v in got.items()} == revisions

@@ -6,8 +6,9 @@ resume point it left in DIR (fednorm.fl.resume).
 Other commands: ``fednorm plan CONFIG`` validates a pipeline configuration (its claims file
 included) and prints what it would train and draw; ``fednorm download-cifar10 --root DIR``
 fetches the dataset once; ``fednorm across-seeds A B`` compares two claims-in-words ledgers
-of the same claims on disjoint seeds (fednorm.claims.across); ``fednorm prereg [--write]``
-checks the committed pre-registration against the tree, or rewrites it (fednorm.claims.prereg).
+of the same claims on disjoint seeds (fednorm.claims.across); ``fednorm prereg [--write
+[--exploratory]]`` checks the committed pre-registration against the tree and the runs found,
+or rewrites it (fednorm.claims.prereg).
 
 PyTorch is imported by the commands that train or download only, so that ``fednorm plan`` (and
 the workflow's dry run) works on a login node without it.
@@ -202,19 +203,54 @@ def cmd_across_seeds(args: argparse.Namespace) -> int:
 
 
 def cmd_prereg(args: argparse.Namespace) -> int:
-    """Print each difference between the committed pre-registration and the tree, a line each,
-    and exit 1 where there is one; with --write, rewrite the record, dated today."""
+    """Print each difference between the committed pre-registration and the tree (and the
+    engine revisions of the runs found in each profile's results folder), a line each, and exit
+    1 where there is one; with --write, rewrite the record, dated today, unless a judged run of
+    some profile exists (--exploratory: write it anyway, marked exploratory)."""
     import datetime
 
-    from fednorm.claims.prereg import check, fixed, read_prereg, write_prereg
+    from fednorm.claims.prereg import (
+        check,
+        fixed,
+        found_runs,
+        profile_plans,
+        read_prereg,
+        revision_lines,
+        write_prereg,
+    )
 
-    path, now = fixed()
+    if args.exploratory and not args.write:
+        raise ConfigError("--exploratory has no --write; allowed: with --write (it marks the "
+                          "record that --write writes)")
+    plans = profile_plans()
+    path, now = fixed(plans)
+    found = {name: found_runs(plans[name], d) for name, d in now["designs"].items()}
     if args.write:
-        print(f"wrote {write_prereg({'fixed_on': datetime.date.today().isoformat(), **now}, path)}")
+        some = next(((name, run) for name, runs in found.items() for run in runs), None)
+        if some and not args.exploratory:
+            name, run = some
+            every = {plans[n].paths.run_dir(r) for n, runs in found.items() for r in runs}
+            print(f"fednorm prereg --write: refused: {plans[name].paths.run_dir(run)} is a "
+                  f"judged run of profile {name} ({len(every)} found): a "
+                  "pre-registration is fixed before the runs (--exploratory writes it marked "
+                  "exploratory)", file=sys.stderr)
+            return 1
+        record = {"fixed_on": datetime.date.today().isoformat(), **now,
+                  **({"exploratory": True} if args.exploratory else {})}
+        print(f"wrote {write_prereg(record, path)}")
         return 0
     committed = read_prereg(path)
-    differ = check(now, committed) if committed else [f"{path}: no record (--write writes it)"]
-    print("\n".join(differ) or f"{path}: the tree is as fixed on {committed['fixed_on']}")
+    if committed is None:
+        print(f"{path}: no record (--write writes it)")
+        return 1
+    differ = check(now, committed)
+    for name, runs in found.items():
+        differ += revision_lines(f"runs of profile {name} in {plans[name].paths.results}",
+                                 Counter(runs.values()), committed.get("engine_revision"))
+    marked = " (exploratory: written after judged runs existed)" if committed.get(
+        "exploratory") else ""
+    print("\n".join(differ) or f"{path}: the tree is as fixed on {committed['fixed_on']}"
+          + marked)
     return int(bool(differ))
 
 
@@ -255,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     across.set_defaults(func=cmd_across_seeds)
     prereg = sub.add_parser("prereg", parents=[common],
                             help="check the committed pre-registration against the tree")
-    prereg.add_argument("--write", action="store_true", help="rewrite it, dated today")
+    prereg.add_argument("--write", action="store_true",
+                        help="rewrite it, dated today (refused once a judged run exists)")
+    prereg.add_argument("--exploratory", action="store_true",
+                        help="with --write: write it even after judged runs, marked exploratory")
     prereg.set_defaults(func=cmd_prereg)
     args = parser.parse_args(argv)
     try:

@@ -41,6 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from fednorm.inputs import InputError
+from fednorm.metrics import TEXT_COLUMNS
 from fednorm.plan import RUN_FILES, Plan
 
 RUN_JSON = "run.json"
@@ -169,7 +170,7 @@ def read_summary(path: str | os.PathLike[str], run_ids: Iterable[str]) -> pd.Dat
     problem = data if isinstance(data, str) else csv_problem(data)
     frame = None
     if problem is None:
-        frame = pd.read_csv(io.BytesIO(data))
+        frame = pd.read_csv(io.BytesIO(data), dtype=TEXT_COLUMNS)
         missing = sorted(set(run_ids) - set(frame.get("run_id", ())))
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""

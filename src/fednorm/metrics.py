@@ -28,7 +28,11 @@ RUN_METRICS = ("test_accuracy", "test_loss", "train_loss", "norm_error_mean", "n
                *DYNAMICS, "comm_rounds", "local_test_accuracy", "val_accuracy",
                "domain_accuracy", "worst_domain_accuracy", *DOMAIN_ACCURACY)
 METRIC_COLUMNS = ("step", *RUN_METRICS)  # a run's metrics.csv, one row per evaluation point
-RUN_STATUS = ("status", "wall_time_s")  # from the run's run.json, the same on all its rows
+# from the run's run.json, the same on all its rows; ``engine_revision``: the engine's revision
+# that trained it (fednorm.ENGINE_REVISION; empty for a run trained before runs were stamped)
+RUN_STATUS = ("status", "wall_time_s", "engine_revision")
+# columns read as text whatever they hold (a revision such as '0123456' is no number)
+TEXT_COLUMNS = {"engine_revision": str}
 SUMMARY_METRICS = (*METRIC_COLUMNS, *RUN_STATUS)  # the summary's last columns, in this order
 # What a figure's or a claim's y may be: a run's metric, or lr_scale (the learning rate that
 # a tuning figure chose)

@@ -42,7 +42,7 @@ import pandas as pd
 from scipy import stats
 
 from fednorm.config import FIELDS, Paths
-from fednorm.metrics import RUN_METRICS, RUN_STATUS, SUMMARY_METRICS
+from fednorm.metrics import RUN_METRICS, RUN_STATUS, SUMMARY_METRICS, TEXT_COLUMNS
 
 # A run's value (:func:`run_values`), as a ledger names it: its last evaluation point(s), its best,
 # or the mean of its evaluations in its settling window (the last quarter of its budget)
@@ -62,13 +62,13 @@ def load_summary(results: str | Path) -> pd.DataFrame:
         raise FileNotFoundError(f"no {path}: run the pipeline first (e.g. `make quick` writes "
                                 "results/quick/summary.csv), or pass the results folder that "
                                 "holds summary.csv")
-    return pd.read_csv(path)
+    return pd.read_csv(path, dtype=TEXT_COLUMNS)
 
 
 def run_table(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per run: ``run_id`` and every column of the summary that is not a metric of an
     evaluation point (the config keys, ``figure_group``, ``scenario``, ``split``, ``regime``,
-    ``status``, ``wall_time_s``)."""
+    ``status``, ``wall_time_s``, ``engine_revision``)."""
     columns = [c for c in summary.columns if c not in SUMMARY_METRICS or c in RUN_STATUS]
     return summary.drop_duplicates("run_id")[columns].reset_index(drop=True)
 

@@ -14,7 +14,9 @@ the accuracy on each client's own label distribution, averaged over the clients;
 ``val_accuracy``: on the images held out of the training set (``val_fraction``), NaN without;
 with FedBN and
 SiloBN, ``test_accuracy`` is the mean of the clients' models on the global test set,
-fednorm.fl.train.evaluate), and the run's ``status`` and ``wall_time_s``.
+fednorm.fl.train.evaluate), and the run's ``status``, ``wall_time_s`` and ``engine_revision``
+(the engine's revision that trained it, fednorm.ENGINE_REVISION; empty where its run.json
+names none).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def run_rows(plan: Plan, run_id: str) -> pd.DataFrame:
     rows["figure_group"] = plan.groups(run_id)
     rows["status"] = meta["status"]
     rows["wall_time_s"] = meta["wall_time_s"]
+    rows["engine_revision"] = meta.get("engine_revision")
     return rows
 
 

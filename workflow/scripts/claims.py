@@ -3,7 +3,8 @@ fednorm.claims: judged in fednorm.claims.words_ledger, calibrated in
 fednorm.claims.calibration, written in fednorm.claims.render; a summary cut short is removed
 and named, and the job fails: fednorm.integrity.read_summary), and the pre-registration
 (fednorm.claims.prereg), checked against the committed one: the job fails where the rule, the
-claims file or the design differ from it."""
+claims file, the design or the engine revision of a run differ from it; the header names the
+engine revisions of the runs judged."""
 import logging
 from pathlib import Path
 
@@ -11,7 +12,15 @@ from fednorm.claims import write_ledger
 from fednorm.claims.calibration import calibrate, calibration_lines
 from fednorm.claims.comparisons import compare_all
 from fednorm.claims.power import design_seeds, powers
-from fednorm.claims.prereg import design, prereg_line, preregistration, verified, write_prereg
+from fednorm.claims.prereg import (
+    design,
+    prereg_line,
+    preregistration,
+    revisions_line,
+    run_revisions,
+    verified,
+    write_prereg,
+)
 from fednorm.claims.render import write_words
 from fednorm.claims.stage2 import read_record
 from fednorm.claims.words_ledger import staged_ledger
@@ -23,16 +32,18 @@ from fednorm.plan import load_plan
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
 claims = snakemake.params.claims  # noqa: F821
 words = claims.words
-with user_errors():  # the rule, the claims file and the design as committed before the runs
+with user_errors():  # the rule, the claims file, the design and the runs' engine as committed
     plan = load_plan(snakemake.config)  # noqa: F821
-    prereg = verified(preregistration(snakemake.input.claims,  # noqa: F821
-                                      plan_design=design(plan, claims)), plan.claims_prereg)
     summary = read_summary(snakemake.input.summary, snakemake.params.runs)  # noqa: F821
+    prereg = verified(preregistration(snakemake.input.claims,  # noqa: F821
+                                      plan_design=design(plan, claims),
+                                      runs=run_revisions(summary)), plan.claims_prereg)
 record = read_record(snakemake.input.plan) if "plan" in snakemake.input.keys() else None  # noqa: F821
 paths = write_ledger(claims.numbers, summary, snakemake.params.stem)  # noqa: F821
 table = staged_ledger(words, summary, record, powers(words, design_seeds(words, plan)))
 calibration = calibrate(words, compare_all(words, summary))
-header = [*calibration_lines(calibration, words.rule.alpha), "", prereg_line(prereg)]
+header = [*calibration_lines(calibration, words.rule.alpha), "", prereg_line(prereg), "",
+          revisions_line(prereg)]
 paths += write_words(table, words, snakemake.params.words_stem, header)  # noqa: F821
 write_csv(snakemake.output.calibration, calibration)  # noqa: F821
 paths += [Path(snakemake.output.calibration),  # noqa: F821

@@ -1,10 +1,10 @@
 """Two claims-in-words ledgers of the same claims on disjoint seeds, side by side: does a verdict
 survive a change of seeds? (docs/claims.md, Verdicts across seeds.)
 
-A *judged* verdict is ``holds`` or ``contradicted`` or ``inconclusive``; ``not run`` is not
-judged. Between two ledgers a claim *keeps* its verdict, *moves* between a firm verdict
-(holds, contradicted) and inconclusive, or *flips* between holds and contradicted: a flip is
-what seed noise must never do.
+A *judged* verdict is a firm one (``holds``, ``contradicted``, ``negligible``) or
+``inconclusive`` / ``undecidable``; ``not run`` is not judged. Between two ledgers a claim
+*keeps* its verdict, *moves* (between two other verdicts), or *flips* between holds and
+contradicted: a flip is what seed noise must never do.
 
 The two ledgers confirm each other only under one pre-registration: the same claims file and
 the same deciding code and design (fednorm.claims.prereg; :func:`preregistrations` reads the
@@ -29,8 +29,9 @@ import pandas as pd
 from fednorm.claims.prereg import beside, read_prereg
 from fednorm.inputs import InputError
 
-FIRM = ("holds", "contradicted")
-JUDGED = (*FIRM, "inconclusive")
+FIRM = ("holds", "contradicted", "negligible")
+FLIP = {"holds", "contradicted"}
+JUDGED = (*FIRM, "inconclusive", "undecidable")
 
 
 def compare_ledgers(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -56,7 +57,7 @@ def compare_ledgers(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             return "not judged"
         if row.a == row.b:
             return "same"
-        return "flipped" if {row.a, row.b} == set(FIRM) else "moved"
+        return "flipped" if {row.a, row.b} == FLIP else "moved"
 
     both["change"] = both.apply(change, axis=1)
     return both[["a", "b", "change", *(c for c in both.columns if c.startswith("q_by"))]
@@ -69,7 +70,7 @@ def summary(table: pd.DataFrame) -> str:
     same = int((judged.change == "same").sum())
     share = 100 * same / len(judged) if len(judged) else float("nan")
     return (f"{len(judged)} claims judged in both: {same} keep their verdict ({share:.1f} %), "
-            f"{int((judged.change == 'moved').sum())} move between firm and inconclusive, "
+            f"{int((judged.change == 'moved').sum())} move to another verdict, "
             f"{int((judged.change == 'flipped').sum())} flip between holds and contradicted")
 
 
@@ -77,21 +78,34 @@ def compare_files(a: str | Path, b: str | Path) -> pd.DataFrame:
     return compare_ledgers(pd.read_csv(a), pd.read_csv(b))
 
 
+def _seedless(record: dict) -> str | None:
+    """A ledger's design but its seeds (fednorm.claims.prereg.design); an older record's
+    design, which counted its seeds, as it is."""
+    design = record.get("design")
+    return None if design is None else design.get("seedless_sha256", design.get("sha256"))
+
+
 def preregistrations(a: str | Path, b: str | Path) -> tuple[str, bool]:
     """One line on the pre-registrations of two ledgers (claims_words.csv files: the
     claims_prereg.json beside each), and whether they differ: both recorded, and a different
-    claims file, rule or design (then the second ledger does not confirm the first)."""
+    claims file, rule, engine revision or design but its seeds (then the second ledger does
+    not confirm the first; disjoint seeds are what the two are for)."""
     records = [read_prereg(beside(p)) for p in (a, b)]
     if any(r is None for r in records):
         missing = [str(beside(p)) for p, r in zip((a, b), records, strict=True) if r is None]
         return f"pre-registration: not recorded ({', '.join(missing)})", False
     first, second = records
     assert first is not None and second is not None
+    hashes = (f"claims file {first['claims_sha256'][:12]}, rule {first['rule_sha256'][:12]}")
     if first["sha256"] == second["sha256"]:
-        return (f"pre-registration: the same in both ({first['sha256'][:12]}: claims file "
-                f"{first['claims_sha256'][:12]}, rule {first['rule_sha256'][:12]})"), False
-    parts = [name for name, key in (("claims file", "claims_sha256"), ("rule", "rule_sha256"),
-                                    ("design", "design")) if first.get(key) != second.get(key)]
+        return f"pre-registration: the same in both ({first['sha256'][:12]}: {hashes})", False
+    parts = [name for name, value in (
+        ("claims file", lambda r: r["claims_sha256"]), ("rule", lambda r: r["rule_sha256"]),
+        ("engine revision", lambda r: r.get("engine_revision")), ("design", _seedless))
+        if value(first) != value(second)]
+    if not parts:
+        return (f"pre-registration: the same in both but the seeds ({first['sha256'][:12]} "
+                f"against {second['sha256'][:12]}: {hashes})"), False
     files = [f for f in first["rule_files"] if first["rule_files"][f] !=
              second["rule_files"].get(f)]
     return (f"pre-registration differs: {' and '.join(parts)}"
