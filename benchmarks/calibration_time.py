@@ -5,7 +5,7 @@ quick profile's shape: 55 judged claims on 6 seeds, 27 ``greater`` of two units 
 lattice. One process, one thread; the claims' rates are printed as the ledger's header would.
 
     OMP_NUM_THREADS=1 python benchmarks/calibration_time.py              # 10,000 replicates
-    # 65.6 s of CPU (158 s wall) on the 2-core AMD EPYC at a load of 10 (84b2784), 90 % of it
+    # 65.6 s of CPU (158 s wall) on a 2-core Intel Xeon at a load of 10 (84b2784), 90 % of it
     # in the rule's verdict_codes: its t tails (scipy.stats.t, 43 %) and outlier flags (14 %)
     OMP_NUM_THREADS=1 python benchmarks/calibration_time.py --claims 8   # a slice of it
 """
