@@ -221,7 +221,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert len(list((work / ".test/results/stage2/jobs").glob("*.json"))) == len(record["jobs"])
     calibration = pd.read_csv(work / ".test/figures/claims_calibration.csv").set_index("id")
     assert set(calibration.index) == {"tiny-words-holds", "tiny-words-contradicted",
-                                      "tiny-words-inconclusive"}
+                                      "tiny-words-negligible"}
     dynamics = summary[summary.record_dynamics & (summary.step > 0)]
     assert dynamics.run_id.nunique() == 1
     assert (dynamics[["stat_change", "stat_deviation", "stat_variance"]] > 0).all().all()
@@ -322,7 +322,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     words = pd.read_csv(work / ".test/figures/claims_words.csv").set_index("id")
     assert dict(words.verdict) == {"tiny-words-holds": "holds",
                                    "tiny-words-contradicted": "contradicted",
-                                   "tiny-words-inconclusive": "inconclusive"}
+                                   "tiny-words-negligible": "negligible"}
     # six seeds, each a diverging run on one side: the exact sign test (p = 1/64 < α)
     assert words.loc["tiny-words-contradicted", "n_diverged"] == 6
     assert words.loc["tiny-words-holds", "n_diverged"] == 6  # the side behind diverged
@@ -331,7 +331,7 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert "at twice the budget –, contradicted" in words.loc["tiny-words-contradicted",
                                                                "detail"]
     assert set(words.settled.dropna()) <= {"yes", "no"} and words.rates.notna().all()
-    assert words.loc["tiny-words-inconclusive", "margin"] == 0
+    assert words.loc["tiny-words-negligible", "margin"] == 0
     for ext in ("md", "pdf", "png"):
         assert (work / f".test/figures/claims_words.{ext}").stat().st_size > 0
 
