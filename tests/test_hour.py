@@ -53,9 +53,9 @@ def test_the_hour_plans_all_three_papers_and_the_comparison_on_cifar10(hour):
     assert hour.paths.results != paper.paths.results
 
 
-def test_the_hour_profile_dry_runs_one_job_per_bundle_without_torch(hour, tmp_path):
+def test_the_cifar10_profile_dry_runs_one_job_per_bundle_without_torch(hour, tmp_path):
     """The DAG's dry run imports no PyTorch (a login node without it)."""
-    out = snakemake("--profile", "workflow/profiles/hour", "--dry-run", "--quiet", "rules",
+    out = snakemake("--profile", "workflow/profiles/cifar10", "--dry-run", "--quiet", "rules",
                     env=env_without_torch(tmp_path))
     assert out.returncode == 0, out.stderr[-2000:]
     trains = {line.split()[0] for line in out.stdout.splitlines()

@@ -345,7 +345,7 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
     paper = yaml.safe_load((config_dir / "config.yaml").read_text())
     hour = merge(paper, yaml.safe_load((config_dir / "hour.yaml").read_text()))
     plans = {"config/config.yaml (paper scale)": load_plan(paper),
-             "config/hour.yaml (one GPU-hour)": load_plan(hour)}
+             "config/hour.yaml (the CIFAR-10 profile)": load_plan(hour)}
     paper_plan = plans["config/config.yaml (paper scale)"]
     paper_rate = rate_for(paper_plan)
     measured_sizes = sorted({r for curve in measured.curves.values() for r in curve})
