@@ -12,7 +12,7 @@ SNAKEMAKE := $(PYTHON) -m snakemake
 # The configurations whose workflow `make lint-workflow` lints: paper scale, quick and CIFAR-10
 LINT_CONFIGS ?= config/config.yaml config/quick.yaml config/hour.yaml
 
-.PHONY: install lint lint-workflow test quick quick-other-seeds quick-third-seeds cifar10 figures dry-run bench clean-quick gpu-check \
+.PHONY: install lint lint-workflow test quick quick-other-seeds quick-third-seeds cifar10 figures docs-numbers dry-run bench clean-quick gpu-check \
 	wheelhouse gpu-quick
 
 # Installs once per Python environment (a stamp under .make/, redone when pyproject.toml
@@ -58,6 +58,12 @@ quick: install
 
 cifar10: install
 	$(SNAKEMAKE) --profile workflow/profiles/cifar10
+
+# The numbers README.md and docs/ state, rewritten in their marked blocks (<!-- generated: NAME
+# -->): each profile's runs, jobs and price from `fednorm plan`, and after `make quick` its
+# verdict counts, quoted accuracies and run-minutes from figures/quick and results/quick
+docs-numbers:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m fednorm.cli docs-numbers
 
 # The quick profile again on disjoint seeds (config/quick_other_seeds.yaml), then its claims
 # ledger against make quick's: each verdict that moved or flipped, and the counts; exit 1 when a
