@@ -1,4 +1,4 @@
-"""The hour profile (config/hour.yaml, make hour): every paper part and the comparison on
+"""The CIFAR-10 profile (config/hour.yaml, make cifar10): every paper part and the comparison on
 CIFAR-10, priced by `fednorm plan` at the committed table of measured GPU rates
 (src/fednorm/plan/gpu_rates.csv; checked here against the table read independently), the
 README's figure equal to what the command prints, and its shapes train."""
@@ -160,7 +160,7 @@ def test_fednorm_plan_prices_the_hour_at_the_measured_table(capsys, monkeypatch,
 
 
 def _hour_line(capsys, tmp_path, rates) -> tuple[str, float]:
-    """fednorm plan's GPU-hours line for the hour profile with these
+    """fednorm plan's GPU-hours line for the CIFAR-10 profile with these
     execution.images_per_second, and its total."""
     from fednorm.cli import main
 

@@ -372,7 +372,7 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
     where = "in " + ", ".join(map(str, measured.reports)) if measured.reports else f"on {device}"
     return {"summary": f"paper scale {paper_all['gpu_hours_measured']:,.1f} GPU-hours at the "
                        f"best bundle, {paper_all['gpu_hours_in_its_bundles']:,.1f} in its "
-                       f"bundles; the hour profile {hour_all['gpu_hours_measured']:.2f}, "
+                       f"bundles; the CIFAR-10 profile {hour_all['gpu_hours_measured']:.2f}, "
                        f"{hour_all['gpu_hours_in_its_bundles']:.2f} in its bundles; at the "
                        f"rates measured {where}; config.yaml's bundle_size: "
                        f"{min(s['bundle_size'] for s in sizes)}",
