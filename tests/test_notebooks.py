@@ -78,11 +78,7 @@ def test_a_new_question_trains_only_its_new_runs(tiny_dag, tmp_path, monkeypatch
     shutil.copytree(tiny_dag.work, work, symlinks=True)  # the DAG's outputs stay as they were
     results = work / ".test/results"
     before = _run_files(results)
-    # one stage: the question's runs and the summary, not the claims' second stage planned
-    # and trained again for a ledger this notebook does not read
-    (work / ".test/one_stage.yaml").write_text("stage2: null\n")
-    for key, value in {"CONFIGS": ".test/config.yaml .test/one_stage.yaml",
-                       "EXPERIMENT": "fbn_gamma",
+    for key, value in {"CONFIGS": ".test/config.yaml", "EXPERIMENT": "fbn_gamma",
                        "AXIS": "heterogeneity", "VALUE": "0.5",
                        "QUESTION": ".test/question.yaml", "CORES": "2"}.items():
         monkeypatch.setenv(f"FEDNORM_{key}", value)
