@@ -62,3 +62,14 @@ def test_the_paper_profile_dry_run_lists_its_scale_and_each_missing_dataset(tmp_
     assert [line.split(":")[2].strip() for line in said] == [
         "CIFAR-10", "Digits-Five", "ImageNet-1K", "Tiny-ImageNet"]
     assert "train_" in out.stdout
+
+
+@pytest.mark.slow
+def test_a_bare_snakemake_plans_the_quick_profile_with_the_default_profile():
+    """No --configfile, no --profile: config/quick.yaml over config/config.yaml, and
+    Snakemake's default workflow profile (profiles/default: keep-going) read by itself."""
+    out = snakemake("--dry-run", "--cores", "1", cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "workflow specific profile profiles/default" in out.stderr
+    assert "results/quick/" in out.stdout and "results/runs/" not in out.stdout
+    assert "fednorm: missing" not in out.stderr  # the quick profile's digits are installed
