@@ -1,17 +1,18 @@
 # fednorm-repro. `make test` installs, lints (the code, then the workflow) and runs the tests;
-# `make quick` runs the whole pipeline on CPU, offline; `make hour` every paper's claims on
-# CIFAR-10 (about 16 H100-hours: `fednorm plan config/config.yaml config/hour.yaml` prices it);
-# `make figures` runs the paper scale (CIFAR-10, a GPU); on a GPU machine without network,
-# `bash benchmarks/gpu/run.sh OUT` measures the GPU and runs the quick DAG on it at 8 seeds,
-# from the wheels of `make wheelhouse` (docs/speed.md, GPU check).
+# `make quick` is a bare `snakemake --cores 2`: the whole pipeline on CPU, offline; `make
+# cifar10` every paper's claims on CIFAR-10, one GPU (workflow/profiles/cifar10: `fednorm plan
+# config/config.yaml config/hour.yaml` prices it); `make figures` the paper scale
+# (workflow/profiles/paper: `fednorm plan config/config.yaml`). Both check their data and GPU
+# before any job starts. On a GPU machine without network, `bash benchmarks/gpu/run.sh OUT`
+# measures the GPU and runs the quick DAG on it at 8 seeds (docs/speed.md, GPU check).
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 CORES ?= 2
 SNAKEMAKE := $(PYTHON) -m snakemake
-# The configurations whose workflow `make lint-workflow` lints: paper scale, quick and hour
+# The configurations whose workflow `make lint-workflow` lints: paper scale, quick and CIFAR-10
 LINT_CONFIGS ?= config/config.yaml config/quick.yaml config/hour.yaml
 
-.PHONY: install lint lint-workflow test quick quick-other-seeds quick-third-seeds hour figures dry-run bench clean-quick gpu-check \
+.PHONY: install lint lint-workflow test quick quick-other-seeds quick-third-seeds cifar10 figures docs-numbers dry-run bench clean-quick gpu-check \
 	wheelhouse gpu-quick
 
 # Installs once per Python environment (a stamp under .make/, redone when pyproject.toml
@@ -50,11 +51,19 @@ TEST_WORKERS ?= $(CORES)
 test: install lint lint-workflow
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
+# The quick profile: what a bare `snakemake` runs (its config file, config/quick.yaml, is the
+# Snakefile's default; profiles/default adds keep-going and the resume settings)
 quick: install
-	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/quick
+	$(SNAKEMAKE) --cores $(CORES)
 
-hour: install
-	$(SNAKEMAKE) --profile workflow/profiles/hour
+cifar10: install
+	$(SNAKEMAKE) --profile workflow/profiles/cifar10
+
+# The numbers README.md and docs/ state, rewritten in their marked blocks (<!-- generated: NAME
+# -->): each profile's runs, jobs and price from `fednorm plan`, and after `make quick` its
+# verdict counts, quoted accuracies and run-minutes from figures/quick and results/quick
+docs-numbers:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m fednorm.cli docs-numbers
 
 # The quick profile again on disjoint seeds (config/quick_other_seeds.yaml), then its claims
 # ledger against make quick's: each verdict that moved or flipped, and the counts; exit 1 when a
@@ -76,10 +85,10 @@ quick-third-seeds: install
 	    results/quick results/quick_other_seeds results/quick_third_seeds --regroup 2
 
 figures: install
-	$(SNAKEMAKE) --cores $(CORES) --profile workflow/profiles/default
+	$(SNAKEMAKE) --profile workflow/profiles/paper
 
 dry-run:
-	$(SNAKEMAKE) --dry-run --quiet rules
+	$(SNAKEMAKE) --profile workflow/profiles/paper --dry-run --quiet rules
 
 bench: install
 	$(PYTHON) benchmarks/bench_engine.py

@@ -38,7 +38,7 @@ MODELS = {
                      momentum_convention="pytorch", weight_decay=1e-4, partition="iid",
                      heterogeneity=None),
     # FixBN on Tiny-ImageNet: ResNet-18 (ImageNet stem) at 64x64, 10 clients x 20, 5 a round,
-    # ImageNet's crop and flip (the rate r of docs/imagenet.md's GPU-hours)
+    # ImageNet's crop and flip (the rate r of docs/history.md's GPU-hours)
     "resnet18": dict(model="resnet18", image_size=64, width=64, n_clients=10, participation=0.5,
                      batch_size=20, n_train=2000, n_test=200, lr=[0.02], lr_milestones=[],
                      momentum=0.9, momentum_convention="pytorch", weight_decay=1e-4,

@@ -6,7 +6,7 @@ fedtan_*; compare_* and tuning: the all-methods comparison).
     python benchmarks/bundle_seconds.py results/quick
     python benchmarks/bundle_seconds.py results/quick --config config/config.yaml config/quick.yaml
 
-Bundle-seconds are the way to compare parts of one run (docs/quick.md, Time): they add the
+Bundle-seconds are the way to compare parts of one run (docs/history.md, Time): they add the
 two cores' time, so they exceed the wall time of `make quick`. Next to each, ``modelled``: what
 the cost model that prices the claims' second stage gives the bundle (fednorm.plan.costs: its
 runs' steps x the table's seconds per step of their shape), and the median and the 10 % and

@@ -1,5 +1,5 @@
 """Why FBN does not learn under the FixBN recipe on the quick digits: a diagnosis, not a speed
-benchmark (docs/quick.md, "FBN under the common recipe").
+benchmark (docs/history.md, "FBN under the common recipe").
 
 FBN (the FBN paper's Algorithm 2, line 3) normalizes a training batch with the shared running
 statistics: constants, with no gradient through them. This script trains, on MNIST-5k at 8x8

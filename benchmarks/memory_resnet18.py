@@ -19,7 +19,7 @@ x runs). The step's
 memory holds each participant's copy of the parameters, its gradients and momentum (linear in
 the participants) and the activations (linear in the images); the set-up holds every client's
 momentum buffer (n x the parameters: 4.7 GB for ResNet-18's 11.7 M parameters x 100 clients)
-and the random images of all clients. docs/imagenet.md has the numbers.
+and the random images of all clients. docs/history.md has the numbers.
 """
 
 from __future__ import annotations

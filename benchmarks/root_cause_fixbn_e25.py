@@ -1,7 +1,7 @@
 """Why FixBN falls below naive BN at E = 25 in the quick Fig 5 (experiment ``fixbn_momentum``:
 LeNet width 8, 8x8 digits, Shards(2), 5 clients x 20, fixed 5 epochs = 200 local steps, so 8
 rounds of E = 25; SGD lr 0.05 -> x0.1 at 50 % and 75 %, momentum 0.9 reset every round, weight
-decay 1e-4; T* at 50 %; docs/quick.md, "Root causes of the large contradictions"). A
+decay 1e-4; T* at 50 %; docs/history.md, "Root causes of the large contradictions"). A
 diagnosis, not a speed benchmark.
 
 For seeds 0 and 1 it prints: where T* falls in rounds and how many rounds remain after it;

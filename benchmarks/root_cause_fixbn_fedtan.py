@@ -1,5 +1,5 @@
 """Why FixBN falls far below HeteroFL's static BN on Shards, and diverges on IID, in FedTAN's
-recipe on the quick digits (experiment ``fedtan_methods``; docs/quick.md, "Root causes of the
+recipe on the quick digits (experiment ``fedtan_methods``; docs/history.md, "Root causes of the
 large contradictions"). A diagnosis, not a speed benchmark.
 
 FixBN (the FixBN paper, §5): naive BN up to the freeze step T*, then every BN layer normalizes,

@@ -1,6 +1,6 @@
 """Why Fixup falls far below GN in the quick Table 4 (experiment ``fixbn_table4``: ResNet-20
 width 4, 8x8 digits, Shards(2), 5 clients x 20, E = 5, 200 steps, SGD lr 0.05 -> x0.1 at 50 %
-and 75 %, momentum 0.9 reset every round, weight decay 1e-4, seed 0; docs/quick.md, "Root
+and 75 %, momentum 0.9 reset every round, weight decay 1e-4, seed 0; docs/history.md, "Root
 causes of the large contradictions"). A diagnosis, not a speed benchmark.
 
 Three questions, each answered by a measurement:

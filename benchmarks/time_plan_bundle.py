@@ -1,6 +1,6 @@
 """Train and time one bundle of a configured plan, as a Snakemake job would (1 thread): what
 one more experiment costs, from one of its bundles, before adding it to a profile, and the
-rate to set as execution.images_per_second (docs/resume.md).
+rate to set as execution.images_per_second (docs/run.md).
 
     python benchmarks/time_plan_bundle.py config/config.yaml config/quick.yaml \\
         --experiment tuning --normalizer hybridbn --data-dir data

@@ -81,14 +81,18 @@ print(f"{len(new)} new runs:", *(f"  {cfg.run_id}" for cfg in new), sep="\n")
 #
 # Snakemake up to the summary: the new runs train, the summary is rebuilt; the figures are
 # left as they are (drop the target `summary.csv` from the command to redraw them too).
+# Snakemake's progress is printed as it comes (a job's start and end, "N of M steps done").
 
 # %%
 command = [sys.executable, "-m", "snakemake", after.paths.summary(), "--cores", str(CORES),
            "--configfile", *CONFIGS, QUESTION]
-print(" ".join(command[1:]))
-done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-assert done.returncode == 0, f"snakemake failed:\n{done.stderr[-3000:]}"
-print(done.stderr[done.stderr.find("Job stats"):].split("\n\n")[0])  # the jobs it ran
+print(" ".join(command[1:]), flush=True)
+with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                      text=True, bufsize=1) as snakemake:
+    assert snakemake.stdout is not None
+    for line in snakemake.stdout:
+        print(line, end="", flush=True)
+assert snakemake.returncode == 0, f"snakemake failed (exit {snakemake.returncode}): see above"
 
 # %% [markdown]
 # ## Compare

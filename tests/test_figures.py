@@ -189,7 +189,7 @@ def test_a_figure_that_fails_does_not_stop_the_others_and_is_named(tmp_path):
     good = Figure("fixbn/a", ("fixbn",), "curves")
     empty = Figure("fixbn/b", ("fixbn",), "final_vs", x="local_steps",
                    where=(("normalizer", "fixbn"),))
-    also = Figure("fixbn/c", ("fixbn",), "table", rows="normalizer", cols="split")
+    also = Figure("fixbn/c", ("fixbn",), "table", rows="normalizer", cols="local_steps")
     stems = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
     with pytest.raises(RuntimeError, match=r"could not draw fixbn/b: .*no rows") as error:
         draw_all([good, empty, also], summary, stems)

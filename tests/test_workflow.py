@@ -21,6 +21,10 @@ from fednorm.claims import load_claims
 from fednorm.plan import load_plan, merge
 from fednorm.report import entries
 
+# The tests that write their own config/config.yaml name it: a bare snakemake would merge
+# config/quick.yaml over it (the Snakefile's default)
+OWN_CONFIG = ("--configfile", "config/config.yaml")
+
 
 def _job_counts(out):
     """Snakemake's job stats ('--quiet rules'): rule name -> number of jobs."""
@@ -407,7 +411,7 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
     work = work_copy(tmp_path)
     grid = {"normalizer": ["fbn"], "heterogeneity": [0, 1]}
     before = _tiny_config(work, 3, {"grid": {**grid, "seed": [0]}})
-    out = snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     old = _run_json(work, before, before.runs)
     assert len(old) == 2
@@ -417,7 +421,7 @@ def test_a_new_seed_trains_only_the_new_runs(tmp_path):
     # bundles of 3 in (seed, run_id) order: both old runs and one new run share the first
     mixed = next(ids for ids in after.bundles.values() if len(ids) == 3)
     assert set(mixed) - new == set(old) and len(set(mixed) & new) == 1
-    out = snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert _run_json(work, before, before.runs) == old  # byte for byte, not even rewritten
     trained = {r: json.loads(meta) for r, (meta, _) in _run_json(work, after, new).items()}
@@ -478,7 +482,8 @@ def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
         steps=400, eval_every=200)
     ((bundle_id, run_ids),) = plan.bundles.items()
     with open(tmp_path / "killed.log", "w") as log:
-        job = subprocess.Popen([*SNAKEMAKE, "--cores", "1"], cwd=work, stdout=log, stderr=log,
+        job = subprocess.Popen([*SNAKEMAKE, "--cores", "1", *OWN_CONFIG], cwd=work,
+                               stdout=log, stderr=log,
                                start_new_session=True)
         deadline = time.monotonic() + 300
         while job.poll() is None and time.monotonic() < deadline:
@@ -491,7 +496,7 @@ def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
     assert 0 < len(finished) < len(run_ids), (tmp_path / "killed.log").read_text()[-3000:]
 
     assert snakemake("--unlock", cwd=work).returncode == 0
-    out = snakemake("--cores", "1", "--rerun-incomplete", cwd=work)
+    out = snakemake("--cores", "1", "--rerun-incomplete", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert {r: v for r, v in _run_json(work, plan, run_ids).items() if r in finished} == finished
     log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
@@ -513,7 +518,8 @@ def test_a_stopped_bundle_job_resumes_where_it_stopped(tmp_path):
     ((bundle_id, run_ids),) = plan.bundles.items()
     resume = work / plan.paths.resume_point(bundle_id)
     with open(tmp_path / "stopped.log", "w") as log:
-        job = subprocess.Popen([*SNAKEMAKE, "--cores", "1"], cwd=work, stdout=log, stderr=log,
+        job = subprocess.Popen([*SNAKEMAKE, "--cores", "1", *OWN_CONFIG], cwd=work,
+                               stdout=log, stderr=log,
                                start_new_session=True)
         deadline = time.monotonic() + 300
         while job.poll() is None and not resume.exists() and time.monotonic() < deadline:
@@ -525,7 +531,7 @@ def test_a_stopped_bundle_job_resumes_where_it_stopped(tmp_path):
     assert not _run_json(work, plan, run_ids)
 
     assert snakemake("--unlock", cwd=work).returncode == 0
-    out = snakemake("--cores", "1", "--rerun-incomplete", cwd=work)
+    out = snakemake("--cores", "1", "--rerun-incomplete", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()
     assert int(re.search(r"resumed at step (\d+) of 400", log).group(1)) > 0, log
@@ -576,11 +582,11 @@ def _fixbn_config(work):
 def test_fixbn_kinds_write_their_own_files(tmp_path):
     work = work_copy(tmp_path)
     plan = _fixbn_config(work)
-    out = snakemake("--dry-run", "--quiet", "rules", "--cores", "1", cwd=work)
+    out = snakemake("--dry-run", "--quiet", "rules", "--cores", "1", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr
     counts = _job_counts(out.stdout)
     assert counts["figures_fixbn"] == 1 and "figures_top" not in counts
-    out = snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     written = sorted(str(p.relative_to(work)) for p in (work / "figures").rglob("*"))
     assert written == sorted(["figures/fixbn", *plan.figure_files()])
@@ -627,14 +633,14 @@ def test_results_cut_short_are_named_retrained_and_never_dropped(tmp_path):
                                   "hue": "heterogeneity"}}}
     (work / "config/config.yaml").write_text(yaml.safe_dump(config))
     plan = load_plan(config)
-    assert snakemake("--cores", "2", cwd=work).returncode == 0
+    assert snakemake("--cores", "2", *OWN_CONFIG, cwd=work).returncode == 0
     cut, not_json = (work / plan.paths.run_dir(r) for r in plan.runs)
     metrics = {d: (d / "metrics.csv").read_bytes() for d in (cut, not_json)}
     # cut at a line end (the header and one row): what the row count in run.json finds
     (cut / "metrics.csv").write_bytes(b"".join(metrics[cut].splitlines(keepends=True)[:2]))
     (not_json / "run.json").write_bytes((not_json / "run.json").read_bytes()[:40])
 
-    out = snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", *OWN_CONFIG, cwd=work)
     assert out.returncode != 0
     assert "2 run(s) have files that were cut short" in out.stderr, out.stderr[-3000:]
     report = out.stderr[out.stderr.index("2 run(s)"):]
@@ -643,7 +649,7 @@ def test_results_cut_short_are_named_retrained_and_never_dropped(tmp_path):
     assert f"{not_json.relative_to(work)}/run.json: not JSON (line " in out.stderr
     assert "Traceback" not in out.stderr
 
-    out = snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert _bundle_jobs(_job_counts(out.stderr)) == 2  # the two runs, trained again
     assert {d: (d / "metrics.csv").read_bytes() for d in metrics} == metrics  # bit for bit
@@ -652,10 +658,10 @@ def test_results_cut_short_are_named_retrained_and_never_dropped(tmp_path):
 
     whole = summary.read_bytes()
     summary.write_bytes(whole[: len(whole) - 10])
-    out = snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", *OWN_CONFIG, cwd=work)
     assert out.returncode != 0
     assert f"summary {plan.paths.summary()}: cut mid-line" in out.stderr, out.stderr[-3000:]
-    out = snakemake("--cores", "2", cwd=work)
+    out = snakemake("--cores", "2", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert summary.read_bytes() == whole
     drawn = pd.read_csv(work / plan.paths.figures / "fig.csv")

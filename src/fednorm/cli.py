@@ -25,6 +25,7 @@ import logging
 import sys
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 
 from fednorm.config import CHECKPOINT_MINUTES, DATA_WORKERS, ConfigError, run_config
 from fednorm.inputs import DatasetUnavailable, read_yaml, user_errors, writable_folder
@@ -254,6 +255,16 @@ def cmd_prereg(args: argparse.Namespace) -> int:
     return int(bool(differ))
 
 
+def cmd_docs_numbers(args: argparse.Namespace) -> int:
+    from fednorm.docs_numbers import Sources, refresh
+
+    root = Path(args.root)
+    src = Sources(root, root / args.figures, root / args.results)
+    for path in refresh(src):
+        print(f"rewrote {path.relative_to(root)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fednorm", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -296,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
     prereg.add_argument("--exploratory", action="store_true",
                         help="with --write: write it even after judged runs, marked exploratory")
     prereg.set_defaults(func=cmd_prereg)
+    numbers = sub.add_parser("docs-numbers", parents=[common],
+                             help="write the numbers of README.md and docs/ from their sources")
+    numbers.add_argument("--root", default=".", help="the repository's root")
+    numbers.add_argument("--figures", default="figures/quick", help="the ledger and figures")
+    numbers.add_argument("--results", default="results/quick", help="the runs' folders")
+    numbers.set_defaults(func=cmd_docs_numbers)
     args = parser.parse_args(argv)
     try:
         with user_errors(debug=args.debug):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from fednorm.config import FIELDS
 from fednorm.plan import Figure
 from fednorm.plots import (
     Part,
@@ -63,6 +65,45 @@ def figure_rows(fig: Figure, summary: pd.DataFrame) -> pd.DataFrame:
     for key, value in fig.where:
         rows = rows[rows[key].isin(value) if isinstance(value, tuple) else rows[key] == value]
     return rows
+
+
+# Kinds whose lines a varying key can tell apart (it joins the hue); the others refuse it
+HUED = ("curves", "final_vs", "bars")
+
+
+def averaged_keys(fig: Figure, rows: pd.DataFrame) -> list[str]:
+    """The config keys that take more than one value among the runs of one of ``fig``'s cells
+    (the runs that share its x, hue, panel, rows, cols, compare and seed): drawn as they are,
+    their values would be averaged as if they were more seeds. A tuning table's swept keys
+    are its subject, not such a key."""
+    declared = {k for k in (fig.x, fig.panel, fig.rows, fig.cols, fig.compare, *fig.hue) if k}
+    if fig.kind == "tuning":
+        declared.update(tuned_keys(rows))
+    runs = rows.drop_duplicates("run_id") if "run_id" in rows.columns else rows
+    cell = [k for k in (*sorted(declared), "seed") if k in runs.columns]
+    keys = [k for k in FIELDS if k in runs.columns and k not in declared and k != "seed"]
+    if runs.empty or not keys:
+        return []
+    counts = (runs[[*cell, *keys]].astype(str).groupby(cell, dropna=False).nunique()
+              if cell else runs[keys].astype(str).nunique().to_frame().T)
+    return [k for k in keys if (counts[k] > 1).any()]
+
+
+def kept_apart(fig: Figure, rows: pd.DataFrame) -> Figure:
+    """``fig`` with every key that :func:`averaged_keys` finds added to its hue (curves,
+    final_vs, bars: each value its own line or bar); ValueError naming the key for the other
+    kinds, whose cells have no room for it."""
+    extra = averaged_keys(fig, rows)
+    if not extra:
+        return fig
+    if fig.kind not in HUED:
+        values = sorted(map(str, rows[extra[0]].unique()))
+        raise ValueError(f"figure {fig.name}: key '{extra[0]}' varies within its cells "
+                         f"({', '.join(values)}) and is none of its axes; name it in rows, cols "
+                         f"or where")
+    log.warning("figure %s: %s vary within its lines: each value drawn apart (hue)",
+                fig.name, extra)
+    return dataclasses.replace(fig, hue=(*fig.hue, *extra))
 
 
 def _panels(fig: Figure, rows: pd.DataFrame) -> dict:
@@ -122,7 +163,8 @@ def _plain(fig: Figure, rows: pd.DataFrame, stem: str | Path) -> list[Path]:
 def _parts(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     parts = []
     for i, part in enumerate(fig.parts):
-        rows, args = _ARGS[part.kind](part, figure_rows(part, summary))
+        selected = figure_rows(part, summary)
+        rows, args = _ARGS[part.kind](kept_apart(part, selected), selected)
         for key in ("panel", "panel_values", "panel_label", "title"):
             args.pop(key)
         parts.append(Part(part.kind, rows, part.title or f"({chr(ord('a') + i)})", args))
@@ -195,7 +237,7 @@ def draw(fig: Figure, summary: pd.DataFrame, stem: str | Path) -> list[Path]:
     if fig.select is not None and fig.kind != "tuning":  # per cell, the lr chosen on val
         cells = [c for c in (fig.rows, fig.cols, fig.compare) if c is not None]
         rows = select_by_validation(rows, cells, by=fig.select)
-    return DRAW[fig.kind](fig, rows, stem)
+    return DRAW[fig.kind](kept_apart(fig, rows), rows, stem)
 
 
 def draw_all(figures: Sequence[Figure], summary: pd.DataFrame, stems: Sequence[str | Path]

@@ -1,4 +1,4 @@
-# The HTML report (snakemake --report report.html; README, Report). Every figure, table and the
+# The HTML report (snakemake --report report.html; docs/results.md). Every figure, table and the
 # claims ledger is flagged with report() where its rule declares it (reported(), common.smk),
 # under a category per paper, with a caption of its own: written here, one .rst per file,
 # from the config (fednorm.report). A rule rather than files written while the workflow is

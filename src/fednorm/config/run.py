@@ -62,7 +62,7 @@ class RunConfig:
     # classifier, with any normalizer (FedFN itself: normalizer 'none')
     feature_norm: bool = False
     # unit: the feature at unit L2 norm (FedFN's name); sqrt_dim: times sqrt(D), as the Hybrid
-    # BN authors' FedFN baseline (no official FedFN code is public; docs/new-methods.md)
+    # BN authors' FedFN baseline (no official FedFN code is public; docs/methods.md)
     feature_norm_scale: str = "unit"
     # federation
     n_clients: int = 10

@@ -345,7 +345,7 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
     paper = yaml.safe_load((config_dir / "config.yaml").read_text())
     hour = merge(paper, yaml.safe_load((config_dir / "hour.yaml").read_text()))
     plans = {"config/config.yaml (paper scale)": load_plan(paper),
-             "config/hour.yaml (one GPU-hour)": load_plan(hour)}
+             "config/hour.yaml (the CIFAR-10 profile)": load_plan(hour)}
     paper_plan = plans["config/config.yaml (paper scale)"]
     paper_rate = rate_for(paper_plan)
     measured_sizes = sorted({r for curve in measured.curves.values() for r in curve})
@@ -372,7 +372,7 @@ def gpu_hours(config_dir: Path, measured: Measured, device: torch.device) -> Res
     where = "in " + ", ".join(map(str, measured.reports)) if measured.reports else f"on {device}"
     return {"summary": f"paper scale {paper_all['gpu_hours_measured']:,.1f} GPU-hours at the "
                        f"best bundle, {paper_all['gpu_hours_in_its_bundles']:,.1f} in its "
-                       f"bundles; the hour profile {hour_all['gpu_hours_measured']:.2f}, "
+                       f"bundles; the CIFAR-10 profile {hour_all['gpu_hours_measured']:.2f}, "
                        f"{hour_all['gpu_hours_in_its_bundles']:.2f} in its bundles; at the "
                        f"rates measured {where}; config.yaml's bundle_size: "
                        f"{min(s['bundle_size'] for s in sizes)}",

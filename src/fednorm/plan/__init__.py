@@ -11,7 +11,7 @@ The configuration has four top-level sections (see ``config/config.yaml``):
                  ``data_workers``: processes decoding ImageNet-1K's JPEGs in a training job;
                  ``images_per_second`` and ``max_runtime``: each training job's ``runtime``
                  from its training images instead (:meth:`Execution.job_runtime`,
-                 docs/resume.md);
+                 docs/run.md);
 ``run``          defaults for every run (any :class:`~fednorm.config.RunConfig` key);
 ``experiments``  name -> ``{set: {key: value}, grid: {key: [values]}}``: the product of the grid
                  axes over the defaults updated by ``set``; a budget (``epochs`` or ``rounds``,

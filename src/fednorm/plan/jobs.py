@@ -129,7 +129,7 @@ class Execution:
         """The minutes a training job asks for whose training takes ``seconds`` at
         ``images_per_second`` (None: no rate given): ``runtime``, or RUNTIME_MARGIN times its
         training time plus RUNTIME_START_MINUTES; at most ``max_runtime``. A job cut short by
-        its limit saves its state and continues in its next submission (docs/resume.md)."""
+        its limit saves its state and continues in its next submission (docs/run.md)."""
         minutes = self.runtime if seconds is None \
             else RUNTIME_START_MINUTES + math.ceil(RUNTIME_MARGIN * seconds / 60)
         return minutes if self.max_runtime is None else min(minutes, self.max_runtime)
