@@ -10,7 +10,10 @@ missing as it is (a clone that has not run the quick profile yet). The blocks (B
 - ``quick-verdicts``: the claims ledger's verdict counts per paper and the firm verdicts
   (``<figures>/claims_words.csv``);
 - ``quick-findings``: the accuracies the front page quotes, each from its figure's CSV;
-- ``quick-runs``: the runs trained and the minutes they took (``<results>/runs/*/run.json``).
+- ``quick-runs``: the runs trained and the minutes they took (``<results>/runs/*/run.json``);
+- ``quick-replication``: the quick ledger against the same claims on disjoint seeds
+  (``<figures>_other_seeds/claims_words.csv``, ``make quick-other-seeds``): the share of claims
+  that keep their verdict, and the flips (:mod:`fednorm.claims.across`).
 
 ``make docs-numbers`` (``fednorm docs-numbers``) runs it on the quick profile's folders.
 """
@@ -33,8 +36,6 @@ PROFILES = {  # a profile's name in a block -> the config files its plan merges,
     "cifar10": ("config/config.yaml", "config/hour.yaml"),
     "paper": ("config/config.yaml",),
 }
-# the verdicts a ledger states firmly (the others say the design could not decide)
-FIRM = ("holds", "contradicted", "budget-limited")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ def plan_text(profile: str, root: Path) -> str:
 def verdicts_text(src: Sources) -> str | None:
     """The verdict counts per paper (the ledger's own table) and the firm verdicts."""
     from fednorm.claims.render import counts_text
+    from fednorm.claims.words import FIRM
 
     path = src.figures / "claims_words.csv"
     if not path.is_file():
@@ -140,11 +142,29 @@ def runs_text(src: Sources) -> str | None:
             f"(`{src.results.relative_to(src.root)}/runs/*/run.json`)\n")
 
 
+def replication_text(src: Sources) -> str | None:
+    """One line: the claims judged in both ledgers, the share that keep their verdict, the
+    moves and the flips, and each flip or move by claim id."""
+    from fednorm.claims.across import compare_files, summary
+
+    first = src.figures / "claims_words.csv"
+    other = src.figures.with_name(src.figures.name + "_other_seeds") / "claims_words.csv"
+    if not (first.is_file() and other.is_file()):
+        return None
+    table = compare_files(first, other)
+    changed = table[table.change.isin(["moved", "flipped"])]
+    moves = "; ".join(f"{r.id}: {r.a} → {r.b}" for r in changed.itertuples(index=False))
+    return (f"{summary(table)} (`fednorm across-seeds {first.relative_to(src.root)} "
+            f"{other.relative_to(src.root)}`)" + (f". Changed: {moves}" if moves else "")
+            + "\n")
+
+
 BLOCKS: dict[str, Callable[[Sources], str | None]] = {
     **{f"{p}-plan": (lambda src, p=p: plan_text(p, src.root)) for p in PROFILES},
     "quick-verdicts": verdicts_text,
     "quick-findings": findings_text,
     "quick-runs": runs_text,
+    "quick-replication": replication_text,
 }
 
 
