@@ -1,7 +1,8 @@
 """One record per method: what it is, its flags, its own keys and checks, how it is drawn.
 
 A method (a ``normalizer`` value) is one :class:`Method` here, plus its layer or rule in
-fednorm.norms (``normalizer_for`` maps its name to them) and its test: nothing else names it.
+fednorm.norms (its record's ``module``, or norms' table for a method of one line) and its
+test: nothing else names it.
 The configuration derives its lists of names, its method keys and their checks from these
 records (fednorm.config); norms builds the engine's view of a method (fednorm.norms.Normalizer)
 from the record's flags and the run's keys; the engine, the training loop and the plots read
@@ -106,6 +107,9 @@ class Method:
     clientwise: bool = False
     clips: bool = False
     offset: bool = True
+    # the fednorm.norms module whose ``layers(cfg)`` gives its layer, rule, parts and hooks;
+    # None: fednorm.norms's own table (the methods of one line)
+    module: str | None = None
     keys: tuple[Key, ...] = ()
     # the keys its paper or official code tunes per setting (beyond the learning rate)
     tunes: tuple[Tune, ...] = ()
@@ -173,6 +177,13 @@ def _spatial_maps(cfg: Cfg, where: Where) -> None:
                    f"hidden 1x1 features are the value itself: a constant output)")
 
 
+def _in_memory_images(cfg: Cfg, where: Where) -> None:
+    if cfg.dataset == "imagenet":
+        raise fail(where, "dataset", cfg.dataset,
+                   f"not 'imagenet' with normalizer '{cfg.normalizer}' (it pretrains on and "
+                   f"measures the clients' training images in memory; ImageNet-1K is streamed)")
+
+
 # The models whose convolutions the project builds itself (torchvision's resnet18 builds plain
 # nn.Conv2d and single-client layers: no WSConv2d, ScaledWSConv2d or client-stacked weights)
 OWN_CONVS = ("fbn_cnn", "resnet20", "lenet", "digits_cnn")
@@ -214,7 +225,7 @@ METHODS: tuple[Method, ...] = (
     Method("fixup", Look("Fixup", "#00688b", "X", (0, (4, 1, 1, 1, 1, 1))), statistics=False,
            models=("resnet20",), checks=_no_feature_norm),
     Method("fedtan", Look("FedTAN", "#b8860b", "*", (0, (6, 2, 1, 2))), union=True,
-           clientwise=True, models=OWN_CONVS,
+           clientwise=True, models=OWN_CONVS, module="fednorm.norms.fedtan",
            paper="FedTAN: Wang, Shi, Chang, arXiv 2301.02982",
            # the union statistics in every local step (the paper's description) or in the
            # first of each round only, the other steps naive BN (the authors' code)
@@ -226,10 +237,10 @@ METHODS: tuple[Method, ...] = (
            paper="FedBN: Li, Jiang, Zhang, Kamp, Dou, ICLR 2021, arXiv 2102.07623"),
     Method("silobn", Look("SiloBN", "#8c564b", "p", (0, (3, 2))), personal=("stats",)),
     Method("heterofl_sbn", Look("HeteroFL (static BN)", "#17becf", "d", (0, (2, 1, 2, 3))),
-           static=True),
+           static=True, module="fednorm.norms.heterofl"),
     # docs/new-methods.md, its table of details against the authors' code
     Method("hybridbn", Look("Hybrid BN", "#e6550d", "8", (0, (4, 2, 1, 2))), round_start=True,
-           personal=("mixing",), revision=1,
+           personal=("mixing",), revision=1, module="fednorm.norms.hybridbn",
            paper="Hybrid BN: Chen, Xu, Wu, Kittler, ICML 2025, arXiv 2505.21877",
            keys=(Key("hybridbn_stats_images", 64, IntIn(2), "int",
                      "images per client in the round-start forward of the global model whose "
@@ -255,7 +266,8 @@ METHODS: tuple[Method, ...] = (
            # method; here Hybrid BN's own recipe, the common recipe for the others)
            recipe=(("weighted_average", True), ("clip_norm", 10.0))),
     Method("fedwon", Look("FedWon", "#006d2c", "H", (0, (6, 1))), statistics=False, clips=True,
-           models=OWN_CONVS, paper="FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
+           models=OWN_CONVS, module="fednorm.norms.fedwon",
+           paper="FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
            # Brock et al. (2021), "High-Performance Large-Scale Image Recognition Without
            # Normalization", §4.1: 0.01 is their choice for their large batches (4096);
            # FedWon's text states no value that we could read
@@ -275,6 +287,19 @@ METHODS: tuple[Method, ...] = (
                                             None)),),
            # 2: LeNet's and ResNet-20's convs carry a bias (``offset``)
            offset=False, revision=2),
+    # its official code: microsoft/PersonalizedFL, alg/fedap.py and alg/core/comm.py
+    Method("fedap", Look("FedAP", "#7b4173", "+", (0, (5, 1, 1, 1))), module="fednorm.norms.fedap",
+           paper="FedAP: Lu, Wang, Chen, Qin, Xu, Dimitriadis, Qin, IEEE TBD 2022, "
+                 "arXiv 2112.00734",
+           keys=(Key("self_weight", 0.5, NumberIn(0, 1), "float",
+                     "FedAP's self-weight lambda, the diagonal of its mixing matrix (the code's "
+                     "model_momentum)"),
+                 Key("pretrain_passes", 150, IntIn(1), "int",
+                     "FedAP's passes of plain SGD over its pretraining images (the code's "
+                     "pretrained_iters)")),
+           # the paper tunes it (its Fig. 6 sweeps lambda); the code's default 0.5
+           tunes=(Tune("self_weight", "λ", (0.1, 0.3, 0.5, 0.7, 0.9)),),
+           checks=_in_memory_images),
     # revision 1: LeNet's and ResNet-20's convs carry a bias (``offset``)
     Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False,
            offset=False, revision=1),

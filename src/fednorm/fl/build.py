@@ -67,7 +67,7 @@ def schedule_for(cfg: RunConfig, normalizer: Normalizer) -> type[Trainer]:
     if normalizer.clientwise:
         return Clientwise
     per_client = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
-                  or bool(normalizer.local or normalizer.kept) or normalizer.hooks.per_client
+                  or normalizer.parts is not None or normalizer.hooks.per_client
                   or cfg.clip_norm is not None or cfg.weighted_average)
     return FedAvg if per_client else DSGD
 

@@ -143,22 +143,12 @@ class FedAvg(Rounds):
     def __init__(self, cfgs, models, normalizer, batches) -> None:
         super().__init__(cfgs, models, normalizer, batches)
         self.clients = torch.arange(self.n, device=self.dropout_keys.device)  # dropout streams
-        names = {"affine": [f"{la.key}.{p}" for la in self.layers for p in ("weight", "bias")],
-                 "stats": self.stat_names,
-                 "mixing": [f"{la.key}.{p}" for la in self.layers for p in la.mixing]}
-        self.kept = {k for part in normalizer.kept for k in names[part]}
-        everything = {**self.state.params, **self.state.stats}
-        self.state.local = {k: per_client(everything[k], self.n)
-                            for part in (*normalizer.local, *normalizer.kept)
-                            for k in names[part]}
-        if self.kept:
-            self.state.joined = {"clients": torch.zeros(self.runs, self.n, dtype=torch.bool,
-                                                        device=self.dropout_keys.device)}
+        self.parts.create(self.state, self.n)
 
     @property
     def personalized(self) -> bool:
-        """Whether each client is tested with its own parts (never averaged)."""
-        return bool(set(self.state.local) - self.kept)
+        """Whether each client is tested with its own parts."""
+        return bool(self.parts.tested)
 
     def _zero_momentum(self, stacked: Tensor) -> Tensor:
         return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
@@ -174,7 +164,7 @@ class FedAvg(Rounds):
         for k, own in self.own_parts(who).items():
             (params if k in params else stats)[k].copy_(own)
         start = self.hooks.round_start(self.tools, rule, self._drawn_at(first_step),
-                                       {k: params[k] for k in self.kept})
+                                       {k: params[k] for k in self.parts.averaged})
         step = self.gradient_step(("clients", rule, n), lambda: over_clients(
             self.grad_fn(rule, 1, union_clients=n)))
         names = self.trainable(first_step)  # a method's frozen parameters left out
@@ -193,8 +183,11 @@ class FedAvg(Rounds):
                 lambda e=e: self._local_step(step, params, stats, first_step + e, rnd))
         trained = self._close(params, stats, every, who)
         # serve: the parts the clients keep to themselves are never averaged; kept ones are
-        self._aggregate(params, stats, rule, set(names) - (set(self.state.local) - self.kept),
+        self._aggregate(params, stats, rule, set(names) - self.parts.never_averaged,
                         start, clients=n, who=who)
+        matrix = self.hooks.aggregation_matrix(self.tools, who)  # each client's own mix
+        if matrix is not None:
+            self.parts.serve(self.state, matrix, params, who)
         self.end_round(trained if who is not None else None)
         return total
 
@@ -208,18 +201,7 @@ class FedAvg(Rounds):
             for k, m in every.items():
                 m.scatter_(1, row_index(who, m), trained[k])
             self.state.momenta = every
-        for k, own in self.state.local.items():
-            new = params[k] if k in params else stats[k]
-            if who is None:
-                own.copy_(new)
-            else:
-                own.scatter_(1, row_index(who, own), new)
-        if self.kept:  # the round's clients have trained: their own parts are theirs now
-            joined = self.state.joined["clients"]
-            if who is None:
-                joined.fill_(True)
-            else:
-                joined.scatter_(1, who, True)
+        self.parts.save(self.state, {**params, **stats}, who)
         return trained
 
     def _local_step(self, step: Callable, params: dict[str, Tensor], stats: dict[str, Tensor],
@@ -284,7 +266,7 @@ class FedAvg(Rounds):
         n = clients or self.n
         self._average_params(params, set(self.names) if trained is None else trained, who)
         if (not self.layers or not self.hooks.tracks_statistics
-                or "stats" in self.normalizer.local):
+                or self.parts.keeps_statistics):
             return  # nothing to aggregate: no running statistics, or the clients keep theirs
         if start is not None:
             self._commit_pending(start, rule)

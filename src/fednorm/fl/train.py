@@ -337,7 +337,7 @@ class _Loop:
         trainer = self.trainer
         trainer.before_test(self.data)  # the method's hook
         # the BN layers of a global model (FedBN, SiloBN: the clients keep their statistics)
-        measured = [] if "stats" in trainer.normalizer.local else trainer.layers
+        measured = [] if trainer.parts.keeps_statistics else trainer.layers
         with trainer.evaluation_statistics(step):  # the method's context around a test
             acc, test_loss, local_acc, by_domain = evaluate_chunks(
                 trainer, partial(self.data.chunks, "test"), self.label_dist,

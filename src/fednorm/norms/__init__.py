@@ -98,6 +98,7 @@ fednorm.norms.fedwon: the method's gradient hook), applied to every parameter bu
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,12 +108,12 @@ from torch import nn
 
 from fednorm import methods
 from fednorm.config import RunConfig
-from fednorm.norms import fedtan, fedwon, heterofl, hybridbn
 from fednorm.norms.fbn import FirstBatch
 from fednorm.norms.fedwon import NF_ALPHA
 from fednorm.norms.hooks import Hooks, Pending, Tools
 from fednorm.norms.hybridbn import HybridBatchNorm2d, HybridStats, RoundStart
 from fednorm.norms.layer import FedBatchNorm2d, NormContext, norm_context
+from fednorm.norms.parts import PartNames, PartSpec, client_parts
 from fednorm.norms.per_sample import (
     FeatureNorm,
     InstanceNorm2d,
@@ -145,6 +146,7 @@ __all__ = [
     "LayerNorm2d",
     "NormContext",
     "Normalizer",
+    "PartNames",
     "Pending",
     "RoundStart",
     "ScaledWSConv2d",
@@ -179,10 +181,9 @@ class Normalizer:
     clientwise: bool = False  # layers take client-stacked weights (one forward of all clients)
     # clientwise: the union's statistics in every local step; False: in a round's first alone
     union_every_step: bool = True
-    local: tuple[str, ...] = ()  # BN parts each client keeps, never averaged: "stats", "affine"
-    # BN parts each client keeps while the server also averages them into the global model, a
-    # client starting from that average on its first round ("mixing": Hybrid BN's own d)
-    kept: tuple[str, ...] = ()
+    # the tensors each client keeps across rounds (fednorm.norms.parts, fednorm.fl.parts);
+    # None: none
+    parts: PartSpec | None = None
     # what the method adds to the engine's schedule (fednorm.norms.hooks); none by default
     hooks: Hooks = NO_HOOKS
     conv_bias: bool = False  # convolutions carry a bias: no layer after them has an offset
@@ -236,8 +237,8 @@ def _fixbn(cfg: RunConfig) -> dict:
     return {**_bn(cfg, batch), "rule_at": rule_at, "freeze_affine_at": affine_at}
 
 
-# Each method's layer and rule (its flags come from its record, fednorm.methods): the one place
-# in fednorm.norms that maps a name to them
+# The layer and rule of each method of one line (its flags come from its record,
+# fednorm.methods; a method with a module of its own is found through its record's ``module``)
 LAYERS: dict[str, Callable[[RunConfig], dict]] = {
     "central": lambda cfg: _bn(cfg, UnionStats()),
     "bn": lambda cfg: _bn(cfg, BatchStats()),
@@ -249,12 +250,8 @@ LAYERS: dict[str, Callable[[RunConfig], dict]] = {
     "ln": lambda cfg: dict(make_layer=lambda c: LayerNorm2d(c, eps=cfg.bn_eps)),
     "in": lambda cfg: dict(make_layer=lambda c: InstanceNorm2d(c, eps=cfg.bn_eps)),
     "fixup": lambda cfg: dict(make_layer=None),
-    "fedtan": fedtan.layers,
     "fedbn": lambda cfg: _bn(cfg, BatchStats()),
     "silobn": lambda cfg: _bn(cfg, BatchStats()),
-    "heterofl_sbn": heterofl.layers,
-    "hybridbn": hybridbn.layers,
-    "fedwon": fedwon.layers,
     "none": lambda cfg: dict(make_layer=_identity),
 }
 
@@ -262,9 +259,11 @@ LAYERS: dict[str, Callable[[RunConfig], dict]] = {
 def normalizer_for(cfg: RunConfig) -> Normalizer:
     """The normalizer a run config names: its record's flags, then its layer and rule."""
     record = methods.method(cfg.normalizer)
-    flags = dict(rule_at=_no_rule, clientwise=record.clientwise, local=record.personal,
-                 conv_bias=not record.offset)
-    return Normalizer(cfg.normalizer, **{**flags, **LAYERS[cfg.normalizer](cfg)})
+    flags = dict(rule_at=_no_rule, clientwise=record.clientwise,
+                 parts=client_parts(own=record.personal), conv_bias=not record.offset)
+    layers = (LAYERS[cfg.normalizer] if record.module is None
+              else importlib.import_module(record.module).layers)
+    return Normalizer(cfg.normalizer, **{**flags, **layers(cfg)})
 
 
 def fixbn_freeze_step(cfg: RunConfig) -> int:
