@@ -391,15 +391,15 @@ class _Loop:
         if bool(ok.all()):
             return True
         self.finish((~ok).nonzero().flatten().tolist(), "diverged")
-        kept = ok.nonzero().flatten()
-        self.ids = [self.ids[r] for r in kept.tolist()]
+        going_on = ok.nonzero().flatten()
+        self.ids = [self.ids[r] for r in going_on.tolist()]
         if not self.ids:
             return False
-        trainer.keep(kept)  # the state's select, and the kept runs' samplers and keys
-        self.probe = self.probe.select(kept)
-        self.label_dist = self.label_dist[kept]
+        trainer.keep(going_on)  # the state's select, and those runs' samplers and keys
+        self.probe = self.probe.select(going_on)
+        self.label_dist = self.label_dist[going_on]
         if self.domain_dist is not None:
-            self.domain_dist = self.domain_dist[kept]
+            self.domain_dist = self.domain_dist[going_on]
         return True
 
     def finish(self, positions: list[int], status: str) -> None:

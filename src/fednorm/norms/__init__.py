@@ -50,9 +50,9 @@ client's own weights (the clients send their batch means and variances, the serv
 union's), and in the backward pass the gradients with respect to those statistics are
 aggregated across clients too; (2) every client reports the same union statistics; (3) the
 server's running statistics are their moving average, as nn.BatchNorm2d's on the union batch;
-(4) the global model normalizes with them. ``clientwise`` (True for FedTAN only) asks
+(4) the global model normalizes with them. ``stacked_weights`` (True for FedTAN only) asks
 fednorm.models.build_model for layers that take client-stacked weights
-(fednorm.models.clientwise); the engine's clientwise rounds run one forward over all clients
+(fednorm.models.clientwise); the engine's stacked-client rounds run one forward over all clients
 (fednorm.norms.fedtan).
 
 FedBN (``fedbn``; Li et al. 2021) and SiloBN (``silobn``; Andreux et al. 2020) keep part of BN
@@ -178,9 +178,8 @@ class Normalizer:
     rule_at: Callable[[int], StatRule | None]  # 0-based step -> rule active during that step
     conv: Callable[..., nn.Conv2d] = nn.Conv2d  # the models' convolution (nn.Conv2d signature)
     freeze_affine_at: int | None = None  # first step with BN's gamma, beta frozen; None: never
-    clientwise: bool = False  # layers take client-stacked weights (one forward of all clients)
-    # clientwise: the union's statistics in every local step; False: in a round's first alone
-    union_every_step: bool = True
+    stacked_weights: bool = False  # layers take client-stacked weights (one forward of all
+    # clients)
     # the tensors each client keeps across rounds (fednorm.norms.parts, fednorm.fl.parts);
     # None: none
     parts: PartSpec | None = None
@@ -190,6 +189,12 @@ class Normalizer:
     # NF-ResNet residual scaling alpha of the ResNets (FedWon; fednorm.models.resnet); None:
     # plain residual sums
     residual_alpha: float | None = None
+
+    @property
+    def per_client(self) -> bool:
+        """Whether each client's own state or gradient matters (parts it keeps, or hooks that
+        need each client's gradient): FedAvg's per-client path also at E = 1."""
+        return self.parts is not None or self.hooks.per_client
 
     def frozen_params_at(self, step: int, model: nn.Module) -> frozenset[str]:
         """Names (as in ``model.named_parameters()``) of the parameters that do not train
@@ -259,7 +264,7 @@ LAYERS: dict[str, Callable[[RunConfig], dict]] = {
 def normalizer_for(cfg: RunConfig) -> Normalizer:
     """The normalizer a run config names: its record's flags, then its layer and rule."""
     record = methods.method(cfg.normalizer)
-    flags = dict(rule_at=_no_rule, clientwise=record.clientwise,
+    flags = dict(rule_at=_no_rule, stacked_weights=record.clientwise,
                  parts=client_parts(own=record.personal), conv_bias=not record.offset)
     layers = (LAYERS[cfg.normalizer] if record.module is None
               else importlib.import_module(record.module).layers)
