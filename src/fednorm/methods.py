@@ -16,14 +16,14 @@ The flags answer what the engine and the configuration must know of a method:
   none; the server sees parameters only).
 - ``union``: it normalizes over the union of every client's batch in one fused pass (all
   clients take part in every step; no partial participation).
-- ``personal``: the BN parts each client keeps to itself between rounds ("stats", "affine",
-  "mixing"), kept for every client across rounds, also under partial participation.
-- ``static``: no running statistics in training; one pass over the training images before
-  each test (needs them in memory).
-- ``round_start``: the clients report the statistics of the downloaded global model at a
-  round's start (needs the images in memory: a forward apart from training).
+- ``personal``: the BN parts each client keeps to itself between rounds, never averaged
+  ("stats", "affine": fednorm.norms.parts), kept for every client across rounds, also under
+  partial participation; a method with a module states its parts there instead (Hybrid BN's
+  own d, by its key; FedAP's), never both.
+- ``in_memory``: it needs the training images in memory, for a forward apart from training
+  (HeteroFL's statistics pass before each test, Hybrid BN's round-start statistics, FedAP's
+  pretraining and measurement before round 0): not with a dataset streamed from disk.
 - ``clientwise``: the layers take client-stacked weights (one forward over all clients).
-- ``clips``: the clients clip their gradients adaptively (AGC).
 - ``offset``: its layer after each convolution has a learnable per-channel offset (beta: BN's,
   GN's, LN's, IN's bias). False (no normalization: ``none``; FedWon's scaled WS convs, nothing
   after them): the models give those convolutions a bias instead (fednorm.models.build_model,
@@ -102,10 +102,8 @@ class Method:
     statistics: bool = True
     union: bool = False
     personal: tuple[str, ...] = ()
-    static: bool = False
-    round_start: bool = False
+    in_memory: bool = False
     clientwise: bool = False
-    clips: bool = False
     offset: bool = True
     # the fednorm.norms module whose ``layers(cfg)`` gives its layer, rule, parts and hooks;
     # None: fednorm.norms's own table (the methods of one line)
@@ -129,10 +127,6 @@ class Method:
         """Its keys given per round for a paper's budget (scaled by ``time_constants``)."""
         return tuple(k.name for k in self.keys if k.per_round_of is not None)
 
-    @property
-    def in_memory(self) -> bool:
-        """Whether it needs the training images in memory (a forward apart from training)."""
-        return self.static or self.round_start
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,13 +169,6 @@ def _spatial_maps(cfg: Cfg, where: Where) -> None:
                    f"a model whose every normalization sees an HxW map with normalizer "
                    f"'{cfg.normalizer}' (per-sample, per-channel statistics of {cfg.model}'s "
                    f"hidden 1x1 features are the value itself: a constant output)")
-
-
-def _in_memory_images(cfg: Cfg, where: Where) -> None:
-    if cfg.dataset == "imagenet":
-        raise fail(where, "dataset", cfg.dataset,
-                   f"not 'imagenet' with normalizer '{cfg.normalizer}' (it pretrains on and "
-                   f"measures the clients' training images in memory; ImageNet-1K is streamed)")
 
 
 # The models whose convolutions the project builds itself (torchvision's resnet18 builds plain
@@ -237,10 +224,10 @@ METHODS: tuple[Method, ...] = (
            paper="FedBN: Li, Jiang, Zhang, Kamp, Dou, ICLR 2021, arXiv 2102.07623"),
     Method("silobn", Look("SiloBN", "#8c564b", "p", (0, (3, 2))), personal=("stats",)),
     Method("heterofl_sbn", Look("HeteroFL (static BN)", "#17becf", "d", (0, (2, 1, 2, 3))),
-           static=True, module="fednorm.norms.heterofl"),
+           in_memory=True, module="fednorm.norms.heterofl"),
     # docs/new-methods.md, its table of details against the authors' code
-    Method("hybridbn", Look("Hybrid BN", "#e6550d", "8", (0, (4, 2, 1, 2))), round_start=True,
-           personal=("mixing",), revision=1, module="fednorm.norms.hybridbn",
+    Method("hybridbn", Look("Hybrid BN", "#e6550d", "8", (0, (4, 2, 1, 2))), in_memory=True,
+           revision=1, module="fednorm.norms.hybridbn",
            paper="Hybrid BN: Chen, Xu, Wu, Kittler, ICML 2025, arXiv 2505.21877",
            keys=(Key("hybridbn_stats_images", 64, IntIn(2), "int",
                      "images per client in the round-start forward of the global model whose "
@@ -265,7 +252,7 @@ METHODS: tuple[Method, ...] = (
            # data sizes, every gradient clipped at norm 10 (its benchmark does so for every
            # method; here Hybrid BN's own recipe, the common recipe for the others)
            recipe=(("weighted_average", True), ("clip_norm", 10.0))),
-    Method("fedwon", Look("FedWon", "#006d2c", "H", (0, (6, 1))), statistics=False, clips=True,
+    Method("fedwon", Look("FedWon", "#006d2c", "H", (0, (6, 1))), statistics=False,
            models=OWN_CONVS, module="fednorm.norms.fedwon",
            paper="FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
            # Brock et al. (2021), "High-Performance Large-Scale Image Recognition Without
@@ -298,8 +285,7 @@ METHODS: tuple[Method, ...] = (
                      "FedAP's passes of plain SGD over its pretraining images (the code's "
                      "pretrained_iters)")),
            # the paper tunes it (its Fig. 6 sweeps lambda); the code's default 0.5
-           tunes=(Tune("self_weight", "λ", (0.1, 0.3, 0.5, 0.7, 0.9)),),
-           checks=_in_memory_images),
+           tunes=(Tune("self_weight", "λ", (0.1, 0.3, 0.5, 0.7, 0.9)),), in_memory=True),
     # revision 1: LeNet's and ResNet-20's convs carry a bias (``offset``)
     Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False,
            offset=False, revision=1),

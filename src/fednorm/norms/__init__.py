@@ -266,9 +266,13 @@ def normalizer_for(cfg: RunConfig) -> Normalizer:
     record = methods.method(cfg.normalizer)
     flags = dict(rule_at=_no_rule, stacked_weights=record.clientwise,
                  parts=client_parts(own=record.personal), conv_bias=not record.offset)
-    layers = (LAYERS[cfg.normalizer] if record.module is None
-              else importlib.import_module(record.module).layers)
-    return Normalizer(cfg.normalizer, **{**flags, **layers(cfg)})
+    if record.module is None:
+        return Normalizer(cfg.normalizer, **{**flags, **LAYERS[cfg.normalizer](cfg)})
+    own = importlib.import_module(record.module).layers(cfg)
+    if record.personal and "parts" in own:
+        raise ValueError(f"{record.module}: its parts are its record's ``personal`` or its "
+                         f"module's, not both")
+    return Normalizer(cfg.normalizer, **{**flags, **own})
 
 
 def fixbn_freeze_step(cfg: RunConfig) -> int:
