@@ -301,12 +301,9 @@ class _Loop:
                                            device=self.data.device)):
             return
         for first in range(self.first_step, cfg.steps, cfg.local_steps):
-            state = trainer.state
-            state.step = first
             self.bundle.between_rounds(first)
-            state.loss_sum = state.loss_sum + trainer.round(first)
-            state.since += cfg.local_steps
-            step = first + cfg.local_steps
+            trainer.advance(first)
+            state, step = trainer.state, first + cfg.local_steps
             if step // cfg.eval_every == first // cfg.eval_every and step != cfg.steps:
                 continue
             # the only host syncs: at evaluation points

@@ -329,6 +329,14 @@ class Trainer:
                     if k in tensors and t.data_ptr() != tensors[k].data_ptr():
                         t.copy_(tensors[k][r])
 
+    def advance(self, first_step: int) -> None:
+        """The round from ``first_step`` (the state's ``step``), kept in the state: its losses
+        summed into ``loss_sum``, its steps into ``since``, ``step`` set to the next round's."""
+        state = self.state
+        state.loss_sum = state.loss_sum + self.round(first_step)
+        state.since += self.cfg.local_steps
+        state.step = first_step + self.cfg.local_steps
+
     def round(self, first_step: int) -> Tensor:
         """Train every run for one round from ``first_step``; returns the (R,) summed losses."""
         raise NotImplementedError
