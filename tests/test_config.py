@@ -130,6 +130,7 @@ PINNED_DEFAULTS = {
     "alie_z": None, "var_floor": 1e-05, "attack_stats": "mean_var", "attack_updates": False,
     "eval_every": 50, "record_dynamics": False, "dynamics_window": 200, "seed": 0,
     "val_fraction": 0.0, "agc_lambda": 0.01, "feature_norm": False, "lr_scale": 1.0,
+    "self_weight": 0.5, "pretrain_passes": 150,
 }
 
 

@@ -1,7 +1,8 @@
 """One record per method: what it is, its flags, its own keys and checks, how it is drawn.
 
 A method (a ``normalizer`` value) is one :class:`Method` here, plus its layer or rule in
-fednorm.norms (``normalizer_for`` maps its name to them) and its test: nothing else names it.
+fednorm.norms (its record's ``module``, or norms' table for a method of one line) and its
+test: nothing else names it.
 The configuration derives its lists of names, its method keys and their checks from these
 records (fednorm.config); norms builds the engine's view of a method (fednorm.norms.Normalizer)
 from the record's flags and the run's keys; the engine, the training loop and the plots read
@@ -15,14 +16,14 @@ The flags answer what the engine and the configuration must know of a method:
   none; the server sees parameters only).
 - ``union``: it normalizes over the union of every client's batch in one fused pass (all
   clients take part in every step; no partial participation).
-- ``personal``: the BN parts each client keeps to itself between rounds ("stats", "affine",
-  "mixing"), kept for every client across rounds, also under partial participation.
-- ``static``: no running statistics in training; one pass over the training images before
-  each test (needs them in memory).
-- ``round_start``: the clients report the statistics of the downloaded global model at a
-  round's start (needs the images in memory: a forward apart from training).
+- ``personal``: the BN parts each client keeps to itself between rounds, never averaged
+  ("stats", "affine": fednorm.norms.parts), kept for every client across rounds, also under
+  partial participation; a method with a module states its parts there instead (Hybrid BN's
+  own d, by its key; FedAP's), never both.
+- ``in_memory``: it needs the training images in memory, for a forward apart from training
+  (HeteroFL's statistics pass before each test, Hybrid BN's round-start statistics, FedAP's
+  pretraining and measurement before round 0): not with a dataset streamed from disk.
 - ``clientwise``: the layers take client-stacked weights (one forward over all clients).
-- ``clips``: the clients clip their gradients adaptively (AGC).
 - ``offset``: its layer after each convolution has a learnable per-channel offset (beta: BN's,
   GN's, LN's, IN's bias). False (no normalization: ``none``; FedWon's scaled WS convs, nothing
   after them): the models give those convolutions a bias instead (fednorm.models.build_model,
@@ -101,11 +102,12 @@ class Method:
     statistics: bool = True
     union: bool = False
     personal: tuple[str, ...] = ()
-    static: bool = False
-    round_start: bool = False
+    in_memory: bool = False
     clientwise: bool = False
-    clips: bool = False
     offset: bool = True
+    # the fednorm.norms module whose ``layers(cfg)`` gives its layer, rule, parts and hooks;
+    # None: fednorm.norms's own table (the methods of one line)
+    module: str | None = None
     keys: tuple[Key, ...] = ()
     # the keys its paper or official code tunes per setting (beyond the learning rate)
     tunes: tuple[Tune, ...] = ()
@@ -125,10 +127,6 @@ class Method:
         """Its keys given per round for a paper's budget (scaled by ``time_constants``)."""
         return tuple(k.name for k in self.keys if k.per_round_of is not None)
 
-    @property
-    def in_memory(self) -> bool:
-        """Whether it needs the training images in memory (a forward apart from training)."""
-        return self.static or self.round_start
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +212,7 @@ METHODS: tuple[Method, ...] = (
     Method("fixup", Look("Fixup", "#00688b", "X", (0, (4, 1, 1, 1, 1, 1))), statistics=False,
            models=("resnet20",), checks=_no_feature_norm),
     Method("fedtan", Look("FedTAN", "#b8860b", "*", (0, (6, 2, 1, 2))), union=True,
-           clientwise=True, models=OWN_CONVS,
+           clientwise=True, models=OWN_CONVS, module="fednorm.norms.fedtan",
            paper="FedTAN: Wang, Shi, Chang, arXiv 2301.02982",
            # the union statistics in every local step (the paper's description) or in the
            # first of each round only, the other steps naive BN (the authors' code)
@@ -226,10 +224,10 @@ METHODS: tuple[Method, ...] = (
            paper="FedBN: Li, Jiang, Zhang, Kamp, Dou, ICLR 2021, arXiv 2102.07623"),
     Method("silobn", Look("SiloBN", "#8c564b", "p", (0, (3, 2))), personal=("stats",)),
     Method("heterofl_sbn", Look("HeteroFL (static BN)", "#17becf", "d", (0, (2, 1, 2, 3))),
-           static=True),
+           in_memory=True, module="fednorm.norms.heterofl"),
     # docs/new-methods.md, its table of details against the authors' code
-    Method("hybridbn", Look("Hybrid BN", "#e6550d", "8", (0, (4, 2, 1, 2))), round_start=True,
-           personal=("mixing",), revision=1,
+    Method("hybridbn", Look("Hybrid BN", "#e6550d", "8", (0, (4, 2, 1, 2))), in_memory=True,
+           revision=1, module="fednorm.norms.hybridbn",
            paper="Hybrid BN: Chen, Xu, Wu, Kittler, ICML 2025, arXiv 2505.21877",
            keys=(Key("hybridbn_stats_images", 64, IntIn(2), "int",
                      "images per client in the round-start forward of the global model whose "
@@ -254,8 +252,9 @@ METHODS: tuple[Method, ...] = (
            # data sizes, every gradient clipped at norm 10 (its benchmark does so for every
            # method; here Hybrid BN's own recipe, the common recipe for the others)
            recipe=(("weighted_average", True), ("clip_norm", 10.0))),
-    Method("fedwon", Look("FedWon", "#006d2c", "H", (0, (6, 1))), statistics=False, clips=True,
-           models=OWN_CONVS, paper="FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
+    Method("fedwon", Look("FedWon", "#006d2c", "H", (0, (6, 1))), statistics=False,
+           models=OWN_CONVS, module="fednorm.norms.fedwon",
+           paper="FedWon: Zhuang, Lyu, ICLR 2024, arXiv 2306.05879",
            # Brock et al. (2021), "High-Performance Large-Scale Image Recognition Without
            # Normalization", §4.1: 0.01 is their choice for their large batches (4096);
            # FedWon's text states no value that we could read
@@ -275,6 +274,18 @@ METHODS: tuple[Method, ...] = (
                                             None)),),
            # 2: LeNet's and ResNet-20's convs carry a bias (``offset``)
            offset=False, revision=2),
+    # its official code: microsoft/PersonalizedFL, alg/fedap.py and alg/core/comm.py
+    Method("fedap", Look("FedAP", "#7b4173", "+", (0, (5, 1, 1, 1))), module="fednorm.norms.fedap",
+           paper="FedAP: Lu, Wang, Chen, Qin, Xu, Dimitriadis, Qin, IEEE TBD 2022, "
+                 "arXiv 2112.00734",
+           keys=(Key("self_weight", 0.5, NumberIn(0, 1), "float",
+                     "FedAP's self-weight lambda, the diagonal of its mixing matrix (the code's "
+                     "model_momentum)"),
+                 Key("pretrain_passes", 150, IntIn(1), "int",
+                     "FedAP's passes of plain SGD over its pretraining images (the code's "
+                     "pretrained_iters)")),
+           # the paper tunes it (its Fig. 6 sweeps lambda); the code's default 0.5
+           tunes=(Tune("self_weight", "λ", (0.1, 0.3, 0.5, 0.7, 0.9)),), in_memory=True),
     # revision 1: LeNet's and ResNet-20's convs carry a bias (``offset``)
     Method("none", Look("No normalization", "#525252", "x", (0, (1, 3))), statistics=False,
            offset=False, revision=1),

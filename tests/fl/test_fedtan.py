@@ -15,7 +15,7 @@ from torch import nn
 from fednorm.config import ConfigError, run_config
 from fednorm.data.synthetic import colour_classes
 from fednorm.fl.build import make_trainer, training_batches
-from fednorm.fl.round import Clientwise
+from fednorm.fl.round import StackedClients
 from fednorm.fl.train import train, train_bundle
 from fednorm.models import build_model
 from fednorm.models.clientwise import ClientConv2d, ClientLinear, clientwise
@@ -114,7 +114,7 @@ def test_fedtan_gradients_equal_union_batchnorm_through_each_clients_weights():
     parts = [torch.arange(i * 20, (i + 1) * 20) for i in range(N)]
     batches = training_batches([cfg], DATA, [parts])
     trainer = make_trainer([cfg], [model], normalizer_for(cfg), batches)
-    assert isinstance(trainer, Clientwise)
+    assert isinstance(trainer, StackedClients)
     # every client's own weights: the global ones perturbed differently
     gen = torch.Generator().manual_seed(1)
     clients = [copy.deepcopy(model) for _ in range(N)]

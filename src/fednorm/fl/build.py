@@ -20,7 +20,7 @@ from fednorm.data.partition import partition
 from fednorm.fl.batches import ClientBatches
 from fednorm.fl.graphed import Graphed
 from fednorm.fl.precision import autocast_dtype
-from fednorm.fl.round import DSGD, Clientwise, FedAvg
+from fednorm.fl.round import DSGD, FedAvg, StackedClients
 from fednorm.fl.streamed import streamed_batches
 from fednorm.fl.trainer import Trainer
 from fednorm.models import build_model
@@ -62,13 +62,13 @@ def schedule_for(cfg: RunConfig, normalizer: Normalizer) -> type[Trainer]:
     """DSGD's single fused pass when E = 1; FedAvg's stacked clients otherwise, and whenever
     the server needs each client's update (``attack_updates``), the clients' own state
     (partial participation, parts a client keeps) or each client's own gradient (a method's
-    ``per_client`` hooks, gradient clipping, a weighted average); the clientwise rounds for
-    layers that take client-stacked weights."""
-    if normalizer.clientwise:
-        return Clientwise
+    ``per_client``: parts a client keeps or hooks that need each client's gradient; gradient
+    clipping, a weighted average); the stacked-client rounds for layers that take
+    client-stacked weights."""
+    if normalizer.stacked_weights:
+        return StackedClients
     per_client = (cfg.local_steps > 1 or cfg.attack_updates or cfg.participation < 1
-                  or bool(normalizer.local or normalizer.kept) or normalizer.hooks.per_client
-                  or cfg.clip_norm is not None or cfg.weighted_average)
+                  or normalizer.per_client or cfg.clip_norm is not None or cfg.weighted_average)
     return FedAvg if per_client else DSGD
 
 

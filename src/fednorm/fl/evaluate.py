@@ -101,7 +101,7 @@ def _models(trainer: Trainer) -> tuple[Callable, tuple, int]:
     """What tests the runs, in eval mode: ``fn(*state, x)`` gives (R, models, B, classes),
     ``models`` 1 (the global model) or n (personalized BN: each client's own model)."""
     model, runs = trainer.model, trainer.runs
-    local = {k: own for k, own in trainer.state.local.items() if k not in trainer.kept}
+    local = trainer.parts.tested_parts(trainer.state)
     model.eval()
     if local:
         def clients(p, s, own, xb):  # one run: (n, B, classes), a model per client

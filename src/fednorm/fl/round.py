@@ -18,7 +18,8 @@ once as a graph and replayed (fednorm.fl.graphed).
   DSGD does. A method's statistics with E > 1: every client normalizes with its own copy of
   the round's shared statistics and moves it towards each of its batches; the server's rule
   takes the effective momentum of E steps, beta_E = 1 - (1 - beta)^E.
-- :class:`Clientwise`: layers that take client-stacked weights (``Normalizer.clientwise``), so
+- :class:`StackedClients`: layers that take client-stacked weights
+  (``Normalizer.stacked_weights``), so
   that a BN layer's statistics may reduce across the clients inside the forward pass: one
   forward per run of the n clients' stacked batches, each client through its own weights.
 
@@ -47,7 +48,7 @@ from fednorm.fl.buffers import per_client, row_index
 from fednorm.fl.server import average_params, client_weights, combine_updates
 from fednorm.fl.step import over_clients, over_runs
 from fednorm.fl.trainer import Trainer
-from fednorm.norms import BatchStats, Pending, StatRule
+from fednorm.norms import Pending, StatRule
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,8 @@ class Rounds(Trainer):
     def _fused_step(self, step: Callable, params: dict[str, Tensor], t: int, rnd: Round
                     ) -> Tensor:
         """Step ``t`` of round ``rnd`` of all clients of every run in one forward over their
-        stacked batches (``step``: DSGD's gradient at the global weights, the clientwise one at
-        each client's own), normalized by the round's rule with the global statistics, which
+        stacked batches (``step``: DSGD's gradient at the global weights, the stacked clients'
+        at each client's own), normalized by the round's rule with the global statistics, which
         the server then commits at once (unless the clients reported at the round's start);
         ``params`` (the global ones or the clients') are stepped in place. Returns the (R,)
         loss."""
@@ -143,22 +144,12 @@ class FedAvg(Rounds):
     def __init__(self, cfgs, models, normalizer, batches) -> None:
         super().__init__(cfgs, models, normalizer, batches)
         self.clients = torch.arange(self.n, device=self.dropout_keys.device)  # dropout streams
-        names = {"affine": [f"{la.key}.{p}" for la in self.layers for p in ("weight", "bias")],
-                 "stats": self.stat_names,
-                 "mixing": [f"{la.key}.{p}" for la in self.layers for p in la.mixing]}
-        self.kept = {k for part in normalizer.kept for k in names[part]}
-        everything = {**self.state.params, **self.state.stats}
-        self.state.local = {k: per_client(everything[k], self.n)
-                            for part in (*normalizer.local, *normalizer.kept)
-                            for k in names[part]}
-        if self.kept:
-            self.state.joined = {"clients": torch.zeros(self.runs, self.n, dtype=torch.bool,
-                                                        device=self.dropout_keys.device)}
+        self.parts.create(self.state, self.n)
 
     @property
     def personalized(self) -> bool:
-        """Whether each client is tested with its own parts (never averaged)."""
-        return bool(set(self.state.local) - self.kept)
+        """Whether each client is tested with its own parts."""
+        return bool(self.parts.tested)
 
     def _zero_momentum(self, stacked: Tensor) -> Tensor:
         return stacked.new_zeros((stacked.shape[0], self.n, *stacked.shape[1:]))
@@ -174,7 +165,7 @@ class FedAvg(Rounds):
         for k, own in self.own_parts(who).items():
             (params if k in params else stats)[k].copy_(own)
         start = self.hooks.round_start(self.tools, rule, self._drawn_at(first_step),
-                                       {k: params[k] for k in self.kept})
+                                       {k: params[k] for k in self.parts.averaged})
         step = self.gradient_step(("clients", rule, n), lambda: over_clients(
             self.grad_fn(rule, 1, union_clients=n)))
         names = self.trainable(first_step)  # a method's frozen parameters left out
@@ -193,8 +184,11 @@ class FedAvg(Rounds):
                 lambda e=e: self._local_step(step, params, stats, first_step + e, rnd))
         trained = self._close(params, stats, every, who)
         # serve: the parts the clients keep to themselves are never averaged; kept ones are
-        self._aggregate(params, stats, rule, set(names) - (set(self.state.local) - self.kept),
+        self._aggregate(params, stats, rule, set(names) - self.parts.never_averaged,
                         start, clients=n, who=who)
+        matrix = self.hooks.aggregation_matrix(self.tools, who)  # each client's own mix
+        if matrix is not None:
+            self.parts.serve(self.state, matrix, params, who)
         self.end_round(trained if who is not None else None)
         return total
 
@@ -208,18 +202,7 @@ class FedAvg(Rounds):
             for k, m in every.items():
                 m.scatter_(1, row_index(who, m), trained[k])
             self.state.momenta = every
-        for k, own in self.state.local.items():
-            new = params[k] if k in params else stats[k]
-            if who is None:
-                own.copy_(new)
-            else:
-                own.scatter_(1, row_index(who, own), new)
-        if self.kept:  # the round's clients have trained: their own parts are theirs now
-            joined = self.state.joined["clients"]
-            if who is None:
-                joined.fill_(True)
-            else:
-                joined.scatter_(1, who, True)
+        self.parts.save(self.state, {**params, **stats}, who)
         return trained
 
     def _local_step(self, step: Callable, params: dict[str, Tensor], stats: dict[str, Tensor],
@@ -257,7 +240,7 @@ class FedAvg(Rounds):
         statistics and momenta flattened over (run, client), the statistics as the layers
         report them, (R*n, 1, C); made once per buffer, before the round's first step."""
         views = self.views
-        return (views.flat("params", params), views.flat("stats", stats),
+        return (views.flat("params", params), views.flat("statistics", stats),
                 views.flat("momenta", self.state.momenta),
                 {k: views.view("reported", k, t, lambda u: u.view(self.runs * n, 1, -1))
                  for k, t in stats.items()})
@@ -284,7 +267,7 @@ class FedAvg(Rounds):
         n = clients or self.n
         self._average_params(params, set(self.names) if trained is None else trained, who)
         if (not self.layers or not self.hooks.tracks_statistics
-                or "stats" in self.normalizer.local):
+                or self.parts.keeps_statistics):
             return  # nothing to aggregate: no running statistics, or the clients keep theirs
         if start is not None:
             self._commit_pending(start, rule)
@@ -298,55 +281,63 @@ class FedAvg(Rounds):
             self._commit(reports, rule, beta_eff, n=n)
 
 
-class Clientwise(FedAvg):
-    """Rounds of layers that take client-stacked weights (``Normalizer.clientwise``): per run,
-    one forward of the n clients' stacked batches (n*b, ...) with client-stacked weights (n,
-    *shape); the BN layers reduce over all rows (the union's statistics) and apply each
+class StackedClients(FedAvg):
+    """Rounds of layers that take client-stacked weights (``Normalizer.stacked_weights``): per
+    run, one forward of the n clients' stacked batches (n*b, ...) with client-stacked weights
+    (n, *shape); the BN layers reduce over all rows (the union's statistics) and apply each
     client's own affine. The gradient is that of J = sum_i L_i (``loss_scale`` n on the
     union's mean) with respect to the client-stacked weights: client i's gradient is dL_i/dw_i
     through its own activations plus, through the shared statistics, the other clients'
     losses' gradients. The server's running statistics are the union's moving average,
     updated every step.
 
-    ``union_every_step`` False: the union's statistics in a round's first step only, the other
-    E - 1 steps with each client's own batch (the per-client path), the running statistics
-    averaged at the round's end; momenta of ``client_momentum: reset`` runs are zeroed again
-    after the first step (a fresh optimizer for the E - 1 steps)."""
+    The round's leading steps whose rule is its first step's (``Normalizer.rule_at``) are
+    fused; when the rule changes within the round, the other steps run each client's own batch
+    under that rule (the per-client path), the running statistics averaged at the round's end;
+    momenta of ``client_momentum: reset`` runs are zeroed again after the fused steps (a fresh
+    optimizer for the rest)."""
+
+    def fused_steps(self, first_step: int) -> int:
+        """The leading steps of the round from ``first_step`` under its first step's rule."""
+        rule, E = self.normalizer.rule_at(first_step), self.cfg.local_steps
+        return next((e for e in range(1, E) if self.normalizer.rule_at(first_step + e)
+                     is not rule), E)
 
     def round(self, first_step: int) -> Tensor:
         E, R = self.cfg.local_steps, self.runs
         self._start_clock(first_step)
         rule = self.normalizer.rule_at(first_step)  # the union's statistics
         params = {k: per_client(p, self.n) for k, p in self.state.params.items()}
-        union_step = self.gradient_step(("clientwise", rule), lambda: over_runs(
+        union_step = self.gradient_step(("stacked", rule), lambda: over_runs(
             self.grad_fn(rule, self.n, loss_scale=float(self.n)), R))
-        every = self.normalizer.union_every_step
+        fused = self.fused_steps(first_step)
         names = self.trainable(first_step)
         union = Round(first_step, rule, None, self.n, tuple(names))
         self.start_round()
         total = torch.zeros(R, device=self.dropout_keys.device, dtype=self.lrs.dtype)
-        for e in range(E if every else 1):
+        for e in range(fused):
             total = total + self._fused_step(union_step, params, first_step + e, union)
-        if every or E == 1:
+        if fused == E:
             self._average_params(params, set(names))
-        else:  # E - 1 steps of each client's own batch, then the per-client server's round
+        else:  # the other steps on each client's own batch, then the per-client server's round
+            own_rule = self.normalizer.rule_at(first_step + fused)
             stats = {k: per_client(s, self.n) for k, s in self.state.stats.items()}
-            local = self.gradient_step(("clients", "naive BN"), lambda: over_clients(
-                self.grad_fn(BatchStats(), 1)))
-            self.start_round()  # a fresh optimizer after the union step
+            local = self.gradient_step(("clients", own_rule), lambda: over_clients(
+                self.grad_fn(own_rule, 1)))
+            self.start_round()  # a fresh optimizer after the fused steps
             self._step_views(params, stats, self.n)
             self._client_keys(None)
-            own = Round(first_step, BatchStats(), None, self.n, tuple(names))
-            for e in range(1, E):
+            own = Round(first_step, own_rule, None, self.n, tuple(names))
+            for e in range(fused, E):
                 total = total + self._local_step(local, params, stats, first_step + e, own)
-            self._aggregate(params, stats, BatchStats(), set(names))
+            self._aggregate(params, stats, own_rule, set(names))
         self.end_round()
         return total
 
     def communication_rounds(self, steps: int) -> int:
-        """3L per step with the union's statistics (each BN layer: the clients' means, their
-        variances, then the gradients with respect to the union's statistics) plus one model
-        average per round; the union in a round's first step alone: one such step a round."""
-        rounds = steps // self.cfg.local_steps
-        union_steps = steps if self.normalizer.union_every_step else rounds
+        """3L per fused step (each BN layer: the clients' means, their variances, then the
+        gradients with respect to the union's statistics) plus one model average per round."""
+        E = self.cfg.local_steps
+        rounds, fused = steps // E, self.fused_steps(0)
+        union_steps = rounds * fused + (steps % E if fused == E else 0)
         return 3 * len(self.layers) * union_steps + rounds

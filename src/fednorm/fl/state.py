@@ -52,6 +52,9 @@ class BundleState:
     # "clients": (R, n) bool, whether each client has trained (and so holds its own parts that
     # the server also averages: Normalizer.kept); empty when none are
     joined: dict[str, Tensor] = field(default_factory=dict)
+    # what a method's hooks compute once and keep (R, ...) (fednorm.norms.hooks: a mixing
+    # matrix's inputs), replaced as a whole by load_state_dict
+    method: dict[str, Tensor] = field(default_factory=dict)
     # the training dynamics' sums (fednorm.fl.dynamics.Dynamics.zeros), when recorded
     dynamics: dict[str, Any] | None = None
     history: list[dict[str, list[dict]]] = field(default_factory=list)  # per run: HISTORY
@@ -72,7 +75,7 @@ class BundleState:
             return leaf[index.to(leaf.device)] if isinstance(leaf, Tensor) else leaf
 
         tensors = {f: tree_map(pick, getattr(self, f))
-                   for f in (*MODEL_PARTS, "loss_sum", "dynamics")}
+                   for f in (*MODEL_PARTS, "loss_sum", "dynamics", "method")}
         return dataclasses.replace(self, **tensors, runs=[self.runs[i] for i in picks],
                                    history=[self.history[i] for i in picks])
 
@@ -100,6 +103,7 @@ class BundleState:
         self.dynamics = tree_map(lambda t: t.to(device) if isinstance(t, Tensor) else t,
                                  saved["dynamics"])
         self.loss_sum = saved["loss_sum"].to(device)
+        self.method = {k: t.to(device) for k, t in saved.get("method", {}).items()}
         self.runs = list(saved["runs"])
         self.history = [{k: list(h[k]) for k in HISTORY} for h in saved["history"]]
         self.step, self.since = saved["step"], saved["since"]

@@ -301,12 +301,9 @@ class _Loop:
                                            device=self.data.device)):
             return
         for first in range(self.first_step, cfg.steps, cfg.local_steps):
-            state = trainer.state
-            state.step = first
             self.bundle.between_rounds(first)
-            state.loss_sum = state.loss_sum + trainer.round(first)
-            state.since += cfg.local_steps
-            step = first + cfg.local_steps
+            trainer.advance(first)
+            state, step = trainer.state, first + cfg.local_steps
             if step // cfg.eval_every == first // cfg.eval_every and step != cfg.steps:
                 continue
             # the only host syncs: at evaluation points
@@ -337,7 +334,7 @@ class _Loop:
         trainer = self.trainer
         trainer.before_test(self.data)  # the method's hook
         # the BN layers of a global model (FedBN, SiloBN: the clients keep their statistics)
-        measured = [] if "stats" in trainer.normalizer.local else trainer.layers
+        measured = [] if trainer.parts.keeps_statistics else trainer.layers
         with trainer.evaluation_statistics(step):  # the method's context around a test
             acc, test_loss, local_acc, by_domain = evaluate_chunks(
                 trainer, partial(self.data.chunks, "test"), self.label_dist,
@@ -391,15 +388,15 @@ class _Loop:
         if bool(ok.all()):
             return True
         self.finish((~ok).nonzero().flatten().tolist(), "diverged")
-        kept = ok.nonzero().flatten()
-        self.ids = [self.ids[r] for r in kept.tolist()]
+        going_on = ok.nonzero().flatten()
+        self.ids = [self.ids[r] for r in going_on.tolist()]
         if not self.ids:
             return False
-        trainer.keep(kept)  # the state's select, and the kept runs' samplers and keys
-        self.probe = self.probe.select(kept)
-        self.label_dist = self.label_dist[kept]
+        trainer.keep(going_on)  # the state's select, and those runs' samplers and keys
+        self.probe = self.probe.select(going_on)
+        self.label_dist = self.label_dist[going_on]
         if self.domain_dist is not None:
-            self.domain_dist = self.domain_dist[kept]
+            self.domain_dist = self.domain_dist[going_on]
         return True
 
     def finish(self, positions: list[int], status: str) -> None:

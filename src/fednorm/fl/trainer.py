@@ -37,15 +37,16 @@ from fednorm import rng
 from fednorm.config import CLIENT_MOMENTA, RunConfig
 from fednorm.fl import server
 from fednorm.fl.batches import ClientBatches
-from fednorm.fl.buffers import Views, rows, stack
+from fednorm.fl.buffers import Views, stack
 from fednorm.fl.dynamics import Dynamics
 from fednorm.fl.graphed import Graphed
 from fednorm.fl.participation import Participants, participation_keys
+from fednorm.fl.parts import ClientParts
 from fednorm.fl.precision import autocast_step
 from fednorm.fl.state import BundleState, empty_history
 from fednorm.fl.step import Reports, forward_fn, grad_fn, learning_rate, optimize, over_runs
 from fednorm.models.dropout import KeyedDropout
-from fednorm.norms import Normalizer, Pending, StatRule, Tools, bn_layers
+from fednorm.norms import Normalizer, PartNames, Pending, StatRule, Tools, bn_layers
 from fednorm.robust import Server
 
 
@@ -114,7 +115,9 @@ class Trainer:
                 participation_keys([c.seed for c in cfgs], first.device), self.n,
                 self.cfg.participants, self.cfg.local_steps))
         self.dynamics: Dynamics | None = None  # the training dynamics' recorder, when requested
-        self.kept: set[str] = set()  # own parts the server also averages (FedAvg sets them)
+        # the tensors each client keeps (fednorm.fl.parts; FedAvg's state holds them)
+        self.parts = ClientParts(normalizer.parts(self.model) if normalizer.parts else
+                                 PartNames(), self.stat_names)
         self.hooks = normalizer.hooks.bind(self.model, self.batches)  # the method's
         self._steps: dict[tuple, Callable] = {}  # gradient_step's, built once per key
         self.views = Views()  # buffers and views of the state, made once (fednorm.fl.buffers)
@@ -248,7 +251,7 @@ class Trainer:
         """The records and functions the method's hooks receive (fednorm.norms.hooks)."""
         return Tools(state=self.state, n=self.n, runs=self.runs, layers=self.layers,
                      local_steps=self.cfg.local_steps, batch_size=self.cfg.batch_size,
-                     keys=self.dropout_keys, batches=self.batches,
+                     keys=self.dropout_keys, lrs=self.lrs, batches=self.batches,
                      rule_at=self.normalizer.rule_at, forward=self._reports_of,
                      commit=self._commit, own_parts=self.own_parts,
                      participants=self.participants)
@@ -300,24 +303,10 @@ class Trainer:
         self.dynamics = Dynamics([la.key for la in self.layers], window)
         self.state.dynamics = self.dynamics.zeros(self.runs, self.dropout_keys.device)
 
-    def own_parts(self, who: Tensor | None, kept: bool = False) -> dict[str, Tensor]:
-        """Each client's own parts (the state's ``local``), (R, n, ...), or those of the
-        round's participants ``who`` (R, m); ``kept``: the parts the server also averages
-        (``Normalizer.kept``) alone. Such a part is the global value for a client that has not
-        trained yet: its first round starts from the server's average."""
-        out = {}
-        for k, own in self.state.local.items():
-            if kept and k not in self.kept:
-                continue
-            part = own if who is None else rows(own, who)
-            if k in self.kept:
-                joined = self.state.joined["clients"]
-                joined = joined if who is None else joined.gather(1, who)
-                glob = {**self.state.params, **self.state.stats}[k].unsqueeze(1)
-                part = torch.where(joined.view(*joined.shape, *[1] * (part.dim() - 2)), part,
-                                   glob)
-            out[k] = part.clone()
-        return out
+    def own_parts(self, who: Tensor | None, averaged: bool = False) -> dict[str, Tensor]:
+        """Each client's own parts, or the participants' ``who`` (fednorm.fl.parts:
+        :meth:`ClientParts.load`); ``averaged``: those the server also averages alone."""
+        return self.parts.load(self.state, who, averaged)
 
     def participants(self, first_step: int) -> Tensor | None:
         """(R, m) clients taking part in the round from ``first_step``, in increasing order;
@@ -339,6 +328,14 @@ class Trainer:
                              }.items():
                     if k in tensors and t.data_ptr() != tensors[k].data_ptr():
                         t.copy_(tensors[k][r])
+
+    def advance(self, first_step: int) -> None:
+        """The round from ``first_step`` (the state's ``step``), kept in the state: its losses
+        summed into ``loss_sum``, its steps into ``since``, ``step`` set to the next round's."""
+        state = self.state
+        state.loss_sum = state.loss_sum + self.round(first_step)
+        state.since += self.cfg.local_steps
+        state.step = first_step + self.cfg.local_steps
 
     def round(self, first_step: int) -> Tensor:
         """Train every run for one round from ``first_step``; returns the (R,) summed losses."""

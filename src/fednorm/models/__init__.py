@@ -41,4 +41,4 @@ def build_model(cfg: RunConfig, n_classes: int = 10) -> nn.Module:
     else:
         model = ResNet20(norm, cfg.width, n_classes, conv=conv, feature_norm=feature_norm,
                          residual_alpha=normalizer.residual_alpha, conv_bias=normalizer.conv_bias)
-    return clientwise(model) if normalizer.clientwise else model
+    return clientwise(model) if normalizer.stacked_weights else model

@@ -50,9 +50,9 @@ client's own weights (the clients send their batch means and variances, the serv
 union's), and in the backward pass the gradients with respect to those statistics are
 aggregated across clients too; (2) every client reports the same union statistics; (3) the
 server's running statistics are their moving average, as nn.BatchNorm2d's on the union batch;
-(4) the global model normalizes with them. ``clientwise`` (True for FedTAN only) asks
+(4) the global model normalizes with them. ``stacked_weights`` (True for FedTAN only) asks
 fednorm.models.build_model for layers that take client-stacked weights
-(fednorm.models.clientwise); the engine's clientwise rounds run one forward over all clients
+(fednorm.models.clientwise); the engine's stacked-client rounds run one forward over all clients
 (fednorm.norms.fedtan).
 
 FedBN (``fedbn``; Li et al. 2021) and SiloBN (``silobn``; Andreux et al. 2020) keep part of BN
@@ -98,6 +98,7 @@ fednorm.norms.fedwon: the method's gradient hook), applied to every parameter bu
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,12 +108,12 @@ from torch import nn
 
 from fednorm import methods
 from fednorm.config import RunConfig
-from fednorm.norms import fedtan, fedwon, heterofl, hybridbn
 from fednorm.norms.fbn import FirstBatch
 from fednorm.norms.fedwon import NF_ALPHA
 from fednorm.norms.hooks import Hooks, Pending, Tools
 from fednorm.norms.hybridbn import HybridBatchNorm2d, HybridStats, RoundStart
 from fednorm.norms.layer import FedBatchNorm2d, NormContext, norm_context
+from fednorm.norms.parts import PartNames, PartSpec, client_parts
 from fednorm.norms.per_sample import (
     FeatureNorm,
     InstanceNorm2d,
@@ -145,6 +146,7 @@ __all__ = [
     "LayerNorm2d",
     "NormContext",
     "Normalizer",
+    "PartNames",
     "Pending",
     "RoundStart",
     "ScaledWSConv2d",
@@ -176,19 +178,23 @@ class Normalizer:
     rule_at: Callable[[int], StatRule | None]  # 0-based step -> rule active during that step
     conv: Callable[..., nn.Conv2d] = nn.Conv2d  # the models' convolution (nn.Conv2d signature)
     freeze_affine_at: int | None = None  # first step with BN's gamma, beta frozen; None: never
-    clientwise: bool = False  # layers take client-stacked weights (one forward of all clients)
-    # clientwise: the union's statistics in every local step; False: in a round's first alone
-    union_every_step: bool = True
-    local: tuple[str, ...] = ()  # BN parts each client keeps, never averaged: "stats", "affine"
-    # BN parts each client keeps while the server also averages them into the global model, a
-    # client starting from that average on its first round ("mixing": Hybrid BN's own d)
-    kept: tuple[str, ...] = ()
+    stacked_weights: bool = False  # layers take client-stacked weights (one forward of all
+    # clients)
+    # the tensors each client keeps across rounds (fednorm.norms.parts, fednorm.fl.parts);
+    # None: none
+    parts: PartSpec | None = None
     # what the method adds to the engine's schedule (fednorm.norms.hooks); none by default
     hooks: Hooks = NO_HOOKS
     conv_bias: bool = False  # convolutions carry a bias: no layer after them has an offset
     # NF-ResNet residual scaling alpha of the ResNets (FedWon; fednorm.models.resnet); None:
     # plain residual sums
     residual_alpha: float | None = None
+
+    @property
+    def per_client(self) -> bool:
+        """Whether each client's own state or gradient matters (parts it keeps, or hooks that
+        need each client's gradient): FedAvg's per-client path also at E = 1."""
+        return self.parts is not None or self.hooks.per_client
 
     def frozen_params_at(self, step: int, model: nn.Module) -> frozenset[str]:
         """Names (as in ``model.named_parameters()``) of the parameters that do not train
@@ -236,8 +242,8 @@ def _fixbn(cfg: RunConfig) -> dict:
     return {**_bn(cfg, batch), "rule_at": rule_at, "freeze_affine_at": affine_at}
 
 
-# Each method's layer and rule (its flags come from its record, fednorm.methods): the one place
-# in fednorm.norms that maps a name to them
+# The layer and rule of each method of one line (its flags come from its record,
+# fednorm.methods; a method with a module of its own is found through its record's ``module``)
 LAYERS: dict[str, Callable[[RunConfig], dict]] = {
     "central": lambda cfg: _bn(cfg, UnionStats()),
     "bn": lambda cfg: _bn(cfg, BatchStats()),
@@ -249,12 +255,8 @@ LAYERS: dict[str, Callable[[RunConfig], dict]] = {
     "ln": lambda cfg: dict(make_layer=lambda c: LayerNorm2d(c, eps=cfg.bn_eps)),
     "in": lambda cfg: dict(make_layer=lambda c: InstanceNorm2d(c, eps=cfg.bn_eps)),
     "fixup": lambda cfg: dict(make_layer=None),
-    "fedtan": fedtan.layers,
     "fedbn": lambda cfg: _bn(cfg, BatchStats()),
     "silobn": lambda cfg: _bn(cfg, BatchStats()),
-    "heterofl_sbn": heterofl.layers,
-    "hybridbn": hybridbn.layers,
-    "fedwon": fedwon.layers,
     "none": lambda cfg: dict(make_layer=_identity),
 }
 
@@ -262,9 +264,15 @@ LAYERS: dict[str, Callable[[RunConfig], dict]] = {
 def normalizer_for(cfg: RunConfig) -> Normalizer:
     """The normalizer a run config names: its record's flags, then its layer and rule."""
     record = methods.method(cfg.normalizer)
-    flags = dict(rule_at=_no_rule, clientwise=record.clientwise, local=record.personal,
-                 conv_bias=not record.offset)
-    return Normalizer(cfg.normalizer, **{**flags, **LAYERS[cfg.normalizer](cfg)})
+    flags = dict(rule_at=_no_rule, stacked_weights=record.clientwise,
+                 parts=client_parts(own=record.personal), conv_bias=not record.offset)
+    if record.module is None:
+        return Normalizer(cfg.normalizer, **{**flags, **LAYERS[cfg.normalizer](cfg)})
+    own = importlib.import_module(record.module).layers(cfg)
+    if record.personal and "parts" in own:
+        raise ValueError(f"{record.module}: its parts are its record's ``personal`` or its "
+                         f"module's, not both")
+    return Normalizer(cfg.normalizer, **{**flags, **own})
 
 
 def fixbn_freeze_step(cfg: RunConfig) -> int:

@@ -9,6 +9,11 @@ its own module of fednorm.norms:
 - :meth:`Hooks.before_training`: once, before the first round of a run from step 0;
 - :meth:`Hooks.round_start`: at a round's start, statistics the clients report apart from
   training (then the round's steps commit none; the server commits these at its end);
+- :meth:`Hooks.aggregation_matrix`: at a round's end, after the server's average, the matrix
+  (R, m, m), row-stochastic over the round's m computing clients (``who``; None: all n), with
+  which the server serves each client its own mix of the clients' served parts
+  (fednorm.fl.parts); None (every method's default): the global average alone, every row the
+  same weights;
 - :meth:`Hooks.grads`: inside the captured local step, the gradients before the optimizer
   (the only hook that runs there: no host synchronization, the same operators every step);
 - :meth:`Hooks.before_test` and :meth:`Hooks.evaluation`: before, and around, each test;
@@ -53,6 +58,7 @@ class Tools:
     local_steps: int
     batch_size: int
     keys: Tensor  # (R,) the runs' dropout keys (fednorm.rng)
+    lrs: Tensor  # (R, phases) the runs' learning rates (lr x lr_scale)
     batches: Any  # the training sampler (fednorm.fl.batches.ClientBatches)
     rule_at: Callable[[int], StatRule | None]
     # forward(rule, groups, beta, x, key, params=None, clients=None, shared_x=False) ->
@@ -81,6 +87,9 @@ class Hooks:
 
     def round_start(self, tools: Tools, rule: StatRule | None, step: int | Tensor,
                     own: dict[str, Tensor]) -> Pending | None:
+        return None
+
+    def aggregation_matrix(self, tools: Tools, who: Tensor | None) -> Tensor | None:
         return None
 
     def grads(self, grads: dict[str, Tensor], params: dict[str, Tensor], names: list[str]

@@ -20,6 +20,7 @@ from fednorm import methods, rng
 from fednorm.config import RunConfig
 from fednorm.norms.hooks import Hooks, Pending, Tools, restored
 from fednorm.norms.layer import FedBatchNorm2d
+from fednorm.norms.parts import client_parts
 from fednorm.norms.rules import FederatedStats, StatRule, Stats
 
 
@@ -40,8 +41,8 @@ def layers(cfg: RunConfig) -> dict:
                        cfg.hybridbn_eval == "fresh")
     rule = HybridStats(cfg.hybridbn_report)
     return dict(make_layer=lambda c: HybridBatchNorm2d(c, eps=cfg.bn_eps),
-                rule_at=lambda step: rule, hooks=RoundStartStatistics(start), local=(),
-                kept=("mixing",) if cfg.hybridbn_mixing == "client" else ())
+                rule_at=lambda step: rule, hooks=RoundStartStatistics(start),
+                parts=client_parts(shared=("mixing",) if cfg.hybridbn_mixing == "client" else ()))
 
 
 class RoundStartStatistics(Hooks):

@@ -19,7 +19,7 @@ Three questions, each answered by a measurement:
 3. Is it the setting? The engine's Fixup and GN, one factor at a time: the learning rate, the
    weight decay, the split, a 4x longer budget.
 
-Run: ``python benchmarks/root_cause_fixup.py`` (one thread; the runtime is printed).
+Run: ``python benchmarks/investigations/root_cause_fixup.py`` (one thread; the runtime is printed).
 """
 
 from __future__ import annotations

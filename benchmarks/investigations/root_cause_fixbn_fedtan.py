@@ -22,7 +22,8 @@ This script trains, seed 0 (and 1 with ``--seeds 0 1``):
   float32 rounding it follows the engine's trajectory; it reports the training loss of the
   steps around T* and the first non-finite step.
 
-Run: ``python benchmarks/root_cause_fixbn_fedtan.py`` (one thread; the runtime is printed).
+Run: ``python benchmarks/investigations/root_cause_fixbn_fedtan.py`` (one thread; the runtime
+is printed).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ momentum left at E = 1 since it is reset every round, weight decay 1e-4, 400 ste
 
 If the reference's ``running`` stalls where the engine's FBN does, the stall is a property of
 normalizing with statistics that carry no gradient (the network loses BN's conditioning), not
-a defect of the federated code path. Run: ``python benchmarks/fbn_recipe_probe.py`` (about a
-minute on one core).
+a defect of the federated code path. Run:
+``python benchmarks/investigations/fbn_recipe_probe.py`` (about a minute on one core).
 """
 
 from __future__ import annotations

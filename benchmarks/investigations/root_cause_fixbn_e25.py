@@ -11,7 +11,8 @@ fall at the freeze?); the reference FixBN of the plain per-client loop
 engine freezes the server's averaged statistics (float64); then the final accuracies of both,
 one factor changed at a time: the budget (more rounds at the same E) and the freeze step.
 
-Run: ``python benchmarks/root_cause_fixbn_e25.py`` (one thread; the runtime is printed).
+Run: ``python benchmarks/investigations/root_cause_fixbn_e25.py`` (one thread; the runtime is
+printed).
 """
 
 from __future__ import annotations

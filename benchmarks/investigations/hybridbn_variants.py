@@ -1,7 +1,7 @@
 """Hybrid BN against naive BN on the quick comparison, one change at a time: which of its two
 corrections (issue 43) moves its gap to BN, on more seeds than make quick's first stage has.
 
-    python benchmarks/hybridbn_variants.py config/config.yaml config/quick.yaml \\
+    python benchmarks/investigations/hybridbn_variants.py config/config.yaml config/quick.yaml \\
         --data-dir data --seeds 0 1 2 --out results/hybridbn_variants
 
 Takes the quick plan's Hybrid BN and naive BN runs of the ``compare`` and ``tuning``

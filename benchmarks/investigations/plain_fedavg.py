@@ -1,6 +1,6 @@
 """A per-client FedAvg in plain PyTorch, the reference that the root-cause probes
-(benchmarks/root_cause_*.py; docs/history.md, "Root causes of the large contradictions") hold the
-engine against, and the helpers they share.
+(benchmarks/investigations/root_cause_*.py; docs/history.md, "Root causes of the large
+contradictions") hold the engine against, and the helpers they share.
 
 The reference is written the usual way, with none of the engine's machinery: one model copy per
 client in a Python loop, a fresh ``torch.optim.SGD`` per client and round (momentum reset, the
