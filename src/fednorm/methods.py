@@ -225,7 +225,7 @@ METHODS: tuple[Method, ...] = (
     Method("silobn", Look("SiloBN", "#8c564b", "p", (0, (3, 2))), personal=("stats",)),
     Method("heterofl_sbn", Look("HeteroFL (static BN)", "#17becf", "d", (0, (2, 1, 2, 3))),
            in_memory=True, module="fednorm.norms.heterofl"),
-    # docs/new-methods.md, its table of details against the authors' code
+    # docs/methods.md, its table of details against the authors' code
     Method("hybridbn", Look("Hybrid BN", "#e6550d", "8", (0, (4, 2, 1, 2))), in_memory=True,
            revision=1, module="fednorm.norms.hybridbn",
            paper="Hybrid BN: Chen, Xu, Wu, Kittler, ICML 2025, arXiv 2505.21877",
@@ -246,7 +246,7 @@ METHODS: tuple[Method, ...] = (
                  Key("hybridbn_mixing", "client", OneOf(("client", "shared")), "str",
                      "whose mixing weight d a client normalizes with")),
            # the smoothing decides how far G moves from its start at (0, 1) within a budget
-           # (docs/new-methods.md, Hybrid BN re-measured): 1 is G unsmoothed, each round's own
+           # (docs/methods.md, Hybrid BN re-measured): 1 is G unsmoothed, each round's own
            tunes=(Tune("hybridbn_momentum", "G smoothing", (0.002, 0.01, 0.05, 1.0)),),
            # its code (Hongyao-Chen/HybridBN at 1c0e151): parameters averaged by the clients'
            # data sizes, every gradient clipped at norm 10 (its benchmark does so for every

@@ -3,7 +3,7 @@ Dilemma of Batch Normalisation in Federated Learning"; arXiv 2505.21877): its la
 (:class:`HybridBatchNorm2d`), its rule (:class:`HybridStats`), and its hooks
 (:class:`RoundStartStatistics`): the statistics the clients report at each round's start, and
 the fresh statistics of each test (``hybridbn_eval: fresh``, the authors' code). Every detail,
-paper against code against ours: docs/new-methods.md.
+paper against code against ours: docs/methods.md.
 """
 
 from __future__ import annotations
