@@ -89,9 +89,6 @@ def summary_inputs(wildcards):
 
 
 def claims_inputs(wildcards):
-    """The claims rule's inputs: the summary, the claims file and, with a second stage, its
-    record (which runs it trained and why)."""
-    inputs = {"summary": PLAN.paths.summary(), "claims": PLAN.claims}
-    if PLAN.stage2:
-        inputs["plan"] = PLAN.paths.stage2_plan()
-    return inputs
+    """The claims rule's inputs: the summary (both stages' runs, with a second stage) and the
+    claims file."""
+    return {"summary": PLAN.paths.summary(), "claims": PLAN.claims}

@@ -13,8 +13,7 @@ from fednorm.claims.comparisons import compare_all
 from fednorm.claims.power import design_seeds, powers
 from fednorm.claims.prereg import design, prereg_line, preregistration, verified, write_prereg
 from fednorm.claims.render import write_words
-from fednorm.claims.stage2 import read_record
-from fednorm.claims.words_ledger import staged_ledger
+from fednorm.claims.words_ledger import words_ledger
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary
 from fednorm.io import write_csv
@@ -28,9 +27,8 @@ with user_errors():  # the rule, the claims file and the design as committed bef
     prereg = verified(preregistration(snakemake.input.claims,  # noqa: F821
                                       plan_design=design(plan, claims)), plan.claims_prereg)
     summary = read_summary(snakemake.input.summary, snakemake.params.runs)  # noqa: F821
-record = read_record(snakemake.input.plan) if "plan" in snakemake.input.keys() else None  # noqa: F821
 paths = write_ledger(claims.numbers, summary, snakemake.params.stem)  # noqa: F821
-table = staged_ledger(words, summary, record, powers(words, design_seeds(words, plan)))
+table = words_ledger(words, summary, powers(words, design_seeds(words, plan)))
 calibration = calibrate(words, compare_all(words, summary))
 header = [*calibration_lines(calibration, words.rule.alpha), "", prereg_line(prereg)]
 paths += write_words(table, words, snakemake.params.words_stem, header)  # noqa: F821

@@ -382,31 +382,3 @@ def compare_all(words: Words, summary: pd.DataFrame) -> dict[str, list[Compariso
     cache: Sides = {}
     tunings = tunings_of(summary, words.tuning)
     return {c.id: comparisons(c, summary, cache=cache, tunings=tunings) for c in words.claims}
-
-
-def twin_comparisons(words: Words, compared: dict[str, list[Comparison]],
-                     summary: pd.DataFrame, twins: dict[str, str], tag: str
-                     ) -> dict[str, list[Comparison]]:
-    """Each claim's units (``compared``, :func:`compare_all` on ``summary``) with every side's
-    runs replaced by their ``twins`` in ``summary`` (run id -> run id: the same run at a
-    multiple of its budget, fednorm.claims.stage2), the units pooled under ``tag``; a unit
-    whose sides have no twin has no sides ('no run ...': not run)."""
-    cache: Sides = {}
-    out = {}
-    for claim in words.claims:
-        units = []
-        for unit in compared[claim.id]:
-            sides = []
-            for side in unit.sides:
-                ids = {twins[r] for r in side.run_ids if r in twins}
-                rows = summary[summary["run_id"].isin(ids)]
-                if rows.empty:
-                    break
-                sides.append(side_of(side.label, rows, claim, side.rate, cache))
-            if unit.sides and len(sides) == len(unit.sides):
-                units.append(Comparison(unit.label, tuple(sides), unit.coefs,
-                                        tuple(f"{p}{tag}" for p in unit.pool), unit.measure))
-            else:
-                units.append(Comparison(unit.label, reason=unit.reason or f"no run has {tag}"))
-        out[claim.id] = units
-    return out

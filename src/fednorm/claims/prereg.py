@@ -5,7 +5,7 @@ Three parts, each a sha256: the **claims file** (its text, line endings made '\\
 checkout on any system hashes the same); the **rule**, the source of every module that decides
 a verdict (RULE_FILES), each hashed as the claims file, then their names and hashes hashed
 together; and the **design** (:func:`design`), what a profile fixes before the runs: how many
-seeds each judged or tuning experiment has, the second stage's seeds and budget, and the data
+seeds each judged or tuning experiment has, the second stage's seeds, and the data
 files the rule reads. The source rather than a declared version number: a number is bumped by
 hand and drifts from the code it names; a hash changes with any edit (a comment too: such an
 edit is then seen, and judged, by whoever reads the diff). Seeds are counted, not listed: two
@@ -72,13 +72,13 @@ def design(plan: Plan, claims: Claims, data: Sequence[str | Path] = DATA_FILES
     """What the plan fixes before the runs, with its ``sha256`` over canonical JSON: ``seeds``,
     each experiment a claim in words names and each tuning experiment -> the distinct seeds of
     its planned runs (:func:`fednorm.claims.power.planned_seeds`); ``stage2``, the second
-    stage's number of seeds and budget factor (None: one stage); ``data``, each data file ->
+    stage's number of seeds (None: one stage); ``data``, each data file ->
     its hash (as :func:`text_sha256`)."""
     words = claims.words
     names = sorted({*(n for claim in words.claims for n in claim.experiments), *words.tuning})
     stage2 = plan.stage2
     body = {"seeds": {n: planned_seeds(plan, n) for n in names},
-            "stage2": stage2 and {"seeds": len(stage2.seeds), "budget": stage2.budget},
+            "stage2": stage2 and {"seeds": len(stage2.seeds)},
             "data": {Path(p).as_posix(): text_sha256(p) for p in data}}
     return {**body, "sha256": _sha(json.dumps(body, sort_keys=True, separators=(",", ":")))}
 

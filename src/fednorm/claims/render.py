@@ -15,7 +15,6 @@ from matplotlib.lines import Line2D
 
 from fednorm.claims.common import PAPERS
 from fednorm.claims.words import (
-    BUDGET_LIMITED,
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
@@ -58,8 +57,7 @@ def words_markdown(table: pd.DataFrame, words: Words, header: Sequence[str] = ()
         "unit tested on its own margins (the paired t: exact whatever the settings' noise and "
         "whatever runs units share; docs/claims.md). **holds**: the claim's opposite is "
         "rejected; **contradicted**: the claim is rejected by at least its smallest effect of "
-        "interest (sesoi; near-equalities: the interval outside ±δ), also at twice the budget; "
-        "**budget-limited**: contradicted, but not at twice the budget; **inconclusive**: "
+        "interest (sesoi; near-equalities: the interval outside ±δ); **inconclusive**: "
         "neither (`needs`: seeds, or tuning where a side's rate sits at an edge of its grid); "
         "**undecidable**: inconclusive where the power stated before the runs said its seeds "
         "could not decide it; **not run**: no runs. *detectable*: the margin its design finds "
@@ -91,7 +89,7 @@ def words_markdown(table: pd.DataFrame, words: Words, header: Sequence[str] = ()
     return "\n".join(lines) + "\n"
 
 
-WORD_COLOURS = {HOLDS: "#2ca02c", CONTRADICTED: "#d62728", BUDGET_LIMITED: "#9467bd",
+WORD_COLOURS = {HOLDS: "#2ca02c", CONTRADICTED: "#d62728",
                 INCONCLUSIVE: "#ff7f0e", UNDECIDABLE: "#bcbd22", NOT_RUN: "#999999"}
 
 
