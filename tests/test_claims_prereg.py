@@ -49,7 +49,7 @@ BASE = {"run": {"steps": 10, "eval_every": 5},
         "experiments": {"a": {"grid": {"normalizer": ["bn", "fbn"], "seed": [0, 1]}},
                         "tuning": {"grid": {"normalizer": ["bn"], "seed": [0]}},
                         "unjudged": {"grid": {"normalizer": ["gn"], "seed": [0, 1, 2]}}},
-        "stage2": {"seeds": [100, 101], "budget": 2}}
+        "stage2": {"seeds": [100, 101]}}
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_the_hashes_are_those_of_the_files_computed_another_way(tree):
     rule = hashlib.sha256("".join(f"{n} {h}\n" for n, h in each.items()).encode()).hexdigest()
     assert (record["claims_sha256"], record["rule_files"], record["rule_sha256"]) == (
         claims, each, rule)
-    body = {"data": {}, "seeds": {"a": 2, "tuning": 1}, "stage2": {"budget": 2, "seeds": 2}}
+    body = {"data": {}, "seeds": {"a": 2, "tuning": 1}, "stage2": {"seeds": 2}}
     sha = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
     assert record["design"] == {**body, "sha256": sha.hexdigest()}
     assert record["sha256"] == hashlib.sha256(
@@ -136,7 +136,6 @@ def test_a_changed_file_is_a_difference_that_names_it(tree, edit, named):
     {"experiments": {"a": {"grid": {"seed": [0, 1, 2]}}}},  # a judged experiment's seeds
     {"experiments": {"tuning": {"grid": {"seed": [0, 1]}}}},  # a tuning experiment's
     {"stage2": {"seeds": [100, 101, 102]}},  # the second stage's
-    {"stage2": {"budget": 4}},
     {"stage2": None},
 ])
 def test_a_changed_design_is_a_difference_that_names_it(tree, patch):

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fednorm.claims.power import check_tuning_seeds, judged_seeds
 from fednorm.claims.stage2 import balanced_jobs, job_bundles, stage2_record, write_record
 from fednorm.claims.words import parse_words
-from fednorm.config import RunConfig, run_config
+from fednorm.config import ConfigError, RunConfig, run_config
 from fednorm.plan import RUN_FILES, load_plan
 from fednorm.plan.stage2 import stage2_runs, with_seed
 from fednorm.summarize import config_columns
@@ -269,3 +270,21 @@ def test_the_plan_is_the_same_whatever_the_clock_measured(table, tmp_path):
     record = json.loads(files[0].read_text())
     assert {e["why"][0] for e in record["runs"]} == {"fresh: own"}
     assert record["seconds"] == 4
+
+
+def test_a_tuning_seed_that_judges_is_a_config_error_before_any_job():
+    """The fresh seeds that judge stay disjoint from the tuning seeds: a stage-2 seed that the
+    tuning has (0), or a tuning seed that a claim's own experiment judges on, is refused naming
+    the tuning experiment and the shared seed; disjoint seeds pass."""
+    words = parse_words({"claims": [_claim("own", "e", "fbn", "bn")]})
+    check_tuning_seeds(words, load_plan(TUNED))  # fresh 100, 101; tuning 0; e judged fresh
+    with pytest.raises(ConfigError, match=r"^experiments.tuning: key 'seed' has the judged "
+                                          r"seed\(s\) \[0\]; allowed: "):
+        check_tuning_seeds(words, load_plan({**TUNED, "stage2": {"seeds": [0, 101]}}))
+    # a claim judged on its own runs (not comparing methods): e's seeds 0, 1 judge it
+    within = parse_words({"claims": [{**_claim("seeds", "e", "fbn", "bn"),
+                                      "where": {"normalizer": "fbn"}, "a": {"seed": 1},
+                                      "b": {"seed": 0}}]})
+    with pytest.raises(ConfigError, match=r"judged seed\(s\) \[0\]"):
+        check_tuning_seeds(within, load_plan(TUNED))
+    assert 0 not in judged_seeds(words, load_plan(TUNED))
