@@ -17,8 +17,6 @@ FIRM = ("holds", "contradicted")
 
 def reason(old: pd.Series, new: pd.Series) -> str:
     """What decided today's verdict, in words, from the two rows."""
-    if new.verdict == "budget-limited":
-        return "contradicted at 1× the budget, not at 2× (detail: both margins)"
     if new.verdict in FIRM:
         return (f"the one-sided test rejects at α on {new.n_seeds} seeds, p = {new.p:.2g}"
                 + (" (the second stage's runs)" if new.n_seeds > old.n_seeds else ""))

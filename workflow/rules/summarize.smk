@@ -1,6 +1,6 @@
 # The summary: one tidy row per run x evaluation point (fednorm.summarize). With a second stage
 # of the claims (config `stage2`, fednorm.claims.stage2), the first stage's runs are summarized
-# first, a checkpoint chooses the runs that the verdicts need (more seeds, twice the budget),
+# first, a checkpoint names the runs that the design fixes (the tuned methods' fresh seeds),
 # jobs train them, and the summary holds both stages' runs (summary_inputs, common.smk).
 rule summarize:
     """results/summary.csv: one tidy row per run x evaluation point."""
@@ -34,10 +34,9 @@ if PLAN.stage2:
             "../scripts/summarize.py"
 
     checkpoint stage2_plan:
-        """The runs the claims' verdicts need: the ledger judged on the first stage at alpha / 2,
-        each unit without a firm verdict given more seeds, each contradiction and each side still
-        climbing twice the budget, within stage2.share of the first stage's time
-        (fednorm.claims.stage2)."""
+        """The runs the design fixes but the first stage names: each claim's sides at their
+        tuned values on the fresh seeds (fednorm.claims.stage2); no verdict is read, no seed
+        bought, no run at another budget."""
         input:
             summary=PLAN.paths.first_summary(),
             claims=PLAN.claims,
