@@ -131,7 +131,7 @@ def _summary(plan, accuracy):
     for run_id, cfg in plan.runs.items():
         group = plan.groups(run_id)
         value = accuracy(group.split("|")[0], cfg)
-        wall = plan.bundle_sizes[run_id] * cfg.steps / 20
+        wall = plan.bundle_sizes.get(run_id, 1) * cfg.steps / 20  # no bundle: alone
         for step in (cfg.steps // 2, cfg.steps):
             rows.append({**config_columns(cfg), "run_id": run_id, "figure_group": group,
                          "step": step, "test_accuracy": value / 100, "status": "ok",

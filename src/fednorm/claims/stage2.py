@@ -113,9 +113,14 @@ def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, 
 
 def planned_record(asked: Iterable[Request], plan: Plan, jobs: int) -> dict[str, Any]:
     """A checkpoint's record of the runs ``asked`` for (config, experiments, why; a run the
-    plan has already costs nothing and is not trained again) and their training jobs."""
+    plan has already costs nothing and is not trained again) and their training jobs; a run
+    copied from one no first-stage bundle holds (an extension's) is priced as a bundle of one."""
     assert plan.stage2 is not None
     priced = modelled_seconds(plan)
+    table = plan.stage2.costs()
+    for run_id, cfg in plan.runs.items():
+        if run_id not in priced:
+            priced[run_id] = table.run_seconds(cfg, 1)
     runs: dict[str, dict[str, Any]] = {}
     cost: dict[str, float] = {}
     configs: dict[str, RunConfig] = {}  # the runs to train: those the plan does not have
@@ -136,7 +141,7 @@ def planned_record(asked: Iterable[Request], plan: Plan, jobs: int) -> dict[str,
     return {"runs": list(runs.values()),
             "jobs": {job: {b: list(packed[b]) for b in members} for job, members in placed.items()},
             "seconds": math.fsum(cost[r] for r in sorted(configs)),
-            "first_seconds": math.fsum(priced.values())}
+            "first_seconds": math.fsum(modelled_seconds(plan).values())}
 
 
 def write_record(record: dict[str, Any], path: str | Path) -> Path:
