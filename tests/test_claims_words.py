@@ -384,7 +384,7 @@ def test_a_method_claim_is_judged_at_each_methods_chosen_rate_on_fresh_seeds():
     edge = {"fbn": {1: fbn[1], 4: fbn[4]}, "bn": {1: bn[1], 4: bn[4]}}
     row = words_ledger(words, _tuned_summary(common, edge)).iloc[0]
     assert (row.verdict, row.needs) == (INCONCLUSIVE, "tuning")
-    assert "lr × 4↑" in row.rates and "at an edge of its grid" in row.rates
+    assert "lr × 4↑" in row.rates and "at the high edge of its lr_scale grid" in row.rates
     assert "at the common recipe: -9.5 [" in row.detail and ": contradicted" in row.detail
     assert row.ours == "normalizer=fbn: 60.5; normalizer=bn: 50.0"
     # before the fresh seeds: no verdict from the choice's own seeds (needs seeds)
