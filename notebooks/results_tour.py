@@ -125,9 +125,9 @@ shown
 # %% [markdown]
 # The claims the papers state in words (a method above another, a trend along an axis, two
 # methods within δ points) are judged at any scale, each verdict a test at a stated error rate:
-# `holds`, `contradicted`, `budget-limited` (contradicted, but not at twice the budget),
-# `inconclusive` or `not run` (see `docs/claims.md`). Counts per paper and verdict, then the
-# claims that our runs contradict, with the estimate, its interval and p.
+# `holds`, `contradicted`, `inconclusive` or `not run` (see `docs/claims.md`). Counts per
+# paper and verdict, then the claims that our runs contradict, with the estimate, its interval
+# and p.
 
 # %%
 words_file = figures / "claims_words.csv"

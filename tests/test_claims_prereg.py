@@ -64,7 +64,7 @@ BASE = {"run": {"steps": 10, "eval_every": 5, "val_fraction": 0.1},
                                    "grid": {"normalizer": ["bn", "fedwon"],
                                             "lr_scale": [1, 4], "seed": [0]}},
                         "unjudged": {"grid": {"normalizer": ["gn"], "seed": [0, 1, 2]}}},
-        "stage2": {"seeds": [100, 101], "budget": 2}}
+        "stage2": {"seeds": [100, 101]}}
 MOVED = {"experiments": {"a": {"grid": {"seed": [3, 4, 5, 6, 7, 8]}}}}  # the same count
 REGRIDDED = {"experiments": {"tuning": {"grid": {"lr_scale": [1, 2]}}}}
 
@@ -145,7 +145,7 @@ def test_the_design_lists_run_ids_seeds_budgets_and_grids(tree):
     assert "grid" not in got["experiments"]["a"]
     assert got["methods"]["fedwon"]["agc_lambda"] == [
         0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, None]  # fednorm.methods, as written
-    assert got["stage2"] == {"seeds": [100, 101], "budget": 2}
+    assert got["stage2"] == {"seeds": [100, 101]}
 
 
 def test_the_rule_files_are_the_package_listed(tree):
@@ -239,12 +239,11 @@ def test_a_code_change_in_a_deciding_module_fails(package_copy, module):
     ({"experiments": {"tuning": {"tune": {"agc_lambda": [0.01, 0.64]}}}},
      "experiment tuning: grid of agc_lambda [0.01, 0.64] now, [0.01, 0.16] committed"),
     ({"run": {"steps": 20}}, "experiment a: steps [20] now, [10] committed"),
-    ({"stage2": {"seeds": [101, 102]}}, "stage2 {'seeds': [101, 102], 'budget': 2} now"),
-    ({"stage2": {"budget": 4}}, "stage2 {'seeds': [100, 101], 'budget': 4} now"),
+    ({"stage2": {"seeds": [101, 102]}}, "stage2 {'seeds': [101, 102]} now"),
     ({"stage2": None}, "stage2 None now"),
 ])
 def test_a_changed_design_is_a_difference_that_names_it(tree, patch, said):
-    """Moved seeds at the same count, another tuning grid or budget, the second stage: each
+    """Moved seeds at the same count, another tuning grid or steps, the second stage: each
     a difference, against the nearest committed design, saying what moved."""
     line, = check(_record(tree, patch), _committed(tree))
     assert line.startswith(f"design {_design(tree, patch)['sha256'][:12]}: none of the "

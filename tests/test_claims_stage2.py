@@ -1,7 +1,7 @@
 """The claims' second stage trains what the design fixes (fednorm.claims.stage2): the tuned
-methods' fresh seeds and each contradicted unit at twice the budget, nothing else; how its
-bundles are cut into jobs of about equal modelled time, that its plan does not follow the
-clock, and what one training job trains."""
+methods' fresh seeds, nothing else (no seed bought, no run at another budget, whatever the
+verdicts); how its bundles are cut into jobs of about equal modelled time, that its plan does
+not follow the clock, and what one training job trains."""
 
 import dataclasses
 import json
@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fednorm.claims.power import check_tuning_seeds, judged_seeds
 from fednorm.claims.stage2 import balanced_jobs, job_bundles, stage2_record, write_record
-from fednorm.claims.words import HOLDS, parse_words
-from fednorm.claims.words_ledger import staged_ledger
-from fednorm.config import RunConfig, run_config
+from fednorm.claims.words import parse_words
+from fednorm.config import ConfigError, RunConfig, run_config
 from fednorm.plan import RUN_FILES, load_plan
-from fednorm.plan.stage2 import stage2_runs, with_budget, with_seed
+from fednorm.plan.stage2 import stage2_runs, with_seed
 from fednorm.summarize import config_columns
 
 RUN = {"dataset": "synthetic", "n_train": 400, "n_test": 200, "image_size": 8, "width": 4,
@@ -131,7 +131,7 @@ def _summary(plan, accuracy):
     for run_id, cfg in plan.runs.items():
         group = plan.groups(run_id)
         value = accuracy(group.split("|")[0], cfg)
-        wall = plan.bundle_sizes[run_id] * cfg.steps / 20
+        wall = plan.bundle_sizes.get(run_id, 1) * cfg.steps / 20  # no bundle: alone
         for step in (cfg.steps // 2, cfg.steps):
             rows.append({**config_columns(cfg), "run_id": run_id, "figure_group": group,
                          "step": step, "test_accuracy": value / 100, "status": "ok",
@@ -171,54 +171,14 @@ def _staged(table, **stage2):
     return plan, stage2_record(WORDS, _summary(plan, _accuracy), plan)
 
 
-def test_the_record_doubles_a_contradicted_unit_and_buys_no_seeds(table):
-    """The design fixes the seeds: a thin claim stays thin (no seed is bought), a firm one asks
-    for nothing, a contradicted one gets its runs at twice the budget."""
-    plan, record = _staged(table)
-    entries = {e["run_id"]: e for e in record["runs"]}
-    first = {(g, c.normalizer, c.seed): r for r, c in plan.runs.items()
-             for g in plan.groups(r).split("|")}
-    doubled = {with_budget(plan.runs[first["many", n, s]], 2).run_id: first["many", n, s]
-               for n in ("bn", "fbn") for s in (0, 1, 2)}
-    assert set(entries) == set(doubled)  # 'thin' and 'firm' ask for nothing
-    for run_id, source in doubled.items():
-        assert entries[run_id]["groups"] == ["many@x2"] and entries[run_id]["source"] == source
-        assert entries[run_id]["why"] == ["recheck: against"]
-        assert entries[run_id]["config"] == with_budget(plan.runs[source], 2).identity()
-    # six doubled runs at 2 s; the first stage's 8 runs at 1 s (by the table: 'many''s
-    # bundles of 3 runs at 3 / 20 s a step, 'one''s of 1 at 1 / 20 s)
-    assert (record["seconds"], record["first_seconds"]) == (6 * 2, 8)
-    assert record["budget"] == 2 and "looks" not in record
-    # the jobs: at most stage2.jobs, bundles of at most execution.bundle_size, every run once
-    assert 1 <= len(record["jobs"]) <= 2
-    bundles = [ids for job in record["jobs"].values() for ids in job.values()]
-    assert all(len(ids) <= 4 for ids in bundles)
-    trained = [r for ids in bundles for r in ids]
-    assert sorted(trained) == sorted(entries)
-    # the doubled runs join their experiments' twins, which no claim selects
-    more = plan.with_runs(stage2_runs(record))
-    assert len(more.experiments["one"]) == 2 and len(more.experiments["many@x2"]) == 6
-
-
-def test_the_plan_is_the_same_whatever_the_clock_measured(table, tmp_path):
-    """Two first stages whose results differ only in wall_time_s (one machine 1.3 times slower
-    on the contradicted claim's runs, twice as fast on the thin one's, each bundle jittered by
-    up to 5 %) give byte-identical records: jobs are balanced by the modelled cost."""
-    plan = load_plan({**STAGED, "stage2": {**STAGED["stage2"], "step_costs": table}})
-    summary = _summary(plan, _accuracy)
-    slower = summary.copy()
-    first = slower["figure_group"].str.split("|").str[0]
-    jitter = np.random.default_rng(0).uniform(0.95, 1.05, len(slower))
-    slower["wall_time_s"] *= first.map({"many": 1.3, "one": 0.5}) * jitter
-    pd.testing.assert_frame_equal(slower.drop(columns="wall_time_s"),
-                                  summary.drop(columns="wall_time_s"))
-    assert not (slower["wall_time_s"] == summary["wall_time_s"]).any()
-    files = [write_record(stage2_record(WORDS, s, plan), tmp_path / f"{i}.json")
-             for i, s in enumerate((summary, slower))]
-    assert files[0].read_bytes() == files[1].read_bytes()
-    record = json.loads(files[0].read_text())
-    assert {e["why"][0] for e in record["runs"]} == {"recheck: against"}
-    assert (record["seconds"], record["first_seconds"]) == (12, 8)
+def test_the_record_asks_nothing_of_a_contradicted_a_thin_or_a_firm_unit(table):
+    """The design fixes the seeds and the budget: a thin claim stays thin (no seed is bought),
+    a firm one asks for nothing, and a contradicted one neither (no recheck at another
+    budget): without tuned values there is nothing to train."""
+    _, record = _staged(table)
+    assert record["runs"] == [] and record["jobs"] == {}
+    assert (record["seconds"], record["first_seconds"]) == (0, 8)
+    assert set(record) == {"runs", "jobs", "seconds", "first_seconds"}
 
 
 def test_the_jobs_do_not_follow_the_order_the_bundles_come_in():
@@ -228,49 +188,6 @@ def test_the_jobs_do_not_follow_the_order_the_bundles_come_in():
     jobs = balanced_jobs(packed, cost, 2)
     assert jobs == {"b0+1": ("b0", "b2"), "b1": ("b1",)}
     assert balanced_jobs(dict(reversed(packed.items())), cost, 2) == jobs
-
-
-# ---------------------------------------------------------------------------------------------
-# A run at twice the budget that the first stage already trains: in config/config.yaml, the
-# 30 runs of fixbn_tiny_rounds at E = 500 (64,000 steps) doubled are fixbn_tiny_epochs' runs
-# at E = 500 (128,000 steps, the same milestones' fractions).
-
-
-TWINNED = {"run": {**RUN, "lr": [0.1, 0.01]}, "stage2": {},
-           "claims": "config/claims.yaml",
-           "experiments": {
-               "rounds": {"set": {"steps": 20, "lr_milestones": [10]},
-                          "grid": {"normalizer": ["bn", "fbn"], "seed": [0, 1, 2]}},
-               "epochs": {"set": {"steps": 40, "lr_milestones": [20]},
-                          "grid": {"normalizer": ["bn", "fbn"], "seed": [0, 1, 2]}}}}
-TWIN_WORDS = parse_words({"tuning": None, "claims": [
-    _claim("rounds", "rounds", "fbn", "bn"),  # contradicted: its runs doubled are 'epochs''
-    _claim("epochs", "epochs", "fbn", "bn")]})  # holds on its own runs
-
-
-def _twin_accuracy(experiment, cfg):
-    better = {"rounds": -10.0, "epochs": 10.0}[experiment] - cfg.seed / 2
-    return 60.0 + (better if cfg.normalizer == "fbn" else 0.0)
-
-
-def _twinned(table):
-    plan = load_plan({**TWINNED, "stage2": {**TWINNED["stage2"], "step_costs": table}})
-    record = stage2_record(TWIN_WORDS, _summary(plan, _twin_accuracy), plan)
-    assert {e["run_id"] for e in record["runs"]} == set(plan.experiments["epochs"])
-    return plan, record
-
-
-def test_a_planned_run_the_stage_asks_for_costs_nothing_and_is_not_trained_again(table):
-    _, record = _twinned(table)
-    assert record["seconds"] == 0 and record["jobs"] == {}
-    assert all(e["planned"] for e in record["runs"])
-
-
-def test_a_first_stage_run_that_is_a_twin_stays_in_the_first_look(table):
-    plan, record = _twinned(table)
-    both = plan.with_runs(stage2_runs(record))
-    ledger = staged_ledger(TWIN_WORDS, _summary(both, _twin_accuracy), record).set_index("id")
-    assert ledger.loc["epochs", "verdict"] == HOLDS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,23 +211,80 @@ def _tuned_accuracy(experiment, cfg):
             ("bn", 4.0): 55.0}[cfg.normalizer, cfg.lr_scale]
 
 
-def test_a_unit_at_tuned_values_gets_its_fresh_seeds_and_its_recheck(table):
-    """The chosen values (FBN × 4, BN × 1, chosen on seed 0) on the stage's seeds 100, 101,
-    in the tuning experiment; the tuning seed's margin
-    (−20) leans to a contradiction of FBN's own claim, so its recheck at twice the budget
-    comes too. A claim of another paper's method on the same runs asks the same."""
+def _tuned_record(table, paper="fbn", summary=None):
     plan = load_plan({**TUNED, "stage2": {**TUNED["stage2"], "step_costs": table}})
-    summary = _summary(plan, _tuned_accuracy)
-    summary["val_accuracy"] = summary["test_accuracy"]
+    if summary is None:
+        summary = _summary(plan, _tuned_accuracy)
+        summary["val_accuracy"] = summary["test_accuracy"]
+    words = parse_words({"claims": [_claim("own", "e", "fbn", "bn", paper=paper)]})
+    return plan, summary, stage2_record(words, summary, plan)
+
+
+def test_a_unit_at_tuned_values_gets_its_fresh_seeds_and_nothing_else(table):
+    """The chosen values (FBN × 4, BN × 1, chosen on seed 0) on the stage's seeds 100, 101, in
+    the tuning experiment; the tuning seed's margin (−20) leans to a contradiction of FBN's own
+    claim, and nothing more is asked for it: no run at another budget. A claim of another
+    paper's method on the same runs asks the same."""
     for paper in ("fbn", "fixbn"):
-        words = parse_words({"claims": [_claim("own", "e", "fbn", "bn", paper=paper)]})
-        record = stage2_record(words, summary, plan)
+        plan, _, record = _tuned_record(table, paper)
         chosen = {n: next(r for r in plan.experiments["tuning"] if plan.runs[r].normalizer == n
                           and plan.runs[r].lr_scale == s) for n, s in (("fbn", 4.0), ("bn", 1.0))}
         fresh = {with_seed(plan.runs[r], s).run_id for r in chosen.values() for s in (100, 101)}
-        doubled = {with_budget(with_seed(plan.runs[r], s), 2).run_id
-                   for r in chosen.values() for s in (100, 101)}
         entries = {e["run_id"]: e for e in record["runs"]}
-        assert set(entries) == fresh | doubled, paper
+        assert set(entries) == fresh, paper
         assert all(entries[r]["groups"] == ["tuning"] for r in fresh)
-        assert {w for e in entries.values() for w in e["why"]} == {"fresh+recheck: own"}
+        assert {w for e in entries.values() for w in e["why"]} == {"fresh: own"}
+        # four runs of 20 steps at 1 s each, in at most stage2.jobs jobs
+        assert record["seconds"] == 4 and 1 <= len(record["jobs"]) <= 2
+
+
+def test_the_second_stage_plans_no_run_at_another_budget(table):
+    """Every run the stage adds is a run of the first stage on another seed: the same config
+    but its seed (so the same steps, milestones and budget), whatever the first stage found."""
+    plan, _, record = _tuned_record(table)
+    assert record["runs"]
+    for cfg, _ in stage2_runs(record).values():
+        assert cfg.seed in plan.stage2.seeds
+        copies = [r for r, c in plan.runs.items() if dataclasses.replace(c, seed=cfg.seed) == cfg]
+        assert len(copies) == 1
+        source = plan.runs[copies[0]]
+        assert (cfg.steps, cfg.lr_milestones, cfg.training_images) == (
+            source.steps, source.lr_milestones, source.training_images)
+
+
+def test_the_plan_is_the_same_whatever_the_clock_measured(table, tmp_path):
+    """Two first stages whose results differ only in wall_time_s (one machine 1.3 times slower
+    on the tuning's runs, twice as fast on the others, each bundle jittered by up to 5 %) give
+    byte-identical records: jobs are balanced by the modelled cost."""
+    _, summary, _ = _tuned_record(table)
+    slower = summary.copy()
+    first = slower["figure_group"].str.split("|").str[0]
+    jitter = np.random.default_rng(0).uniform(0.95, 1.05, len(slower))
+    slower["wall_time_s"] *= first.map({"tuning": 1.3, "e": 0.5}) * jitter
+    pd.testing.assert_frame_equal(slower.drop(columns="wall_time_s"),
+                                  summary.drop(columns="wall_time_s"))
+    assert not (slower["wall_time_s"] == summary["wall_time_s"]).any()
+    files = [write_record(_tuned_record(table, summary=s)[2], tmp_path / f"{i}.json")
+             for i, s in enumerate((summary, slower))]
+    assert files[0].read_bytes() == files[1].read_bytes()
+    record = json.loads(files[0].read_text())
+    assert {e["why"][0] for e in record["runs"]} == {"fresh: own"}
+    assert record["seconds"] == 4
+
+
+def test_a_tuning_seed_that_judges_is_a_config_error_before_any_job():
+    """The fresh seeds that judge stay disjoint from the tuning seeds: a stage-2 seed that the
+    tuning has (0), or a tuning seed that a claim's own experiment judges on, is refused naming
+    the tuning experiment and the shared seed; disjoint seeds pass."""
+    words = parse_words({"claims": [_claim("own", "e", "fbn", "bn")]})
+    check_tuning_seeds(words, load_plan(TUNED))  # fresh 100, 101; tuning 0; e judged fresh
+    with pytest.raises(ConfigError, match=r"^experiments.tuning: key 'seed' has the judged "
+                                          r"seed\(s\) \[0\]; allowed: "):
+        check_tuning_seeds(words, load_plan({**TUNED, "stage2": {"seeds": [0, 101]}}))
+    # a claim judged on its own runs (not comparing methods): e's seeds 0, 1 judge it
+    within = parse_words({"claims": [{**_claim("seeds", "e", "fbn", "bn"),
+                                      "where": {"normalizer": "fbn"}, "a": {"seed": 1},
+                                      "b": {"seed": 0}}]})
+    with pytest.raises(ConfigError, match=r"judged seed\(s\) \[0\]"):
+        check_tuning_seeds(within, load_plan(TUNED))
+    assert 0 not in judged_seeds(words, load_plan(TUNED))

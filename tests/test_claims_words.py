@@ -9,22 +9,20 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fednorm.claims import stats as stats_mod
 from fednorm.claims.file import load_claims
 from fednorm.claims.render import write_words
-from fednorm.claims.verdicts import Judged, Unit
 from fednorm.claims.words import (
-    BUDGET_LIMITED,
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
     NEGLIGIBLE,
     NOT_RUN,
+    VERDICTS,
     Words,
     check_plan,
     parse_words,
 )
-from fednorm.claims.words_ledger import WORDS_COLUMNS, rechecked, words_ledger
+from fednorm.claims.words_ledger import WORDS_COLUMNS, words_ledger
 from fednorm.config import ConfigError, run_config
 from fednorm.plan import load_plan
 from fednorm.summarize import config_columns
@@ -399,36 +397,6 @@ def test_one_look_judges_at_alpha():
     assert row.low == pytest.approx(low, abs=1e-12)
 
 
-def _unit(label, verdict, estimate):
-    test = stats_mod.sign_test(estimate, 1.0, 5.0, 6)
-    return Unit(label, verdict, test=test, p_for=0.4, p_against=0.01 if verdict == CONTRADICTED
-                else 0.4)
-
-
-def test_a_contradiction_stands_only_where_twice_the_budget_confirms_it_unit_by_unit():
-    """Each contradicted unit is judged again on its twins: confirmed, it stays; not, it is
-    budget-limited; without twins it keeps its verdict, unless its claim is about a paper's own
-    method. A unit that was not contradicted is never touched: the recheck adds no verdict."""
-    spec = {k: v for k, v in _claim(relation="best", others=[BN, GN]).items() if k != "b"}
-    claim = parse_words({"claims": [spec]}).claims[0]
-    first = Judged(claim, (_unit("a", CONTRADICTED, -5.0), _unit("b", CONTRADICTED, -5.0),
-                           _unit("c", INCONCLUSIVE, -1.0), _unit("d", CONTRADICTED, -5.0)))
-    twins = Judged(claim, (_unit("a", CONTRADICTED, -6.0), _unit("b", HOLDS, 4.0),
-                           _unit("c", HOLDS, 9.0)))
-    out = rechecked(first, twins)
-    assert [u.verdict for u in out.units] == [CONTRADICTED, BUDGET_LIMITED, INCONCLUSIVE,
-                                              CONTRADICTED]
-    assert out.verdict == CONTRADICTED
-    assert out.units[1].recheck == "at twice the budget +4.0, holds"
-    assert out.units[3].recheck == "not rechecked at twice the budget"
-    only_b = rechecked(Judged(claim, first.units[1:3]), twins)
-    assert only_b.verdict == BUDGET_LIMITED
-    own = parse_words({"claims": [_claim(paper="fbn")]}).claims[0]
-    assert own.own_method
-    alone = rechecked(Judged(own, (first.units[3],)), None)
-    assert (alone.verdict, alone.units[0].needs) == (INCONCLUSIVE, "budget")
-
-
 def _tuned_summary(common, tuned):
     """The claim's runs (experiment e, every method at lr × 1) and a tuning experiment's
     (10 % held out; ``tuned``: normalizer -> lr_scale -> {seed: final accuracy}, the
@@ -464,7 +432,7 @@ def test_a_method_claim_is_judged_at_each_methods_chosen_rate_on_fresh_seeds():
     edge = {"fbn": {1: fbn[1], 4: fbn[4]}, "bn": {1: bn[1], 4: bn[4]}}
     row = words_ledger(words, _tuned_summary(common, edge)).iloc[0]
     assert (row.verdict, row.needs) == (INCONCLUSIVE, "tuning")
-    assert "lr × 4↑" in row.rates and "at an edge of its grid" in row.rates
+    assert "lr × 4↑" in row.rates and "at the high edge of its lr_scale grid" in row.rates
     assert "at the common recipe: -9.5 [" in row.detail and ": contradicted" in row.detail
     assert row.ours == "normalizer=fbn: 60.5; normalizer=bn: 50.0"
     # before the fresh seeds: no verdict from the choice's own seeds (needs seeds)
@@ -530,10 +498,11 @@ def test_the_ledger_is_written_with_counts_per_verdict_and_paper(tmp_path):
     assert list(written.columns) == list(WORDS_COLUMNS)
     assert list(written.verdict) == [HOLDS, NOT_RUN]  # p 0.015 < α
     md = paths[1].read_text()
-    assert ("Verdicts: 1 holds, 0 contradicted, 0 negligible, 0 inconclusive, "
-            "0 undecidable, 1 not run.") in md
-    assert "| FBN | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in md
-    assert "| FixBN | 1 | 0 | 0 | 0 | 0 | 0 | 1 |" in md
+    counted = {HOLDS: 1, NOT_RUN: 1}
+    assert ("Verdicts: " + ", ".join(f"{counted.get(v, 0)} {v}" for v in VERDICTS) + ".") in md
+    assert "| FBN | 1 | " + " | ".join("1" if v == HOLDS else "0" for v in VERDICTS) + " |" in md
+    assert ("| FixBN | 1 | " + " | ".join("1" if v == NOT_RUN else "0" for v in VERDICTS)
+            + " |") in md
     assert "α = 0.05, one look" in md and "\nThe calibration: 0 of 2 claims hold.\n" in md
     assert "| c | §4 | “FBN beats BN.” |" in md
     assert paths[2].stat().st_size > 0 and paths[3].stat().st_size > 0

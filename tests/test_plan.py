@@ -690,7 +690,7 @@ def test_a_seed_offset_asks_the_same_questions_on_disjoint_seeds():
     assert not set(plan.runs) & set(other.runs)
     moved = sorted(dataclasses.replace(c, seed=c.seed + 8).run_id for c in plan.runs.values())
     assert moved == sorted(other.runs)
-    assert {c.seed for c in plan.runs.values()} == {0, 2, 3, 4, 5, 6, 7}
+    assert {c.seed for c in plan.runs.values()} == {0, 1, 2, 3, 4, 5, 6, 7, 100}
     assert plan.figures.keys() == other.figures.keys()
     assert len(plan.bundles) == len(other.bundles)
     for bad in (-1, 1.5, True, "2"):
@@ -707,7 +707,8 @@ def test_the_quick_seed_sets_are_disjoint():
     seeds = [{c.seed for c in load_plan(_config(*quick, *more)).runs.values()}
              for more in ((), ("config/quick_other_seeds.yaml",),
                           ("config/quick_third_seeds.yaml",))]
-    assert seeds[0] == {0, 2, 3, 4, 5, 6, 7}  # the tuning seed, the six judged seeds
+    # the tuning seeds 0, 1, 100 and the six judged seeds
+    assert seeds[0] == {0, 1, 2, 3, 4, 5, 6, 7, 100}
     for a, b in itertools.combinations(seeds, 2):
         assert not a & b
 

@@ -9,7 +9,7 @@ import pytest
 
 from fednorm.figures import draw, tuning_table
 from fednorm.plan import Figure
-from fednorm.tuning import choices, select_by_validation
+from fednorm.tuning import beyond, choices, select_by_validation
 
 
 def frame() -> pd.DataFrame:
@@ -135,17 +135,18 @@ def _joint() -> pd.DataFrame:
 
 def test_the_rate_and_a_methods_own_key_are_chosen_jointly_on_the_tuning_seeds_only():
     """The joint best on the seeds every combination has (× 4, no clipping: λ none, the
-    limit λ → ∞, the sweep's high end); the fresh seeds at that choice, however low their
-    validation accuracy, never move it; the table keeps them apart from the tuning seeds."""
+    limit λ → ∞, the sweep's high end but no edge: nothing lies beyond it); the fresh seeds at
+    that choice, however low their validation accuracy, never move it; the table keeps them
+    apart from the tuning seeds."""
     chosen = choices(_joint(), ["method"]).iloc[0]
     assert (chosen["lr_scale"], chosen["agc_lambda"]) == (4.0, math.inf)
     assert chosen["score"] == pytest.approx(0.805) and chosen["n_seeds"] == 2
-    assert chosen["edge"] == "lr_scale:high,agc_lambda:high"
+    assert chosen["edge"] == "lr_scale:high"
     picked = select_by_validation(_joint(), ["method"])
     assert sorted(picked["seed"]) == [0, 1, 100, 101]
     assert picked["agc_lambda"].isna().all()  # the rows as they were: null
     table = tuning_table(_joint(), ["method"]).iloc[0]
-    assert table["chosen"] == "lr × 4↑, λ none↑"
+    assert table["chosen"] == "lr × 4↑, λ none"
     assert table["grid"] == "lr × 1, 4; λ 0.01, 0.16, none"
     assert table["tuned_mean"] == pytest.approx(20.0)  # 1 - 0.8 on seeds 0, 1
     assert table["fresh_mean"] == pytest.approx(40.0) and table["fresh_seeds"] == 2
@@ -159,3 +160,37 @@ def test_under_feature_shift_the_table_reads_the_mean_over_the_domains():
     rows.loc[rows["seed"] == 1, "domain_accuracy"] = float("nan")  # no domains: test's
     table = tuning_table(rows, ["method"]).iloc[0]
     assert table["tuned_mean"] == pytest.approx((0.2 / 2 + 0.2) / 2 * 100)
+
+
+@pytest.mark.parametrize(("key", "values", "side", "expected"), [
+    ("lr_scale", [0.25, 1, 4, 16], "high", 64.0),  # the rates' own step, × 4
+    ("lr_scale", [0.25, 1, 4, 16], "low", 0.0625),
+    ("lr_scale", [0.5, 1, 2, 4, 8], "high", 16.0),  # the paper's grid: × 2
+    ("agc_lambda", [0.01, 0.16, 0.64, math.inf], "low", 0.01 * 0.01 / 0.16),
+    ("agc_lambda", [0.01, 0.16, 0.64, math.inf], "high", None),  # none: the limit
+    ("hybridbn_momentum", [0.002, 1.0], "high", None),  # its rule allows at most 1
+    ("hybridbn_momentum", [0.002, 1.0], "low", 0.002 * 0.002),
+    ("lr_scale", [4.0], "high", None),  # one value: no step
+])
+def test_a_grid_extends_by_its_own_geometric_step_where_its_key_goes_on(key, values, side,
+                                                                         expected):
+    got = beyond(key, values, side)
+    assert got == (None if expected is None else pytest.approx(expected, rel=1e-12))
+
+
+def test_a_choice_at_a_natural_bound_is_no_edge_but_one_at_a_rule_free_end_is():
+    """λ 0.01 (the sweep's low end: 0.000625 lies beyond) is an edge; smoothing 1 (its rule's
+    bound) is none; the rate's low end is."""
+    rows = []
+    for lam, scale, v in ((0.01, 1.0, 0.9), (0.16, 1.0, 0.5), (0.01, 4.0, 0.4),
+                          (0.16, 4.0, 0.3)):
+        rows += [dict(run_id=f"{lam}-{scale}-{s}", method="fedwon", lr_scale=scale,
+                      agc_lambda=lam, seed=s, step=10, status="ok", val_accuracy=v)
+                 for s in (0, 1, 2)]
+    assert choices(pd.DataFrame(rows), ["method"])["edge"].tolist() == [
+        "lr_scale:low,agc_lambda:low"]
+    hybrid = pd.DataFrame([dict(run_id=f"{m}-{s}", method="hybridbn", lr_scale=1.0,
+                                hybridbn_momentum=m, seed=s, step=10, status="ok",
+                                val_accuracy=0.9 if m == 1.0 else 0.5)
+                           for m in (0.002, 1.0) for s in (0, 1, 2)])
+    assert choices(hybrid, ["method"])["edge"].tolist() == [""]

@@ -206,22 +206,15 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert set(toy.scheme) == {"bn", "fbn", "fixbn"} and set(toy.gamma) == {0, 1}
 
     # the claims' second stage (.test/config.yaml, stage2): its checkpoint chose runs that the
-    # first summary lacks and the summary holds, new seeds in their experiments, doubled
-    # budgets in their '@x2' twins; the first summary is the plan's runs alone
+    # first summary lacks and the summary holds; no claim here is judged at tuned values, and
+    # the design fixed the seeds and the budget: no seed is bought, no run at another budget
     record = json.loads((work / ".test/results/stage2/plan.json").read_text())
     second = {e["run_id"]: e for e in record["runs"]}
     everything = pd.read_csv(work / ".test/results/summary.csv")
     summary = pd.read_csv(work / ".test/results/stage2/summary_first.csv")
     assert set(summary.run_id) == set(plan.runs) and not second.keys() & set(plan.runs)
     assert set(everything.run_id) == set(plan.runs) | second.keys()
-    doubled = [e for e in second.values() if e["source"]]
-    assert doubled and all(g.endswith("@x2") for e in doubled for g in e["groups"])
-    for e in doubled:
-        source = plan.runs[e["source"]] if e["source"] in plan.runs else None
-        steps = (source.steps if source else second[e["source"]]["config"]["steps"])
-        assert e["config"]["steps"] == 2 * steps
-    seeded = [e for e in second.values() if not e["source"]]
-    assert not seeded  # the design fixed the seeds: no tuned method here, no seed is bought
+    assert not second and record["jobs"] == {}
     assert len(list((work / ".test/results/stage2/jobs").glob("*.json"))) == len(record["jobs"])
     calibration = pd.read_csv(work / ".test/figures/claims_calibration.csv").set_index("id")
     assert set(calibration.index) == {"tiny-words-holds", "tiny-words-contradicted",
@@ -331,9 +324,6 @@ def test_tiny_dag_builds_every_figure_and_records_divergence(tiny_dag, tmp_path)
     assert words.loc["tiny-words-contradicted", "n_diverged"] == 6
     assert words.loc["tiny-words-holds", "n_diverged"] == 6  # the side behind diverged
     assert words.loc["tiny-words-holds", "p"] == pytest.approx(1 / 64)
-    # FBN's own method, contradicted: rechecked at twice the budget, where it diverges again
-    assert "at twice the budget –, contradicted" in words.loc["tiny-words-contradicted",
-                                                               "detail"]
     assert set(words.settled.dropna()) <= {"yes", "no"} and words.rates.notna().all()
     assert words.loc["tiny-words-negligible", "margin"] == 0
     for ext in ("md", "pdf", "png"):

@@ -100,8 +100,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _print_bundles(plan)
     if plan.stage2:
         print(f"claims' second stage (a checkpoint): the claims at tuned values on the fresh "
-              f"seeds {list(plan.stage2.seeds)}, each contradicted unit at "
-              f"{plan.stage2.budget}x the budget, in {plan.stage2.jobs} jobs")
+              f"seeds {list(plan.stage2.seeds)}, in {plan.stage2.jobs} jobs")
     if plan.claims:
         claims = load_claims(plan.claims, plan)
         for kind, listed in (("numeric", claims.numbers), ("in words", claims.words.claims)):
@@ -135,8 +134,7 @@ def _print_price(plan) -> None:
           f"training image's time)")
     if plan.stage2:
         print(f"  claims' second stage: {price.stage2:.3g} h (the tuned methods' fresh seeds, "
-              f"estimated at their first grid point; each contradicted unit's recheck at "
-              f"{plan.stage2.budget}x its budget comes on top, twice its runs' training)")
+              f"estimated at their first grid point)")
     print(f"  total: {_hours(price.total)} GPU-hours on one {price.rates.device}")
 
 

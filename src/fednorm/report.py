@@ -357,7 +357,7 @@ def words_caption(plan: Plan, words: Words, ext: str) -> str:
     shows_text = ("one row per claim: its deciding margin (the side the claim says is better "
                   "minus the other, runs paired by seed) and its t interval, against 0, "
                   "or the ±δ band of a near-equality, coloured by verdict (holds, contradicted, "
-                  "budget-limited, inconclusive, undecidable, not run)" if ext == "png" else
+                  "inconclusive, undecidable, not run)" if ext == "png" else
                   "the count of each verdict per paper, the ledger's calibration, then "
                   "one table per paper: the paper's words, the relation, each side's learning "
                   "rate, our values per group, the margin and its interval, seeds, p and q, "

@@ -16,8 +16,12 @@ of a table, the combination whose final validation accuracy is best.
   only those fresh seeds judge a claim (fednorm.claims.verdicts): the choice's own seeds carry
   its winner's curse.
 - A null tuned value (FedWon's λ: no clipping) is the limit λ → ∞ (:data:`NONE`).
-- A choice at the largest or smallest value of a numeric key's sweep is marked (``edge``): the
-  best may lie beyond it, and the sweep should be widened before the choice is trusted.
+- A choice at the largest or smallest value of a numeric key's sweep is marked (``edge``) where
+  the key goes on beyond it (:func:`beyond`: one more geometric step is a value its rule
+  allows): the best may lie beyond, so the claims' tuning checkpoint trains that value on the
+  tuning seeds once (fednorm.claims.extension) before the fresh seeds train; a choice still at
+  an edge of the extended grid stays marked. An end at a natural bound (λ none: no clipping;
+  a smoothing of 1: none) is no edge: nothing lies beyond it.
 
 The choice decides verdicts (fednorm.claims), so nothing here draws: the tuning table is
 fednorm.figures'.
@@ -31,8 +35,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from fednorm.config import RunConfig
-from fednorm.methods import RATE, SYMBOLS, TUNED_KEYS
+from fednorm.config import _RULES, RunConfig
+from fednorm.methods import KEY, RATE, SYMBOLS, TUNED_KEYS
 from fednorm.results import matches, seed_stats
 
 OVER = RATE  # the hyper-parameter every method tunes
@@ -104,18 +108,35 @@ def choices(rows: pd.DataFrame, cells: Sequence[str], by: str = "val_accuracy",
 
 def _edges(stats: pd.DataFrame, cells: Sequence[str], over: Sequence[str],
            choice: pd.Series) -> str:
-    """The numeric keys whose choice is at an end of its cell's sweep: 'key:high,key:low'."""
+    """The numeric keys whose choice is at an end of its cell's sweep with a value beyond it
+    (:func:`beyond`): 'key:high,key:low'."""
     mine = in_cell(stats, cells, choice)
     out = []
     for key in over:
         values = mine[key]
         if not pd.api.types.is_numeric_dtype(values) or values.nunique() < 2:
             continue
-        if choice[key] == values.max():
-            out.append(f"{key}:high")
-        elif choice[key] == values.min():
-            out.append(f"{key}:low")
+        for side, end in (("high", values.max()), ("low", values.min())):
+            if choice[key] == end and beyond(key, values, side) is not None:
+                out.append(f"{key}:{side}")
     return ",".join(out)
+
+
+def beyond(key: str, values: Sequence[float] | pd.Series, side: str) -> float | None:
+    """The value one step beyond the ``side`` ('high' / 'low') end of a numeric key's sweep
+    ``values``, in the sweep's own geometric step: the end times the ratio of the two outermost
+    finite values on that side (the rates' grids, built by × 4, extend by × 4 or ÷ 4). None
+    where nothing lies beyond: an end at :data:`NONE` (λ none, the limit), fewer than two
+    positive finite values, or a value the key's rule does not allow (a smoothing above 1)."""
+    finite = sorted({float(v) for v in values if math.isfinite(float(v)) and float(v) > 0})
+    if len(finite) < 2 or (side == "high" and max(float(v) for v in values) == NONE):
+        return None
+    if side == "high":
+        value = finite[-1] * finite[-1] / finite[-2]
+    else:
+        value = finite[0] * finite[0] / finite[1]
+    rule = _RULES[key] if key in _RULES else KEY[key].rule
+    return value if rule(value) is None else None
 
 
 def value_words(value: object) -> str:

@@ -1,7 +1,7 @@
 rule claims:
     """The claims ledgers: each paper number beside ours, with a verdict (fednorm.claims), and
     each claim in words with a verdict that is a test of stated error rate
-    (fednorm.claims.verdicts), each contradiction checked at twice the budget
+    (fednorm.claims.verdicts), judged once at alpha on every run of the design
     (fednorm.claims.words_ledger), its calibration by a parametric bootstrap of the whole ledger
     (fednorm.claims.calibration) and its pre-registration: hashes of the claims file, of the
     deciding modules and of the design (fednorm.claims.prereg)."""

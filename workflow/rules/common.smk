@@ -79,19 +79,34 @@ def stage2_jobs(wildcards):
     return [PLAN.paths.stage2_job(job) for job in record["jobs"]]
 
 
-def summary_inputs(wildcards):
-    """The summary's inputs: every file of every run of the plan and, with a second stage, its
+def extension_jobs(wildcards):
+    """The tuning extension's training jobs, once its checkpoint has chosen its runs (an input
+    function: Snakemake evaluates it again after the checkpoint)."""
+    from fednorm.claims.stage2 import read_record
+
+    record = read_record(checkpoints.tuning_extension.get().output[0])
+    return [PLAN.paths.extension_job(job) for job in record["jobs"]]
+
+
+def tuned_summary_inputs(wildcards):
+    """The tuned summary's inputs: every file of every run of the plan, the extension's
     training jobs' records and its plan (its runs join the summary)."""
+    return {"runs": PLAN.run_files(tuple(PLAN.runs)), "extended": extension_jobs(wildcards),
+            "extension": PLAN.paths.extension_plan()}
+
+
+def summary_inputs(wildcards):
+    """The summary's inputs: every file of every run of the plan and, with a second stage, the
+    extension's and the second stage's training jobs' records and plans (their runs join the
+    summary)."""
     inputs = {"runs": PLAN.run_files(tuple(PLAN.runs))}
     if PLAN.stage2:
-        inputs.update(stage2=stage2_jobs(wildcards), plan=PLAN.paths.stage2_plan())
+        inputs.update(tuned_summary_inputs(wildcards), stage2=stage2_jobs(wildcards),
+                      plan=PLAN.paths.stage2_plan())
     return inputs
 
 
 def claims_inputs(wildcards):
-    """The claims rule's inputs: the summary, the claims file and, with a second stage, its
-    record (which runs it trained and why)."""
-    inputs = {"summary": PLAN.paths.summary(), "claims": PLAN.claims}
-    if PLAN.stage2:
-        inputs["plan"] = PLAN.paths.stage2_plan()
-    return inputs
+    """The claims rule's inputs: the summary (both stages' runs, with a second stage) and the
+    claims file."""
+    return {"summary": PLAN.paths.summary(), "claims": PLAN.claims}

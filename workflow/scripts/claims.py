@@ -22,8 +22,7 @@ from fednorm.claims.prereg import (
     write_prereg,
 )
 from fednorm.claims.render import write_words
-from fednorm.claims.stage2 import read_record
-from fednorm.claims.words_ledger import staged_ledger
+from fednorm.claims.words_ledger import words_ledger
 from fednorm.inputs import user_errors
 from fednorm.integrity import read_summary
 from fednorm.io import write_csv
@@ -38,9 +37,8 @@ with user_errors():  # the rule, the claims file, the design and the runs' engin
     prereg = verified(preregistration(snakemake.input.claims,  # noqa: F821
                                       plan_design=design(plan, claims),
                                       runs=run_revisions(summary)), plan.claims_prereg)
-record = read_record(snakemake.input.plan) if "plan" in snakemake.input.keys() else None  # noqa: F821
 paths = write_ledger(claims.numbers, summary, snakemake.params.stem)  # noqa: F821
-table = staged_ledger(words, summary, record, powers(words, design_seeds(words, plan)))
+table = words_ledger(words, summary, powers(words, design_seeds(words, plan)))
 calibration = calibrate(words, compare_all(words, summary))
 header = [*calibration_lines(calibration, words.rule.alpha), "", prereg_line(prereg), "",
           revisions_line(prereg)]

@@ -6,11 +6,12 @@ The rooms, each importing only those listed before it: ``stats`` (the tests, fro
 values as a config writes them), ``numbers`` (the numeric ledger: the ``recipes`` and ``claims`` of
 a claims file), ``words`` (its ``qualitative`` claims, read and checked), ``comparisons`` (their
 units: sides, margins, tuned values), ``verdicts`` (the units' verdicts), ``power`` (each claim's
-power, stated before the runs), ``words_ledger`` (the words ledger, contradictions rechecked at
-twice the budget), ``calibration`` (a parametric bootstrap of the whole ledger), ``stage2`` (the
-second stage: the tuned methods' fresh seeds, twice the budget), ``render`` (the ledger's files,
-after judging), ``prereg`` (the ledger's pre-registration), then ``file`` (:func:`load_claims`: a
-claims file read and checked, both ledgers at once, and the files they write). The numeric ledger's
+power, stated before the runs), ``words_ledger`` (the words ledger, judged once at α),
+``calibration`` (a parametric bootstrap of the whole ledger), ``stage2`` (the second stage: the
+tuned methods' fresh seeds), ``extension`` (the tuning grids extended beyond an edge),
+``render`` (the ledger's files, after judging), ``prereg`` (the ledger's pre-registration),
+then ``file`` (:func:`load_claims`: a claims file read and checked, both ledgers at once, and
+the files they write). The numeric ledger's
 names and the file's are importable from ``fednorm.claims``.
 """
 

@@ -14,8 +14,9 @@ has no value: it makes a seed count for or against the claim (:func:`margins`; t
 judged, unit by unit, at each side's rate and keys chosen on validation accuracy in a
 ``tuning`` experiment (:func:`fednorm.tuning.choices`), on fresh seeds the choice never saw,
 where every side of the unit has a tuning cell; else at the common rate, said in ``rates``. A
-side whose chosen rate is at an edge of its grid is marked (``edge``: its unit is
-``inconclusive``, needs: tuning).
+side whose choice is at an edge of its (extended) grid, the rate's or a key its method tunes,
+is marked (``edge``, and which: ``edges``; fednorm.claims.verdicts decides what it does to the
+verdict).
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class Side:
     # every key its method tunes was swept ('' / False: at the common recipe)
     template: str = ""
     tuned: bool = False
-    edge: bool = False  # at tuned values: the chosen rate is at an edge of its grid
+    edge: bool = False  # at tuned values: a choice at an edge of its (extended) grid
+    # which: (key, 'high' / 'low') per key at an edge (fednorm.tuning.choices' ``edge``)
+    edges: tuple[tuple[str, str], ...] = ()
 
     @property
     def mean(self) -> float:
@@ -213,17 +216,19 @@ def _tuned(side: Side, tunings: Sequence[Tuning], claim: Relation,
             + (f"; untuned: {', '.join(missing)}" if missing else ""))
     template = str(picked["run_id"].iloc[0])
     fresh = side_of(side.label, picked[~seen], claim, rate, cache, template, tuned=not missing)
-    if at_edge(choice.iloc[0]):
-        rate += "; at an edge of its grid"
-        fresh = replace(fresh, edge=True, rate=rate)
+    edges = edges_of(choice.iloc[0])
+    if edges:
+        rate += "; at the " + ", ".join(f"{s} edge of its {k} grid" for k, s in edges)
+        fresh = replace(fresh, edge=True, edges=edges, rate=rate)
     return fresh, name, side_of(side.label, picked[seen], claim, rate, cache, template)
 
 
-def at_edge(chosen: pd.Series, key: str = "lr_scale") -> bool:
-    """Whether the tuning's choice of ``key`` is the smallest or the largest value its cell
-    swept (fednorm.tuning.choices' ``edge``): the optimum may lie beyond, so it is not tuned
-    yet. (The methods' own keys end at natural bounds: no clipping, no smoothing.)"""
-    return any(e.split(":")[0] == key for e in str(chosen.get("edge", "")).split(",") if e)
+def edges_of(chosen: pd.Series) -> tuple[tuple[str, str], ...]:
+    """(key, 'high' / 'low') for each key whose choice is the largest / smallest value its cell
+    swept with a value beyond it (fednorm.tuning.choices' ``edge``, after the grid's one
+    extension): the optimum may lie beyond."""
+    marks = [e.split(":") for e in str(chosen.get("edge", "") or "").split(",") if e]
+    return tuple((key, side) for key, side in marks)
 
 
 CELL_KEYS = tuple(k for k in FIELDS if k not in TUNING_FREE)  # what a tuning cell shares
@@ -385,31 +390,3 @@ def compare_all(words: Words, summary: pd.DataFrame) -> dict[str, list[Compariso
     cache: Sides = {}
     tunings = tunings_of(summary, words.tuning)
     return {c.id: comparisons(c, summary, cache=cache, tunings=tunings) for c in words.claims}
-
-
-def twin_comparisons(words: Words, compared: dict[str, list[Comparison]],
-                     summary: pd.DataFrame, twins: dict[str, str], tag: str
-                     ) -> dict[str, list[Comparison]]:
-    """Each claim's units (``compared``, :func:`compare_all` on ``summary``) with every side's
-    runs replaced by their ``twins`` in ``summary`` (run id -> run id: the same run at a
-    multiple of its budget, fednorm.claims.stage2), the units pooled under ``tag``; a unit
-    whose sides have no twin has no sides ('no run ...': not run)."""
-    cache: Sides = {}
-    out = {}
-    for claim in words.claims:
-        units = []
-        for unit in compared[claim.id]:
-            sides = []
-            for side in unit.sides:
-                ids = {twins[r] for r in side.run_ids if r in twins}
-                rows = summary[summary["run_id"].isin(ids)]
-                if rows.empty:
-                    break
-                sides.append(side_of(side.label, rows, claim, side.rate, cache))
-            if unit.sides and len(sides) == len(unit.sides):
-                units.append(Comparison(unit.label, tuple(sides), unit.coefs,
-                                        tuple(f"{p}{tag}" for p in unit.pool), unit.measure))
-            else:
-                units.append(Comparison(unit.label, reason=unit.reason or f"no run has {tag}"))
-        out[claim.id] = units
-    return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fednorm.claims.numbers import Claim, parse_claims, parse_estimand
+from fednorm.claims.power import check_tuning_seeds
 from fednorm.claims.words import Words, parse_words
 from fednorm.claims.words import check_plan as check_words
 from fednorm.config import ConfigError, fail
@@ -74,7 +75,8 @@ def load_claims(path: str, plan: Plan | None = None) -> Claims:
 
 def check_plan(claims: Claims, plan: Plan) -> None:
     """Checks against the plan, before any job: the ledgers' names are free, and each claim in
-    words is one the plan's runs can answer (:func:`fednorm.claims.words.check_plan`). (A
+    words is one the plan's runs can answer (:func:`fednorm.claims.words.check_plan`), and no
+    tuning seed judges a claim (:func:`fednorm.claims.power.check_tuning_seeds`). (A
     numeric claim whose runs are several configurations is not an error: a user may widen a
     grid without touching the claims; the ledger says 'not comparable' and why.)"""
     for name in (NAME, WORDS_NAME):
@@ -82,3 +84,4 @@ def check_plan(claims: Claims, plan: Plan) -> None:
             raise ConfigError(f"figures: key '{name}' names a figure; allowed: another name "
                               f"('{name}' is the claims ledger's)")
     check_words(claims.words, plan)
+    check_tuning_seeds(claims.words, plan)

@@ -71,9 +71,9 @@ def power_of(claim: Relation, sigma: float, seeds: int, alpha: float) -> Power:
 
 
 def planned_seeds(plan: Plan, name: str) -> int:
-    """The distinct seeds of experiment ``name``'s planned runs (0 where it plans none: an
-    experiment a profile dropped)."""
-    return len({plan.runs[r].seed for r in plan.experiments.get(name, ())})
+    """The number of distinct seeds of experiment ``name``'s planned runs (0 where it plans
+    none: an experiment a profile dropped)."""
+    return len(seeds_of(plan, name))
 
 
 def design_seeds(words: Words, plan: Plan) -> dict[str, int]:
@@ -89,6 +89,40 @@ def design_seeds(words: Words, plan: Plan) -> dict[str, int]:
         counts = [c for c in (planned_seeds(plan, e) for e in claim.experiments) if c]
         out[claim.id] = min(counts) if counts else 0
     return out
+
+
+def seeds_of(plan: Plan, name: str) -> set[int]:
+    """The distinct seeds of experiment ``name``'s planned runs."""
+    return {plan.runs[r].seed for r in plan.experiments.get(name, ())}
+
+
+def judged_seeds(words: Words, plan: Plan) -> set[int]:
+    """The seeds that judge a claim: the second stage's fresh seeds where a claim is judged at
+    tuned values (:func:`design_seeds`), else the seeds of its experiments' planned runs (a
+    tuning experiment's aside: its runs judge nothing, they choose)."""
+    fresh = set(plan.stage2.seeds) if plan.stage2 else set()
+    out = set(fresh)
+    for claim in words.claims:
+        if fresh and words.tuning and compares_methods(claim):
+            continue
+        out |= {s for e in claim.experiments if e not in words.tuning
+                for s in seeds_of(plan, e)}
+    return out
+
+
+def check_tuning_seeds(words: Words, plan: Plan) -> None:
+    """The tuning seeds (every planned seed of the claims' tuning experiments) share none with
+    the seeds that judge (:func:`judged_seeds`): a choice's own seeds carry its winner's curse,
+    so a seed it saw never judges (a ConfigError before any job naming the experiment, its
+    seeds and the judged ones)."""
+    judged = judged_seeds(words, plan)
+    for name in words.tuning:
+        shared = sorted(seeds_of(plan, name) & judged)
+        if shared:
+            raise ConfigError(
+                f"experiments.{name}: key 'seed' has the judged seed(s) {shared}; allowed: "
+                f"seeds none of which judges a claim (judged: {sorted(judged)}, the second "
+                f"stage's seeds and the claims' experiments'): a tuning seed never judges")
 
 
 def powers(words: Words, seeds: Mapping[str, int]) -> dict[str, Power]:

@@ -5,7 +5,7 @@ Four parts. The **claims file**: its sha256 (its text, line endings made '\\n', 
 checkout on any system hashes the same). The **rule**: the source of every module on the path
 from a run's metrics to a verdict, each hashed as the claims file, then their names and hashes
 hashed together; the modules are found by listing (RULE_PATTERNS: the claims package whole,
-config's fields and rules, the second stage's meaning of a multiple of the budget, the
+config's fields and rules, the second stage's seeds, the
 methods' tuned keys and grids, the summary and the results' reading, the tuning's choice), so
 that a new module of the claims package is hashed without a hand edit. The **engine
 revision** (fednorm.ENGINE_REVISION: the commit that last moved the engine's float bits; every
@@ -13,7 +13,7 @@ run.json carries the revision that trained it). And the **design** (:func:`desig
 profile fixes before the runs: the resolved run ids of every experiment a claim in words names
 and of every tuning experiment, with their seeds listed, their budgets (``steps``) and, for a
 tuning experiment, the values each tuned key sweeps; the methods' own tuning grids
-(fednorm.methods.Tune); the second stage's seeds and budget; the data files the rule reads.
+(fednorm.methods.Tune); the second stage's seeds; the data files the rule reads.
 The source rather than a declared version number: a number is bumped by hand and drifts from
 the code it names; a hash changes with any edit (a comment too: such an edit is then seen, and
 judged, by whoever reads the diff). The run ids rather than a count of seeds: seeds 2-7 moved
@@ -154,7 +154,7 @@ def design(plan: Plan, claims: Claims, data: Sequence[str | Path] | None = None
     planned run ids (sorted), their distinct ``seeds`` and ``steps``, and for a tuning one its
     ``grid`` (each tuned key, fednorm.methods.TUNED_KEYS -> the values its runs take);
     ``methods``, each method's own tuning grids (:func:`method_grids`); ``stage2``, the second
-    stage's seeds and budget factor (None: one stage); ``data``, each data file (default
+    stage's seeds (None: one stage); ``data``, each data file (default
     DATA_FILES) -> its hash (as :func:`text_sha256`). ``seedless_sha256`` hashes the same with
     the seeds counted and each experiment's runs as the hash of their configs but the seed:
     equal for the profile on disjoint seeds (``seed_offset``)."""
@@ -166,10 +166,10 @@ def design(plan: Plan, claims: Claims, data: Sequence[str | Path] | None = None
     files = {Path(p).as_posix(): text_sha256(p) for p in (DATA_FILES if data is None else data)}
     body = {"experiments": {n: full for n, (full, _) in parts.items()},
             "methods": method_grids(),
-            "stage2": stage2 and {"seeds": list(stage2.seeds), "budget": stage2.budget},
+            "stage2": stage2 and {"seeds": list(stage2.seeds)},
             "data": files}
     seedless = {**body, "experiments": {n: bare for n, (_, bare) in parts.items()},
-                "stage2": stage2 and {"seeds": len(stage2.seeds), "budget": stage2.budget}}
+                "stage2": stage2 and {"seeds": len(stage2.seeds)}}
     return {**body, "seedless_sha256": _canonical_sha(seedless), "sha256": _canonical_sha(body)}
 
 

@@ -15,7 +15,6 @@ from matplotlib.lines import Line2D
 
 from fednorm.claims.common import PAPERS
 from fednorm.claims.words import (
-    BUDGET_LIMITED,
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
@@ -95,8 +94,7 @@ def words_markdown(table: pd.DataFrame, words: Words, header: Sequence[str] = ()
 
 
 WORD_COLOURS = {HOLDS: "#2ca02c", CONTRADICTED: "#d62728", NEGLIGIBLE: "#1f77b4",
-                BUDGET_LIMITED: "#9467bd", INCONCLUSIVE: "#ff7f0e", UNDECIDABLE: "#bcbd22",
-                NOT_RUN: "#999999"}
+                INCONCLUSIVE: "#ff7f0e", UNDECIDABLE: "#bcbd22", NOT_RUN: "#999999"}
 
 
 def words_figure(table: pd.DataFrame) -> Figure:

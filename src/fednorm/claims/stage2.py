@@ -1,66 +1,53 @@
 """The claims' second stage: the runs that the design fixes but that only the first stage's
 results can name (a Snakemake checkpoint, workflow/rules/summarize.smk). Nothing here buys
-seeds or looks again: the seeds of every judged setting are the profile's, fixed before the
-runs (docs/claims.md, The design).
+seeds, trains at another budget or looks again: the seeds and budget of every judged setting
+are the profile's, fixed before the runs (docs/claims.md, The design).
 
-After the first stage's runs, each claim's units are judged once, at α:
-
-- a unit at **tuned values** (a claim that compares methods: each method at the rate and keys
-  its tuning chose on held-out data, fednorm.tuning) gets its sides' chosen values on the
-  stage's fresh ``seeds``, the only runs that judge it; where the tuning seeds' own margin
-  already points to a contradiction, the same runs at ``budget`` times their budget too, so
-  that a contradiction found on the fresh seeds has its recheck;
-- a **contradicted** unit gets its sides' runs again at ``budget`` times their budget, same
-  seeds: a contradiction stands only where twice the budget confirms it
-  (:func:`fednorm.claims.words_ledger.rechecked`), which can only turn it into
-  ``budget-limited``, never add a verdict.
+A unit at **tuned values** (a claim that compares methods: each method at the rate and keys its
+tuning chose on held-out data, fednorm.tuning) gets its sides' chosen values on the stage's
+fresh ``seeds``, the only runs that judge it; every claim is then judged once, at α, on both
+stages' runs (fednorm.claims.words_ledger).
 
 The added runs are ordinary runs (stable ids from their configs): a run with a new seed joins
-the experiments of the run it copies; a run at a multiple of the budget joins those
-experiments' names with the suffix ``@x2`` (fednorm.plan.stage2.DOUBLED), which no claim or
-figure selects. Its training jobs are balanced by the modelled cost of each run
-(fednorm.plan.costs: a function of the configs and a committed table, never a clock).
+the experiments of the run it copies. Its training jobs are balanced by the modelled cost of
+each run (fednorm.plan.costs: a function of the configs and a committed table, never a clock).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from fednorm.claims.comparisons import Comparison, compare_all, margins
-from fednorm.claims.verdicts import judge_compared
-from fednorm.claims.words import CONTRADICTED, Relation, Words
+from fednorm.claims.comparisons import Comparison, compare_all
+from fednorm.claims.words import Words
 from fednorm.config import RunConfig
 from fednorm.io import write_text
 from fednorm.plan import Plan, balanced_jobs, bundles
 from fednorm.plan.costs import run_costs
-from fednorm.plan.stage2 import Stage2, stage2_runs, with_budget, with_seed
+from fednorm.plan.stage2 import Stage2, stage2_runs, with_seed
 
 
 @dataclass(frozen=True)
 class Added:
-    """One run the second stage adds: its config, the experiments it joins, the first-stage
-    run it copies (whose modelled cost prices it), its budget over that run's, and the run it
-    is a twin of at a multiple of the budget (a recheck; None: a new seed)."""
+    """One run a checkpoint adds: its config, the experiments it joins and the planned run it
+    copies (whose modelled cost prices it)."""
 
     cfg: RunConfig
     groups: tuple[str, ...]
     copies: str
-    factor: int = 1
-    twin_of: str | None = None
 
 
 @dataclass(frozen=True)
 class Request:
-    """The runs one unit asks for, and why: 'recheck' (a contradiction at twice the budget),
-    'fresh' (its sides' tuned values on the fresh seeds), 'fresh+recheck' (those and their
-    twins at twice the budget)."""
+    """The runs one unit (or tuning cell) asks for, and why: 'fresh' (its sides' tuned values
+    on the fresh seeds), 'extend' (a tuning grid one value beyond its edge,
+    fednorm.claims.extension)."""
 
     kind: str
     claim: str
@@ -68,75 +55,33 @@ class Request:
     runs: tuple[Added, ...]
 
 
-def _doubled(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Added, ...]:
-    """The unit's runs at ``spec.budget`` times their budget, in their experiments' '@x'
-    twins."""
-    return tuple(Added(with_budget(plan.runs[r], spec.budget),
-                       tuple(g + spec.suffix() for g in plan.groups(r).split("|")), r,
-                       spec.budget, r)
-                 for side in unit.sides for r in side.run_ids)
-
-
-def _seeded(unit: Comparison, plan: Plan, spec: Stage2, factor: int = 1) -> tuple[Added, ...]:
+def _seeded(unit: Comparison, plan: Plan, spec: Stage2) -> tuple[Added, ...]:
     """The unit's settings on the stage's seeds, in the experiments of the runs they copy (at
-    tuned values: a run at the chosen values, the side's ``template``); with ``factor``, at
-    that many times the budget, in the experiments' '@x' twins."""
+    tuned values: a run at the chosen values, the side's ``template``)."""
     out = []
     for side in unit.sides:
         first = side.template or side.run_ids[0]
         groups = tuple(plan.groups(first).split("|"))
-        for seed in spec.seeds:
-            cfg = with_seed(plan.runs[first], seed)
-            if factor == 1:
-                out.append(Added(cfg, groups, first))
-            else:
-                out.append(Added(with_budget(cfg, factor),
-                                 tuple(g + spec.suffix() for g in groups), first, factor,
-                                 cfg.run_id))
+        out += [Added(with_seed(plan.runs[first], seed), groups, first) for seed in spec.seeds]
     return tuple(out)
-
-
-def _leans_against(estimate: float, claim: Relation, sesoi: float) -> bool:
-    if claim.kind == "within":
-        assert claim.delta is not None
-        return abs(estimate) > claim.delta
-    return estimate + claim.slack < -sesoi
 
 
 def requests(words: Words, plan: Plan, spec: Stage2,
              compared: dict[str, list[Comparison]]) -> list[Request]:
-    """What each claim's units ask of the second stage (the module's docstring), in the order
-    of the claims."""
-    judged = judge_compared(words, compared)
+    """What each claim's units ask of the second stage, in the order of the claims: a unit at
+    tuned values without fresh seeds, its sides' chosen values on the stage's seeds; nothing
+    else (no verdict is read here)."""
     out = []
-    for j in judged:
-        sesoi = words.rule.sesoi_of(j.claim)
-        for unit, comparison in zip(j.units, compared[j.claim.id], strict=True):
+    for claim in words.claims:
+        for comparison in compared[claim.id]:
             if not comparison.sides or any(r not in plan.runs for s in comparison.sides
                                            for r in s.run_ids):
                 continue
             if comparison.chosen is not None and not all(len(s.runs) for s in
                                                           comparison.sides):
-                out.append(_fresh(comparison, j.claim, unit.label, plan, spec, sesoi))
-            elif unit.verdict == CONTRADICTED:
-                out.append(Request("recheck", j.claim.id, unit.label,
-                                   _doubled(comparison, plan, spec)))
+                out.append(Request("fresh", claim.id, comparison.label,
+                                   _seeded(comparison, plan, spec)))
     return out
-
-
-def _fresh(comparison: Comparison, claim: Relation, label: str, plan: Plan, spec: Stage2,
-           sesoi: float) -> Request:
-    """A unit at tuned values without fresh seeds: its sides' chosen values on the stage's
-    seeds, the only runs that judge it (fednorm.tuning); with their recheck at the stage's
-    budget where the tuning seeds' margin (the choice's own, biased for the tuned side)
-    already points to a contradiction."""
-    assert comparison.chosen is not None
-    runs = _seeded(comparison, plan, spec)
-    seen = margins(comparison.chosen, claim.kind == "within")
-    if seen.values and _leans_against(float(np.mean(seen.values)), claim, sesoi):
-        return Request("fresh+recheck", claim.id, label,
-                       runs + _seeded(comparison, plan, spec, spec.budget))
-    return Request("fresh", claim.id, label, runs)
 
 
 def modelled_seconds(plan: Plan) -> dict[str, float]:
@@ -162,29 +107,41 @@ def stage2_record(words: Words, summary: pd.DataFrame, plan: Plan) -> dict[str, 
     time): nothing in it depends on a clock, a dict's order or the summary's row order beyond
     its values."""
     assert plan.stage2 is not None
-    compared = compare_all(words, summary)
+    return planned_record(requests(words, plan, plan.stage2, compare_all(words, summary)),
+                          plan, plan.stage2.jobs)
+
+
+def planned_record(asked: Iterable[Request], plan: Plan, jobs: int) -> dict[str, Any]:
+    """A checkpoint's record of the runs ``asked`` for (config, experiments, why; a run the
+    plan has already costs nothing and is not trained again) and their training jobs; a run
+    copied from one no first-stage bundle holds (an extension's) is priced as a bundle of one."""
+    assert plan.stage2 is not None
     priced = modelled_seconds(plan)
+    table = plan.stage2.costs()
+    for run_id, cfg in plan.runs.items():
+        if run_id not in priced:
+            priced[run_id] = table.run_seconds(cfg, 1)
     runs: dict[str, dict[str, Any]] = {}
     cost: dict[str, float] = {}
     configs: dict[str, RunConfig] = {}  # the runs to train: those the plan does not have
-    for request in requests(words, plan, plan.stage2, compared):
+    for request in asked:
         for added in request.runs:
             if added.cfg.run_id not in plan.runs:
                 configs[added.cfg.run_id] = added.cfg
             entry = runs.setdefault(added.cfg.run_id, {
                 "run_id": added.cfg.run_id, "config": added.cfg.identity(), "groups": [],
-                "why": [], "source": added.twin_of, "planned": added.cfg.run_id in plan.runs})
+                "why": [], "planned": added.cfg.run_id in plan.runs})
             entry["groups"] = list(dict.fromkeys([*entry["groups"], *added.groups]))
             entry["why"].append(f"{request.kind}: {request.claim}"
                                 + (f" ({request.unit})" if request.unit else ""))
-            cost[added.cfg.run_id] = priced[added.copies] * added.factor
+            cost[added.cfg.run_id] = priced[added.copies]
     # bundles from the set of runs alone (sorted: not the order the requests came in)
     packed = bundles(dict(sorted(configs.items())), plan.execution.planned_bundle_size)
-    jobs = balanced_jobs(packed, cost, plan.stage2.jobs)
-    return {"budget": plan.stage2.budget, "runs": list(runs.values()),
-            "jobs": {job: {b: list(packed[b]) for b in members} for job, members in jobs.items()},
+    placed = balanced_jobs(packed, cost, jobs)
+    return {"runs": list(runs.values()),
+            "jobs": {job: {b: list(packed[b]) for b in members} for job, members in placed.items()},
             "seconds": math.fsum(cost[r] for r in sorted(configs)),
-            "first_seconds": math.fsum(priced.values())}
+            "first_seconds": math.fsum(modelled_seconds(plan).values())}
 
 
 def write_record(record: dict[str, Any], path: str | Path) -> Path:

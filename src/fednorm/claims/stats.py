@@ -43,9 +43,10 @@ little to see one setting apart; at 16 settings ``equal`` reaches 0.18); ``setti
 **The tests** (α one-sided, one look; the verdict from them: :mod:`fednorm.claims.rule`):
 
 - a sign (the claim: margin + slack > 0): ``holds`` when the one-sided t test rejects margin
-  + slack ≤ 0 (p_for ≤ α: the lower (1 − α) bound is above −slack); ``contradicted`` when it
-  rejects margin + slack ≥ −sesoi (p_against ≤ α: the upper bound is below −slack − sesoi), the
-  smallest effect of interest ``sesoi`` keeping a negligible shortfall from contradicting;
+  + slack ≤ 0 (p_for ≤ α: the lower (1 − α) bound is above −slack); ``contradicted`` when the
+  mirror test rejects margin + slack ≥ 0 (p_against ≤ α: the upper bound is below −slack);
+  ``negligible`` when neither and Schuirmann's TOST rejects |margin + slack| ≥ sesoi, the
+  smallest effect of interest (fednorm.claims.rule);
 - a near-equality (|margin| ≤ δ): Schuirmann's two one-sided tests (TOST): ``holds`` when
   both reject (the (1 − 2α) interval inside ±δ); ``contradicted`` when a one-sided test of
   margin ≤ δ or of margin ≥ −δ rejects at α / 2 (Bonferroni over the two sides: the
@@ -56,8 +57,7 @@ little to see one setting apart; at 16 settings ``equal`` reaches 0.18); ``setti
   or fewer it is not run, p 1).
 
 **One look.** The design is fixed before the runs (config/claims.yaml, the profiles' seeds):
-every unit is judged once, on all its seeds, at α. Twice the budget can only turn a
-contradiction into ``budget-limited`` (fednorm.claims.words_ledger), never add a verdict.
+every unit is judged once, on all its seeds, at α, at its experiment's budget.
 
 A claim of k units: ``holds`` when every unit holds (an intersection-union test: level α
 with no correction, Berger 1982), ``contradicted`` when one does after Holm's step-down

@@ -9,29 +9,23 @@ each method's own learning rate) and its measure: settings + seeds as blocks (:f
 whatever it shares with other units and whatever each setting's noise; stats' docstring says
 why, by simulation); a unit that two claims share enters once.
 
-A unit's verdict is the rule's (:func:`fednorm.claims.rule.decide`, one look at α): it
-**holds** when its p_for ≤ α and no seed counts against it; it is **contradicted** when its
-Holm-adjusted p_against (over the claim's units) ≤ α and no seed counts for it; a unit with
-fewer than ``min_seeds`` seeds with a margin gets no t test. **A diverged run** has no value:
-in a sign relation a diverged run on the side the claim says is better is a seed *against* the
-claim, one on the worse side a seed *for* it; in ``within`` and in a trend of three values or
-more, a diverged run is a seed against. Seeds with no margin at all are judged by the exact
-sign test, where it can fire (0.5^N ≤ α). Whether each side settled (a test of its gain over
-the last quarter of the budget, :func:`fednorm.results.settling`) is reported, never a veto:
-the one budget check is the recheck of a contradiction at twice the budget
-(fednorm.claims.words_ledger).
+A unit's verdict is the rule's (:mod:`fednorm.claims.rule`, one page: the claim and its mirror
+judged alike, one look at α). **A diverged run** has no value: in a sign relation a diverged
+run on the side the claim says is better is a seed *against* the claim, one on the worse side
+a seed *for* it; in ``within``, a diverged run is a seed against. Whether each side settled (a
+test of its gain over the last quarter of the budget, :func:`fednorm.results.settling`) is
+reported, never a veto; no verdict is rechecked at another budget.
 
 **Each method at its own values** (:mod:`fednorm.claims.comparisons`): a claim whose compared
 groups name a method key is judged at each side's values chosen on validation accuracy, on
-fresh seeds the choice never saw; a side whose chosen rate is at an edge of its grid is not
-tuned yet: its unit is ``inconclusive`` (needs: tuning). A paper's own method is contradicted
-only at its tuned values.
+fresh seeds the choice never saw; a side whose chosen value is at an edge of its (extended) grid
+withholds a verdict that disfavours it (``inconclusive``, needs: tuning). A paper's own method
+is judged as any other, at the rates its row names.
 
 A claim's verdict: ``not run`` when no unit has runs; ``inconclusive`` (refused) when a group's
-runs differ in more than their seed; else ``contradicted`` when any unit is,
-``budget-limited`` when a unit was contradicted but not at twice the budget, ``holds`` when
-every unit holds, ``inconclusive`` otherwise. Its ``p_for`` is the largest unit p_for (the
-intersection-union test), its ``p_against`` the smallest Holm-adjusted one.
+runs differ in more than their seed; else the rule's (:func:`fednorm.claims.rule.claim_verdict`).
+Its ``p_for`` and ``p_negligible`` are the largest unit's (intersection-union tests), its
+``p_against`` the smallest Holm-adjusted one.
 """
 
 from __future__ import annotations
@@ -92,10 +86,8 @@ class Unit:
     rates: str = ""  # the learning rate each side used
     common: str = ""  # at tuned rates: the outcome at the common recipe's rate
     # what a decision would need: 'seeds' (an interval that straddles it), 'tuning' (a side
-    # not at its tuned, interior values), 'budget' (a contradiction not rechecked at twice the
-    # budget), '' (decided or not measurable)
+    # not at its tuned, interior values), '' (decided or not measurable)
     needs: str = ""
-    recheck: str = ""  # a contradiction at twice the budget (fednorm.claims.words_ledger)
     p_negligible: float = 1.0  # of |margin + slack| ≥ sesoi (TOST; 1 for a near-equality)
     p_holm: float = 1.0  # p_against, Holm-adjusted over the claim's units
     flip_for: float = math.nan  # the exact sign-flip p's of the same margins, beside the t's

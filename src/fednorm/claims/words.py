@@ -80,8 +80,6 @@ from fednorm.summarize import config_columns
 HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "holds", "contradicted", "inconclusive", "not run"
 # neither way: the margin within ±sesoi by an equivalence test (fednorm.claims.rule)
 NEGLIGIBLE = "negligible"
-# a contradiction of a paper's own method that twice the budget does not confirm
-BUDGET_LIMITED = "budget-limited"
 # inconclusive where the power stated before the runs said its design could not decide it
 UNDECIDABLE = "undecidable"
 VERDICTS = (HOLDS, CONTRADICTED, NEGLIGIBLE, INCONCLUSIVE, UNDECIDABLE, NOT_RUN)

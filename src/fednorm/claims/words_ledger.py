@@ -1,7 +1,7 @@
 """The ledger of the claims in words: one row per claim with its estimate, interval, seeds,
 degrees of freedom, p, q, its power stated before the runs and its verdict
-(:mod:`fednorm.claims.verdicts`), each contradicted unit rechecked at twice the budget
-(:func:`rechecked`). :mod:`fednorm.claims.render` writes it as .csv, .md and .pdf/.png.
+(:mod:`fednorm.claims.verdicts`), judged once at α on every run of the design (both stages'
+runs where it has two). :mod:`fednorm.claims.render` writes it as .csv, .md and .pdf/.png.
 
 Across the ledger two q-values stand beside each verdict, each over the ledger's claims and
 computed separately for p_for and p_against: Benjamini–Hochberg's (``q``), whose false
@@ -23,24 +23,13 @@ import numpy as np
 import pandas as pd
 
 from fednorm.claims.common import config_text
-from fednorm.claims.comparisons import compare_all, twin_comparisons
 from fednorm.claims.power import Power
 from fednorm.claims.stats import bh
-from fednorm.claims.verdicts import (
-    Judged,
-    Unit,
-    claim_p,
-    claim_verdict,
-    deciding,
-    judge,
-    judge_compared,
-)
+from fednorm.claims.verdicts import Judged, Unit, deciding, judge
 from fednorm.claims.words import (
-    BUDGET_LIMITED,
     CONTRADICTED,
     INCONCLUSIVE,
     NEGLIGIBLE,
-    NOT_RUN,
     UNDECIDABLE,
     Group,
     Relation,
@@ -113,7 +102,7 @@ def outcome(unit: Unit) -> str:
     if unit.n_diverged:
         parts.append(f"{unit.n_diverged} run{'s' if unit.n_diverged > 1 else ''} diverged "
                      f"({unit.n_against} seed(s) against, {unit.n_for} for)")
-    notes = [n for n in (unit.recheck, unit.unsettled, unit.common) if n]
+    notes = [n for n in (unit.unsettled, unit.common) if n]
     return (head + ", ".join(parts) + f": {unit.verdict}"
             + (f" ({'; '.join(notes)})" if notes else ""))
 
@@ -185,8 +174,8 @@ def ledger_of(words: Words, judged: Sequence[Judged],
 
 def _verdict_side(table: pd.DataFrame) -> pd.DataFrame:
     """``p``, ``q`` and ``q_by``: those of the verdict's side (contradicted: against;
-    negligible: p_negligible, its q's those of for; otherwise for)."""
-    against = table["verdict"].isin([CONTRADICTED, BUDGET_LIMITED])
+    negligible: p_negligible and its q's; otherwise for)."""
+    against = table["verdict"].eq(CONTRADICTED)
     table["p"] = table["p_against"].where(against, table["p_for"])
     negligible = table["verdict"] == NEGLIGIBLE
     table["p"] = table["p_negligible"].where(negligible, table["p"])
@@ -198,55 +187,7 @@ def _verdict_side(table: pd.DataFrame) -> pd.DataFrame:
 
 def words_ledger(words: Words, summary: pd.DataFrame,
                  powers: Mapping[str, Power] | None = None) -> pd.DataFrame:
-    """One row per qualitative claim, in file order, judged at α (one stage)."""
+    """One row per qualitative claim, in file order, judged once at α on every run of
+    ``summary`` (a two-stage plan's: both stages' runs)."""
     decidable = {cid: p.decidable for cid, p in (powers or {}).items()}
     return ledger_of(words, judge(words, summary, decidable), powers)
-
-
-def rechecked(judged: Judged, doubled: Judged | None) -> Judged:
-    """``judged`` with each contradicted unit checked on its runs at twice the budget
-    (``doubled``: the same claim judged on the twins, unit for unit): it stays contradicted
-    only where the twins contradict it too, else it is ``budget-limited``; a unit without twins
-    keeps its verdict ('not rechecked'), unless its claim is about its paper's own method: then
-    it is ``inconclusive`` (needs budget). A recheck only ever removes a contradiction: it
-    never adds a verdict."""
-    twins = {u.label: u for u in doubled.units} if doubled is not None else {}
-    units = []
-    for unit in judged.units:
-        if unit.verdict != CONTRADICTED:
-            units.append(unit)
-            continue
-        twin = twins.get(unit.label)
-        if twin is None or twin.verdict == NOT_RUN or twin.reason:
-            if judged.claim.own_method:
-                units.append(replace(unit, verdict=INCONCLUSIVE, needs="budget",
-                                     recheck="contradicted at 1×, not rechecked at twice the "
-                                             "budget (a paper's own method)"))
-            else:
-                units.append(replace(unit, recheck="not rechecked at twice the budget"))
-            continue
-        shown = "–" if math.isnan(twin.estimate) else f"{twin.estimate:+.1f}"
-        at_2x = f"at twice the budget {shown}, {twin.verdict}"
-        units.append(replace(unit, recheck=at_2x) if twin.verdict == CONTRADICTED else
-                     replace(unit, verdict=BUDGET_LIMITED, recheck=at_2x))
-    p_for, p_against, p_negligible = claim_p(units)
-    return replace(judged, units=tuple(units), verdict=claim_verdict(units, 1.0), p_for=p_for,
-                   p_against=p_against, p_negligible=p_negligible)
-
-
-def staged_ledger(words: Words, summary: pd.DataFrame,
-                  record: Mapping[str, Any] | None = None,
-                  powers: Mapping[str, Power] | None = None) -> pd.DataFrame:
-    """The ledger of a one-stage plan (``record`` None), or of a two-stage one: every claim
-    judged on both stages' runs at α (one look), each contradicted unit rechecked on the
-    second stage's runs at a multiple of the budget (:func:`rechecked`;
-    fednorm.claims.stage2 has the record)."""
-    compared = compare_all(words, summary)  # no claim selects an '@x' twin
-    decidable = {cid: p.decidable for cid, p in (powers or {}).items()}
-    judged = judge_compared(words, compared, decidable)
-    if record is not None:
-        twins = {e["source"]: e["run_id"] for e in record["runs"] if e.get("source")}
-        twinned = twin_comparisons(words, compared, summary, twins, f"@x{record['budget']}")
-        judged = [rechecked(j, d) for j, d in zip(judged, judge_compared(words, twinned),
-                                                    strict=True)]
-    return ledger_of(words, judged, powers)

@@ -29,6 +29,20 @@ class Paths:
         (fednorm.claims.stage2); with no second stage, the summary is the first stage's."""
         return f"{self.results}/stage2/summary_first.csv"
 
+    def extension_plan(self) -> str:
+        """The tuning grids' runs one value beyond an edge, and why (a Snakemake checkpoint's
+        output, before the second stage's: fednorm.claims.extension)."""
+        return f"{self.results}/stage2/extension.json"
+
+    def extension_job(self, job_id: str) -> str:
+        """The record of one training job of the extension: the runs it trained."""
+        return f"{self.results}/stage2/extension_jobs/{job_id}.json"
+
+    def tuned_summary(self) -> str:
+        """The first stage's runs and the extension's: what the second stage's checkpoint
+        reads."""
+        return f"{self.results}/stage2/summary_tuned.csv"
+
     def stage2_plan(self) -> str:
         """The second stage's runs and why each was added (a Snakemake checkpoint's output)."""
         return f"{self.results}/stage2/plan.json"

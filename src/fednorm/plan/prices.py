@@ -19,8 +19,8 @@ Evaluation (assumed): each evaluation forwards the test set once (``n_test``, or
 dataset's test set) at the run's bundle rate times EVAL_SPEEDUP (a forward is about a third
 of a training step's work). The claims' second stage (an estimate, before its runs are
 chosen): the tuned methods' fresh seeds (each tuned setting once per stage-2 seed, in bundles
-of their own); the rechecks of contradicted units at twice their budget depend on the verdicts
-and are not priced (each costs twice its runs' training).
+of their own); the tuning grids' extensions beyond an edge depend on the choices and are not
+priced (each costs one more grid value on the tuning seeds).
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """The claims' second stage as a plan sees it: its settings (the config's ``stage2`` section),
-the runs it may add (fresh seeds of a setting; a setting at a multiple of its budget), and the
-plan extended by them. Which runs it adds is the claims' business (fednorm.claims.stage2);
-here are only the runs' configs and where they go.
+the runs it may add (fresh seeds of a setting), and the plan extended by them. Which runs it
+adds is the claims' business (fednorm.claims.stage2); here are only the runs' configs and where
+they go. It trains at the budget the design fixed, never at another: one look on the
+pre-registered design.
 
 ``stage2`` (null or absent: one stage, the ledger judges its runs at α)::
 
     stage2:
       seeds: [102, 103]     # the fresh seeds that judge each method at its tuned values (plus
                             # the config's seed_offset, so that disjoint seed sets stay disjoint)
-      budget: 2             # the factor on the budget of a rechecked contradiction (steps and
-                            # the learning-rate milestones; the schedule's fractions kept)
       step_costs: null      # the cost table that balances its jobs, a CSV that
                             # benchmarks/step_costs.py writes (null: the committed
                             # fednorm/plan/step_costs.csv; a model of the configs, never a clock)
@@ -31,13 +30,16 @@ from fednorm.config import (
     RunConfig,
     check,
     checked_section,
+    fail,
     int_at_least,
     run_config,
 )
 from fednorm.plan.costs import StepCosts, load_step_costs
 
-STAGE2_KEYS = ("seeds", "budget", "jobs", "step_costs")
-DOUBLED = "@x{factor}"  # an experiment's name suffix for its runs at a multiple of the budget
+STAGE2_KEYS = ("seeds", "jobs", "step_costs")
+# Keys the section once had: named in their error, with why they went
+REMOVED = {"budget": "no value: the key was removed (the second stage trains no run at another "
+                     "budget: one look on the design fixed before the runs)"}
 
 
 @dataclass(frozen=True)
@@ -45,15 +47,11 @@ class Stage2:
     """The second stage's settings (see the module's docstring)."""
 
     seeds: tuple[int, ...] = (100, 101)
-    budget: int = 2
     jobs: int = 4
     step_costs: str | None = None  # the cost table's path (None: fednorm.plan.costs.TABLE)
 
     def costs(self) -> StepCosts:
         return load_step_costs(self.step_costs)
-
-    def suffix(self) -> str:
-        return DOUBLED.format(factor=self.budget)
 
 
 def load_stage2(spec: Any, offset: int = 0) -> Stage2 | None:
@@ -61,13 +59,15 @@ def load_stage2(spec: Any, offset: int = 0) -> Stage2 | None:
     ``seed_offset``."""
     if spec is None:
         return None
+    for key, allowed in REMOVED.items():
+        if isinstance(spec, Mapping) and key in spec:
+            raise fail("stage2", key, spec[key], allowed)
     spec = checked_section(spec, "stage2", STAGE2_KEYS)
     default = Stage2()
     seeds = check("stage2", "seeds", spec.get("seeds", list(default.seeds)),
                   ListOf(int_at_least(0), "a non-empty list of seeds (integers >= 0)", 1))
     table = check("stage2", "step_costs", spec.get("step_costs"), Nullable(_path))
     stage2 = Stage2(tuple(s + offset for s in seeds),
-                    check("stage2", "budget", spec.get("budget", default.budget), IntIn(2, 16)),
                     check("stage2", "jobs", spec.get("jobs", default.jobs), IntIn(1, 4096)),
                     None if table is None else str(table))
     stage2.costs()  # the table read and checked: a bad one fails before any job starts
@@ -78,15 +78,6 @@ def _path(value: Any) -> str | None:
     if isinstance(value, str) and value:
         return None
     return "a path to a CSV file (benchmarks/step_costs.py writes one)"
-
-
-def with_budget(cfg: RunConfig, factor: int) -> RunConfig:
-    """``cfg`` at ``factor`` times its budget: its steps and learning-rate milestones scaled
-    (the schedule's fractions kept, as a profile's ``epochs`` and ``lr_decay_at`` would),
-    validated as any run."""
-    values = {**cfg.identity(), "steps": cfg.steps * factor,
-              "lr_milestones": [m * factor for m in cfg.lr_milestones]}
-    return run_config(values, where=f"stage2 (run {cfg.run_id} at {factor}x its budget)")
 
 
 def with_seed(cfg: RunConfig, seed: int) -> RunConfig:
