@@ -48,10 +48,7 @@ def improvement_markdown(data: pd.DataFrame, *, title: str, y: str) -> str:
     def num(v: float) -> str:
         return "–" if np.isnan(v) else f"{v:.2f}"
 
-    lines = [f"**{title}**", "", f"P(X > {data['baseline'].iloc[0]}): a run of the method "
-             "against a run of the baseline in the same setting, ties 1/2, averaged over the "
-             "settings both ran; IQM: the mean of the middle 50 % of the method's runs; "
-             "[95 % stratified-bootstrap interval over seeds].", "",
+    lines = [f"**{title}**", "",
              f"| method | P(X > baseline) | settings | runs (diverged) | mean{unit} | "
              f"IQM{unit} |", "|---|---:|---:|---:|---:|---:|"]
     for _, r in data.iterrows():
@@ -60,6 +57,10 @@ def improvement_markdown(data: pd.DataFrame, *, title: str, y: str) -> str:
         lines.append(f"| {escape_cell(style.label(r['method']))} | {p} | {r['settings']} | "
                      f"{r['runs']} ({r['diverged']}) | {num(r['mean'])} | {num(r['iqm'])} "
                      f"[{num(r['iqm_low'])}, {num(r['iqm_high'])}] |")
+    lines += ["", f"P(X > {data['baseline'].iloc[0]}): a run of the method against a run of "
+              "the baseline in the same setting, ties 1/2, averaged over the settings both ran; "
+              "IQM: the mean of the middle 50 % of the method's runs; [95 % stratified-bootstrap "
+              "interval over seeds]."]
     return "\n".join(lines) + "\n"
 
 
