@@ -282,7 +282,7 @@ def test_each_paper_claim_selects_the_three_seeds_of_one_paper_scale_setting():
     assert counts == {"fbn": 12, "fixbn": 32, "fedtan": 0}  # 3 of fixbn on ImageNet-1K
     words = {p: sum(c.paper == p for c in both.words.claims) for p in PAPERS}
     assert words == {"fbn": 19, "fixbn": 33, "fedtan": 3, "hybridbn": 3, "fedbn": 1, "fedwon": 3,
-                     "fedfn": 2}  # 9 of fixbn on Tiny-ImageNet
+                     "fedap": 1, "fedfn": 2}  # 9 of fixbn on Tiny-ImageNet
     assert _check_words(plan, both.words, n_seeds=3) == []
     runs = _plan_summary(plan)
     for claim in claims:
@@ -380,7 +380,7 @@ def _with_fresh_seeds(runs, seeds=(200, 201)):
 @pytest.mark.parametrize("profile", [("config/config.yaml",),
                                      ("config/config.yaml", "config/quick.yaml")])
 def test_the_feature_shift_claims_compare_the_domains_mean_accuracy_at_the_largest_e(profile):
-    """FedBN's and FedWon's claims in their setting (feature shift): with the method's runs 40
+    """FedBN's, FedWon's and FedAP's claims in their setting (feature shift): with the method's runs 40
     points above the others' in the mean over the domains (``domain_accuracy``) at the
     experiment's largest E (paper: its only one, 23 steps; quick: 5), each holds (3 seeds; the
     quick profile's 2), and with every run equal each is negligible; test_accuracy plays no
@@ -388,14 +388,15 @@ def test_the_feature_shift_claims_compare_the_domains_mean_accuracy_at_the_large
     plan, both = _profile(*profile)
     claims = tuple(c for c in both.words.claims if c.experiments == ("feature_shift",))
     assert {c.id for c in claims} == {"fedbn-beats-fedavg-feature-shift",
-                                      "fedwon-beats-fedavg-bn-and-fedbn"}
+                                      "fedwon-beats-fedavg-bn-and-fedbn",
+                                      "fedap-beats-fedavg-and-fedbn"}
     assert all(c.metric == "domain_accuracy" for c in claims)
     runs = _plan_summary(plan)
     shift = in_experiments(runs, ["feature_shift"])
     largest = runs[shift].local_steps.max()
     assert largest == (23 if len(profile) == 1 else 5)
     for claim in claims:
-        a = claim.a[0][1]  # the method: fedbn, fedwon
+        a = claim.a[0][1]  # the method: fedbn, fedwon, fedap
         ahead = shift & (runs.normalizer == a) & (runs.local_steps == largest)
         better = runs.assign(domain_accuracy=0.5 + 0.4 * ahead, test_accuracy=0.5 - 0.4 * ahead)
         table = words_ledger(Words(claims=(claim,)), better).set_index("id")

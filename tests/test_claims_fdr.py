@@ -39,7 +39,8 @@ def test_by_q_values_match_their_definition_and_keep_nan():
 def _row(cid, verdict, p_for, p_against):
     row = dict.fromkeys(WORDS_COLUMNS, "")
     return {**row, "id": cid, "verdict": verdict, "margin": 0.0, "detail": "d",
-            "own_method": False, "needs": "", "p_for": p_for, "p_against": p_against}
+            "own_method": False, "needs": "", "p_for": p_for, "p_against": p_against,
+            "p_negligible": math.nan}
 
 
 def test_the_ledger_has_bys_q_of_each_side_and_of_its_verdicts_side():

@@ -72,8 +72,8 @@ def test_plan_checks_the_claims_file_too(tmp_path, capsys, monkeypatch):
     assert main(["plan", "config/config.yaml"]) == 0
     out = capsys.readouterr().out
     assert "44 claims numeric in config/claims.yaml (fbn 12, fixbn 32)" in out
-    assert ("64 claims in words in config/claims.yaml (fbn 19, fixbn 33, fedtan 3, hybridbn 3, "
-            "fedbn 1, fedwon 3, fedfn 2)") in out
+    assert ("65 claims in words in config/claims.yaml (fbn 19, fixbn 33, fedtan 3, hybridbn 3, "
+            "fedbn 1, fedwon 3, fedap 1, fedfn 2)") in out
     bad = tmp_path / "claims.yaml"
     bad.write_text(yaml.safe_dump({"claims": [{"id": "c", "paper": "fbn", "source": "Fig 3a",
                                                "setting": {"normalizer": "fedprox"}, "value": 1}]}))

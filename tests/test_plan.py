@@ -52,7 +52,8 @@ def test_paper_config_counts_the_issue_grids():
                "tuning": (13 + 4 + 9 + 2 + 2) * 2 * 5 * 3,
                "tuning_splits": (1 + 4) * 3 * 5 * 3,  # BN, Hybrid BN x split x lr x seed
                "tuning_small_batch": (5 + 4 + 9) * 2 * 5 * 3,  # x batch size x lr x seed
-               "tuning_feature_shift": (2 + 9) * 5 * 3}  # BN, FedBN, FedWon x lr x seed
+               # BN, FedBN, FedWon's 9 lambdas, FedAP's 5 self-weights x lr x seed
+               "tuning_feature_shift": (2 + 9 + 5) * 5 * 3}
     assert {name: len(plan.experiments[name]) for name in {**fedtan, **compare}} == {
         **fedtan, **compare}
     # trained once: FBN's 'no attack' runs; FixBN's E = 500 at fixed rounds is the fixed-epochs
@@ -76,15 +77,15 @@ def test_paper_config_counts_the_issue_grids():
     shared += 2 * 5 * 3 + (2 * 5 * 3 + 3)
     imagenet = {"fixbn_imagenet": 3 * 3}  # Table 2: gn, bn, fixbn x seed
     assert len(plan.experiments["fixbn_imagenet"]) == 9
-    shift = {"feature_shift": 11 * 3}  # Digits-Five: 11 methods x seed (nothing shared)
-    assert len(plan.experiments["feature_shift"]) == 33
+    shift = {"feature_shift": 12 * 3}  # Digits-Five: 12 methods x seed (nothing shared)
+    assert len(plan.experiments["feature_shift"]) == 36
     assert len(plan.runs) == (144 + sum(byzantine.values()) + sum(fixbn.values())
                               + sum(fedtan.values()) + sum(compare.values())
                               + sum(tiny.values()) + sum(imagenet.values())
                               + sum(shift.values()) - shared)
     # 1,944 + 417 + 9 + 33 before the tuning swept each method's own keys in every setting
-    # of its claims (900 - 510 + 225 + 540 + 165 more)
-    assert len(plan.runs) == 1944 + 417 + 9 + 33 + 1320
+    # of its claims (900 - 510 + 225 + 540 + 165 more); FedAP under feature shift, 3 + 75
+    assert len(plan.runs) == 1944 + 417 + 9 + 33 + 1320 + 3 + 75
     # ImageNet-1K: E = 2 epochs of a client of average size = 1,281 steps, 64 epochs of the
     # 10 participants' images = 320 rounds, lr x0.1 at 30, 60, 90 % of them (96, 192, 288)
     net = [plan.runs[r] for r in plan.experiments["fixbn_imagenet"]]

@@ -44,9 +44,10 @@ def _bundle_jobs(counts):
     # ImageNet-1K 9 (Table 2); the small batches 42 (7 methods x 2 batch sizes x 3 seeds)
     # Digits-Five's feature shift 33 (11 methods x 3 seeds); each method's own keys swept in
     # every setting of its claims: the tuning grid grows to 900, and tuning_splits 225,
-    # tuning_small_batch 540, tuning_feature_shift 165 (tests/test_plan.py)
+    # tuning_small_batch 540, tuning_feature_shift 165 (tests/test_plan.py); FedAP under
+    # feature shift 3 and its tuning 75 (5 lr_scales x 5 self-weights x 3 seeds)
     (1, 144 + 72 + 144 + 72 + 579 + 48 + 213 + 72 + 48 + 510 + 417 + 9 + 42 + 33
-     + (900 - 510) + 225 + 540 + 165),
+     + (900 - 510) + 225 + 540 + 165 + 3 + 75),
     # FBN: per normalizer, Figs 3 and 5 share a key: 36 runs -> 16 + 16 + 4; the Byzantine runs
     # of a normalizer share one (attacks and server rules are per run): 144 runs -> 9 x 16.
     # FixBN, per (normalizer, E) at 64,000 steps: bn and gn 15 splits x seeds + 6 momentum runs
@@ -80,7 +81,10 @@ def _bundle_jobs(counts):
      # 15 runs -> 30 x 2 (was 17 x 2); tuning_splits, per method and own-key values, 3 splits
      # x 15 runs -> 5 x 3; tuning_small_batch, per (method and own-key values, batch size)
      # -> 18 x 2; tuning_feature_shift -> 11
-     + (30 - 17) * 2 + 5 * 3 + 18 * 2 + 11),
+     + (30 - 17) * 2 + 5 * 3 + 18 * 2 + 11
+     # FedAP under feature shift: its 3 seeds -> 1; its tuning, per self-weight (5 values),
+     # 5 lr_scales x 3 seeds -> 5
+     + 1 + 5),
 ])
 @pytest.mark.slow
 def test_paper_dry_run_counts_the_bundle_jobs(tmp_path, bundle_size, jobs):
@@ -485,7 +489,7 @@ def test_a_killed_bundle_job_loses_no_finished_run(tmp_path):
     finished = _run_json(work, plan, run_ids)
     assert 0 < len(finished) < len(run_ids), (tmp_path / "killed.log").read_text()[-3000:]
 
-    assert snakemake("--unlock", cwd=work).returncode == 0
+    assert snakemake("--unlock", *OWN_CONFIG, cwd=work).returncode == 0
     out = snakemake("--cores", "1", "--rerun-incomplete", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     assert {r: v for r, v in _run_json(work, plan, run_ids).items() if r in finished} == finished
@@ -520,7 +524,7 @@ def test_a_stopped_bundle_job_resumes_where_it_stopped(tmp_path):
     assert resume.exists(), (tmp_path / "stopped.log").read_text()[-3000:]
     assert not _run_json(work, plan, run_ids)
 
-    assert snakemake("--unlock", cwd=work).returncode == 0
+    assert snakemake("--unlock", *OWN_CONFIG, cwd=work).returncode == 0
     out = snakemake("--cores", "1", "--rerun-incomplete", *OWN_CONFIG, cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]
     log = (work / plan.paths.results / "logs/train" / f"{bundle_id}.log").read_text()

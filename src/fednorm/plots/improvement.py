@@ -49,7 +49,7 @@ def improvement_markdown(data: pd.DataFrame, *, title: str, y: str) -> str:
         return "–" if np.isnan(v) else f"{v:.2f}"
 
     lines = [f"**{title}**", "",
-             f"| method | P(X > baseline) | settings | runs (diverged) | mean{unit} | "
+             f"| method | P(beats baseline) | settings | runs (diverged) | mean{unit} | "
              f"IQM{unit} |", "|---|---:|---:|---:|---:|---:|"]
     for _, r in data.iterrows():
         p = ("–" if np.isnan(r["probability"]) else
