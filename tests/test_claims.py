@@ -380,8 +380,8 @@ def _with_fresh_seeds(runs, seeds=(200, 201)):
 @pytest.mark.parametrize("profile", [("config/config.yaml",),
                                      ("config/config.yaml", "config/quick.yaml")])
 def test_the_feature_shift_claims_compare_the_domains_mean_accuracy_at_the_largest_e(profile):
-    """FedBN's, FedWon's and FedAP's claims in their setting (feature shift): with the method's runs 40
-    points above the others' in the mean over the domains (``domain_accuracy``) at the
+    """FedBN's, FedWon's and FedAP's claims in their setting (feature shift): with the
+    method's runs 40 points above the others' in the mean over the domains (``domain_accuracy``) at the
     experiment's largest E (paper: its only one, 23 steps; quick: 5), each holds (3 seeds; the
     quick profile's 2), and with every run equal each is negligible; test_accuracy plays no
     part."""
