@@ -381,9 +381,9 @@ def _with_fresh_seeds(runs, seeds=(200, 201)):
                                      ("config/config.yaml", "config/quick.yaml")])
 def test_the_feature_shift_claims_compare_the_domains_mean_accuracy_at_the_largest_e(profile):
     """FedBN's, FedWon's and FedAP's claims in their setting (feature shift): with the
-    method's runs 40 points above the others' in the mean over the domains (``domain_accuracy``) at the
-    experiment's largest E (paper: its only one, 23 steps; quick: 5), each holds (3 seeds; the
-    quick profile's 2), and with every run equal each is negligible; test_accuracy plays no
+    method's runs 40 points above the others' in the mean over the domains
+    (``domain_accuracy``) at the experiment's largest E (paper: its only one, 23 steps; quick:
+    5), each holds, and with every run equal each is negligible; test_accuracy plays no
     part."""
     plan, both = _profile(*profile)
     claims = tuple(c for c in both.words.claims if c.experiments == ("feature_shift",))
