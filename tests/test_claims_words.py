@@ -11,6 +11,7 @@ from scipy import stats
 
 from fednorm.claims.file import load_claims
 from fednorm.claims.render import write_words
+from fednorm.claims.verdicts import Unit, claim_verdict
 from fednorm.claims.words import (
     CONTRADICTED,
     HOLDS,
@@ -477,6 +478,14 @@ def test_a_papers_own_method_is_judged_as_any_other_at_the_rate_its_row_names():
                        _tuned_summary(common, tuned)).iloc[0]
     assert (row.verdict, row.margin) == (CONTRADICTED, pytest.approx(-9.5))
     assert row.rates.startswith("normalizer=fbn: lr × 1 (chosen on seeds 0, 1; judged on 2, 3)")
+
+
+def test_a_claim_with_a_unit_not_run_does_not_hold():
+    """Every unit must hold for the claim to hold: a unit without runs is not a held one."""
+    held, missing = Unit("x", HOLDS, p_holm=1.0), Unit("y", NOT_RUN, reason="no run")
+    assert claim_verdict([held, held], ALPHA) == HOLDS
+    assert claim_verdict([held, missing], ALPHA) == INCONCLUSIVE
+    assert claim_verdict([missing, missing], ALPHA) == NOT_RUN
 
 
 def test_runs_that_differ_in_more_than_the_seed_are_refused():

@@ -283,9 +283,10 @@ def claim_verdict(units: Sequence[Unit], alpha: float, decidable: bool = True) -
         return NOT_RUN
     if any(u.verdict == INCONCLUSIVE and u.reason for u in units):
         return INCONCLUSIVE  # refused: a selection that is not the seeds of one setting
-    judged = [u for u in units if u.verdict != NOT_RUN]
-    code = rule_claim_verdict([CODE_OF[u.verdict] for u in judged],
-                              [u.p_holm for u in judged], alpha, decidable)
+    # a unit without runs is undecided: a claim holds (or is negligible) only where every unit
+    # of it was judged so
+    code = rule_claim_verdict([CODE_OF.get(u.verdict, INCONCLUSIVE_CODE) for u in units],
+                              [u.p_holm for u in units], alpha, decidable)
     return VERDICT_OF[code]
 
 
